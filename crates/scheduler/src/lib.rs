@@ -1,1 +1,2 @@
-//! placeholder
+//! The scheduler: watch -> cache -> model -> session -> actions -> decisions -> apply.
+pub mod model;

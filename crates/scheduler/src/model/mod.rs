@@ -1,0 +1,2 @@
+//! The cluster model the scheduling core reads and writes.
+pub mod resources;
