@@ -1,2 +1,21 @@
-//! The cluster model the scheduling core reads and writes.
+//! The cluster model the scheduling core reads and writes: pure data, no I/O.
+//!
+//! `cache` feeds it from watch events; a session (`framework`) reads it and changes placements only
+//! through [`cluster::Cluster::set_assumed`], journaled so that a gang is placed all or nothing.
+
+pub mod cluster;
+pub mod constraints;
+pub mod group;
+pub mod ids;
+pub mod node;
+pub mod queue;
 pub mod resources;
+pub mod task;
+
+pub use cluster::{Cluster, Epochs, NodeUpdate, PlacementUndo, PodUpdate};
+pub use group::{Group, GroupKey, GroupKind, GroupProblem};
+pub use ids::{GroupId, NodeId, QueueId, TaskId};
+pub use node::Node;
+pub use queue::Queue;
+pub use resources::Resources;
+pub use task::{ApiView, Assumed, GpuRequest, Millis, Task, TaskStatus};

@@ -1,0 +1,263 @@
+//! A gang: a KAI PodGroup or a Volcano PodGroup, with its sub-groups, members and what is wrong with it.
+
+use std::sync::Arc;
+
+use super::ids::{QueueId, TaskId};
+use super::resources::Resources;
+use super::task::Millis;
+
+/// Which API a gang comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupKind {
+    /// `scheduling.run.ai` PodGroup.
+    Kai,
+    /// `scheduling.volcano.sh` PodGroup.
+    Volcano,
+}
+
+/// Identity of a gang: pods name it by namespace and name, per API.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupKey {
+    /// API it comes from.
+    pub kind: GroupKind,
+    /// Namespace.
+    pub namespace: Arc<str>,
+    /// Name.
+    pub name: Arc<str>,
+}
+
+impl std::fmt::Display for GroupKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Topology placement of a gang or sub-group, resolved to node label keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct TopologyRequirement {
+    /// Topology object name (for messages).
+    pub topology: Arc<str>,
+    /// Label keys of the levels, widest first.
+    pub levels: Vec<String>,
+    /// Index into `levels` all pods must share, if required.
+    pub required: Option<usize>,
+    /// Index into `levels` pods should share, if preferred.
+    pub preferred: Option<usize>,
+}
+
+/// A sub-group as declared on the PodGroup (`spec.subGroups`), validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubGroupDecl {
+    /// Name.
+    pub name: Arc<str>,
+    /// Minimum: pods for a leaf, satisfied children for an inner sub-group.
+    pub min_member: u32,
+    /// Index of the parent in the PodGroup's list.
+    pub parent: Option<usize>,
+    /// Placement.
+    pub topology: Option<TopologyRequirement>,
+}
+
+/// A problem with a gang's definition or references that the schema could not stop. Each becomes a
+/// condition and an event on the PodGroup.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupProblem {
+    /// `spec.queue` names no Queue.
+    QueueNotFound(String),
+    /// `spec.queue` names a Queue that has children; only leaf queues take work.
+    QueueNotLeaf(String),
+    /// The queue or one of its ancestors is invalid (cycle, missing parent).
+    QueueInvalid(String),
+    /// `spec.priorityClassName` names no PriorityClass (the default priority is used meanwhile).
+    PriorityClassNotFound(String),
+    /// `maxMember` below `minMember`.
+    MaxBelowMin {
+        /// minMember.
+        min: u32,
+        /// maxMember.
+        max: u32,
+    },
+    /// Sub-groups with the same name.
+    DuplicateSubGroup(String),
+    /// A sub-group's parent that does not exist.
+    UnknownSubGroupParent {
+        /// Sub-group.
+        subgroup: String,
+        /// Its parent.
+        parent: String,
+    },
+    /// A cycle among sub-groups or `parentPodGroup` links.
+    Cycle(String),
+    /// `parentPodGroup` names no PodGroup in the namespace.
+    ParentNotFound(String),
+    /// A topology constraint that cannot be resolved.
+    Topology(String),
+    /// `minMember` exceeds the members the gang can ever have (`maxMember`).
+    MinMemberUnreachable {
+        /// minMember.
+        min: u32,
+        /// The most members it can have.
+        possible: u32,
+    },
+}
+
+impl GroupProblem {
+    /// Whether the gang can still be scheduled (with a warning) despite the problem.
+    #[must_use]
+    pub fn is_blocking(&self) -> bool {
+        !matches!(self, Self::PriorityClassNotFound(_))
+    }
+
+    /// CamelCase reason for conditions and events.
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::QueueNotFound(_) => "QueueDoesNotExist",
+            Self::QueueNotLeaf(_) => "QueueNotLeaf",
+            Self::QueueInvalid(_) => "QueueInvalid",
+            Self::PriorityClassNotFound(_) => "PriorityClassNotFound",
+            Self::MaxBelowMin { .. } | Self::MinMemberUnreachable { .. } => "InvalidMinMember",
+            Self::DuplicateSubGroup(_) | Self::UnknownSubGroupParent { .. } => "InvalidSubGroups",
+            Self::Cycle(_) => "Cycle",
+            Self::ParentNotFound(_) => "ParentPodGroupNotFound",
+            Self::Topology(_) => "InvalidTopology",
+        }
+    }
+}
+
+impl std::fmt::Display for GroupProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::QueueNotFound(q) => write!(f, "queue {q:?} does not exist; create it or set spec.queue to an existing leaf queue"),
+            Self::QueueNotLeaf(q) => write!(f, "queue {q:?} has child queues; only leaf queues take workloads"),
+            Self::QueueInvalid(why) => write!(f, "queue is invalid: {why}"),
+            Self::PriorityClassNotFound(p) => {
+                write!(f, "priority class {p:?} does not exist; scheduling with the default priority")
+            }
+            Self::MaxBelowMin { min, max } => write!(f, "maxMember {max} is below minMember {min}"),
+            Self::DuplicateSubGroup(s) => write!(f, "sub-group {s:?} is declared twice"),
+            Self::UnknownSubGroupParent { subgroup, parent } => {
+                write!(f, "sub-group {subgroup:?} names parent {parent:?}, which is not declared")
+            }
+            Self::Cycle(path) => write!(f, "cycle: {path}"),
+            Self::ParentNotFound(p) => write!(f, "parentPodGroup {p:?} does not exist in this namespace"),
+            Self::Topology(why) => write!(f, "topology constraint: {why}"),
+            Self::MinMemberUnreachable { min, possible } => {
+                write!(f, "minMember {min} can never be met: the gang can have at most {possible} pods")
+            }
+        }
+    }
+}
+
+/// What the API says the gang's status is, to write only what changes.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ObservedStatus {
+    /// `status.phase`.
+    pub phase: Option<String>,
+    /// Fingerprint of the last status this scheduler wrote (compared to the desired one).
+    pub fingerprint: u64,
+}
+
+/// A gang in the model.
+#[derive(Clone, Debug)]
+pub struct Group {
+    /// Identity.
+    pub key: GroupKey,
+    /// Object UID (for owner references of events).
+    pub uid: Arc<str>,
+    /// Queue name as written (default queue when empty).
+    pub queue_name: Arc<str>,
+    /// Resolved queue, when it exists and is a leaf.
+    pub queue: Option<QueueId>,
+    /// Priority class name, if any.
+    pub priority_class: Option<Arc<str>>,
+    /// Explicit integer priority (seed documents' `spec.priority`).
+    pub explicit_priority: Option<i32>,
+    /// Explicit preemptibility (`spec.preemptibility`).
+    pub explicit_preemptible: Option<bool>,
+    /// Effective priority (resolved each time priority classes change).
+    pub priority: i32,
+    /// Effective preemptibility.
+    pub preemptible: bool,
+    /// Gang minimum (pods; or satisfied children for a parent of other PodGroups).
+    pub min_member: u32,
+    /// Elastic maximum.
+    pub max_member: Option<u32>,
+    /// Declared sub-groups.
+    pub subgroups: Vec<SubGroupDecl>,
+    /// Seed `parentPodGroup`.
+    pub parent_name: Option<Arc<str>>,
+    /// Gang-level topology.
+    pub topology: Option<TopologyRequirement>,
+    /// Topology as written (name, required level, preferred level), resolved against Topology objects.
+    pub topology_spec: Option<(String, Option<String>, Option<String>)>,
+    /// Sub-group topology as written, by sub-group index.
+    pub subgroup_topology_specs: Vec<Option<(String, Option<String>, Option<String>)>>,
+    /// Seconds it may wait unplaced before it fails.
+    pub schedule_timeout_secs: Option<i64>,
+    /// Whether pods get Unschedulable conditions.
+    pub mark_unschedulable: bool,
+    /// Volcano `minResources`, checked against free capacity before placing.
+    pub min_resources: Option<Resources>,
+    /// Creation time.
+    pub created: Millis,
+    /// When its gang last started (annotation).
+    pub last_start: Option<Millis>,
+    /// When it was first seen running below its minimum (annotation).
+    pub stale_since: Option<Millis>,
+    /// Members.
+    pub tasks: Vec<TaskId>,
+    /// Problems found in the definition.
+    pub problems: Vec<GroupProblem>,
+    /// Status as last observed.
+    pub observed: ObservedStatus,
+    /// When it first became schedulable-but-unplaced (for the timeout); reset when placed.
+    pub waiting_since: Option<Millis>,
+    /// Whether it timed out (`scheduleTimeoutSeconds`) and is now Failed.
+    pub timed_out: bool,
+    /// Bumped whenever its definition or members change (memo key for "still does not fit").
+    pub version: u64,
+}
+
+impl Group {
+    /// A gang with defaults, for builders and tests.
+    #[must_use]
+    pub fn new(key: GroupKey, queue: &str, min_member: u32) -> Self {
+        Self {
+            key,
+            uid: "".into(),
+            queue_name: queue.into(),
+            queue: None,
+            priority_class: None,
+            explicit_priority: None,
+            explicit_preemptible: None,
+            priority: api::keys::DEFAULT_PRIORITY,
+            preemptible: true,
+            min_member,
+            max_member: None,
+            subgroups: Vec::new(),
+            parent_name: None,
+            topology: None,
+            topology_spec: None,
+            subgroup_topology_specs: Vec::new(),
+            schedule_timeout_secs: None,
+            mark_unschedulable: true,
+            min_resources: None,
+            created: 0,
+            last_start: None,
+            stale_since: None,
+            tasks: Vec::new(),
+            problems: Vec::new(),
+            observed: ObservedStatus::default(),
+            waiting_since: None,
+            timed_out: false,
+            version: 0,
+        }
+    }
+
+    /// The first problem that stops scheduling, if any.
+    #[must_use]
+    pub fn blocking_problem(&self) -> Option<&GroupProblem> {
+        self.problems.iter().find(|p| p.is_blocking())
+    }
+}

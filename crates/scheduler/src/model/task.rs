@@ -1,0 +1,178 @@
+//! A task is one pod as the scheduler sees it: what it asks for, where it may go, and where it is.
+
+use std::sync::Arc;
+
+use super::constraints::ConstraintsId;
+use super::group::GroupKey;
+use super::ids::{GroupId, NodeId};
+use super::resources::Resources;
+
+/// Milliseconds since the Unix epoch. The core never reads a clock; `now` is an input.
+pub type Millis = i64;
+
+/// Where a task stands. The statuses that hold node resources are [`Self::holds_node`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TaskStatus {
+    /// Waiting for a node.
+    Pending,
+    /// Has scheduling gates; not a candidate until they are removed.
+    Gated,
+    /// Reserved on a node whose resources are still being freed; bound in a later cycle.
+    Pipelined,
+    /// A bind was issued and is not yet confirmed by the API server (assumed placement).
+    Binding,
+    /// Bound (`spec.nodeName` set), not yet running.
+    Bound,
+    /// Running.
+    Running,
+    /// Being deleted or evicted; still holds its node's resources until it is gone.
+    Releasing,
+    /// Finished successfully; holds nothing.
+    Succeeded,
+    /// Finished with an error; holds nothing.
+    Failed,
+}
+
+impl TaskStatus {
+    /// Holds resources on its node as used (not as a reservation).
+    #[must_use]
+    pub fn holds_node(self) -> bool {
+        matches!(self, Self::Binding | Self::Bound | Self::Running | Self::Releasing)
+    }
+
+    /// Counts towards its gang's minimum (KAI's "active allocated").
+    #[must_use]
+    pub fn is_active_allocated(self) -> bool {
+        matches!(self, Self::Pipelined | Self::Binding | Self::Bound | Self::Running)
+    }
+
+    /// Placed and not going away (allocated against queue quota).
+    #[must_use]
+    pub fn is_allocated(self) -> bool {
+        matches!(self, Self::Binding | Self::Bound | Self::Running)
+    }
+
+    /// Waiting to be placed.
+    #[must_use]
+    pub fn is_pending(self) -> bool {
+        matches!(self, Self::Pending)
+    }
+
+    /// Finished.
+    #[must_use]
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+}
+
+/// How a pod asks for GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum GpuRequest {
+    /// No GPU.
+    #[default]
+    None,
+    /// Whole devices through `nvidia.com/gpu`.
+    Whole(u32),
+    /// A part of each of `devices` GPUs, in thousandths (`gpu-fraction`).
+    Fraction {
+        /// Thousandths of one device, 1..=1000.
+        milli: u32,
+        /// Devices the fraction is taken on.
+        devices: u32,
+    },
+    /// GPU memory in MiB on each of `devices` GPUs (`gpu-memory`).
+    Memory {
+        /// MiB per device.
+        mib: u32,
+        /// Devices.
+        devices: u32,
+    },
+}
+
+impl GpuRequest {
+    /// True for shared (fractional or memory) requests.
+    #[must_use]
+    pub fn is_shared(self) -> bool {
+        matches!(self, Self::Fraction { .. } | Self::Memory { .. })
+    }
+}
+
+/// What the API server says about a pod's placement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiView {
+    /// Status per the API.
+    pub status: TaskStatus,
+    /// `spec.nodeName`.
+    pub node_name: Option<Arc<str>>,
+}
+
+/// A placement this scheduler decided and the API does not show yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Assumed {
+    /// Nothing assumed: the API view is the truth.
+    None,
+    /// A bind to this node is in flight (or about to be issued).
+    Binding {
+        /// Target node.
+        node: NodeId,
+    },
+    /// Reserved on this node until `until`, waiting for resources being freed.
+    Pipelined {
+        /// Node.
+        node: NodeId,
+        /// When the reservation lapses.
+        until: Millis,
+    },
+    /// An eviction is in flight.
+    Evicting,
+}
+
+/// A pod in the model.
+#[derive(Clone, Debug)]
+pub struct Task {
+    /// Pod UID.
+    pub uid: Arc<str>,
+    /// Namespace.
+    pub namespace: Arc<str>,
+    /// Name.
+    pub name: Arc<str>,
+    /// Whether this scheduler schedules it (`spec.schedulerName`); other pods only use capacity.
+    pub ours: bool,
+    /// The gang the pod names (annotation), resolved or not.
+    pub group_key: Option<GroupKey>,
+    /// Gang this pod belongs to, once resolved.
+    pub group: Option<GroupId>,
+    /// Sub-group name (`kai.scheduler/subgroup-name`).
+    pub subgroup: Option<Arc<str>>,
+    /// Node-level request (CPU, memory, pods = 1, whole GPUs, extended). Fractional GPUs are not in it:
+    /// the GPU-sharing model accounts for them per device.
+    pub request: Resources,
+    /// GPU request kind.
+    pub gpu: GpuRequest,
+    /// Where the pod may go (interned node selector, affinity, tolerations).
+    pub constraints: ConstraintsId,
+    /// Effective status: the API view with the assumed placement on top.
+    pub status: TaskStatus,
+    /// Node while it holds or reserves resources there (effective).
+    pub node: Option<NodeId>,
+    /// What the API says.
+    pub api: ApiView,
+    /// What this scheduler assumes on top.
+    pub assumed: Assumed,
+    /// Shared-GPU groups the pod uses (`runai-gpu-group`), one per device for fractions.
+    pub gpu_groups: Vec<Arc<str>>,
+    /// Order inside its gang (`kai.scheduler/task-priority` label, Ray head / Kubeflow master first).
+    pub task_order: i32,
+    /// Creation time.
+    pub created: Millis,
+    /// A problem with the pod itself that stops it from being scheduled (bad annotation, ...).
+    pub problem: Option<Arc<str>>,
+}
+
+impl Task {
+    /// `namespace/name`.
+    #[must_use]
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
