@@ -120,6 +120,9 @@ pub struct Cluster {
     topologies: HashMap<String, Vec<String>>,
     /// Change counters.
     pub epochs: Epochs,
+    /// Gangs that did not fit, remembered across cycles so an unchanged cluster costs nothing to
+    /// schedule again (by root PodGroup).
+    pub memo: HashMap<GroupId, crate::actions::allocate::Memo>,
 }
 
 impl Cluster {
@@ -489,6 +492,7 @@ impl Cluster {
             task_order: update.task_order,
             created: update.created,
             problem: update.problem,
+            condition_fingerprint: 0,
         };
         let id = TaskId(self.tasks.insert(task));
         self.task_index.insert(update.uid, id);
@@ -560,10 +564,22 @@ impl Cluster {
     /// Adds or updates a gang. Fields the scheduler keeps across updates (members, waiting time, timeout
     /// state) are preserved; everything declared is replaced.
     pub fn apply_group(&mut self, mut group: Group) {
-        self.epochs.capacity += 1;
         if let Some(id) = self.group_id(&group.key) {
             let old = self.group_mut(id);
+            if old.same_definition(&group) {
+                // Only status or scheduler-owned annotations changed (often our own write echoing back):
+                // nothing that could change a decision.
+                let event_fingerprint = old.observed.event_fingerprint;
+                old.observed = group.observed;
+                old.observed.event_fingerprint = event_fingerprint;
+                old.last_start = group.last_start;
+                old.stale_since = group.stale_since;
+                return;
+            }
+            self.epochs.capacity += 1;
+            let old = self.group_mut(id);
             group.tasks = std::mem::take(&mut old.tasks);
+            group.observed.event_fingerprint = old.observed.event_fingerprint;
             group.waiting_since = old.waiting_since;
             group.timed_out = old.timed_out;
             group.version = old.version + 1;
@@ -571,6 +587,7 @@ impl Cluster {
             self.resolve_group(id);
             return;
         }
+        self.epochs.capacity += 1;
         let key = group.key.clone();
         let id = GroupId(self.groups.insert(group));
         self.group_index.insert(key.clone(), id);
@@ -592,6 +609,7 @@ impl Cluster {
             self.orphans.insert(key.clone(), tasks);
         }
         self.groups.remove(id.0);
+        self.memo.remove(&id);
         self.epochs.capacity += 1;
     }
 
@@ -750,6 +768,7 @@ impl Cluster {
             })
             .cloned()
             .collect();
+        // (ParentNotFound and Cycle are re-derived by every session's hierarchy index.)
         let queue = match self.queue_id(&group.queue_name) {
             None => {
                 problems.push(GroupProblem::QueueNotFound(group.queue_name.to_string()));

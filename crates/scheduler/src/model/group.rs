@@ -86,8 +86,10 @@ pub enum GroupProblem {
         /// Its parent.
         parent: String,
     },
-    /// A cycle among sub-groups or `parentPodGroup` links.
+    /// A cycle among `parentPodGroup` links.
     Cycle(String),
+    /// A cycle among sub-group `parent` links.
+    SubGroupCycle(String),
     /// `parentPodGroup` names no PodGroup in the namespace.
     ParentNotFound(String),
     /// A topology constraint that cannot be resolved.
@@ -102,6 +104,22 @@ pub enum GroupProblem {
 }
 
 impl GroupProblem {
+    /// Whether the problem comes from resolving references against other objects (queues, priority
+    /// classes, topologies, parent PodGroups) rather than from the gang's own definition.
+    #[must_use]
+    pub fn is_resolution(&self) -> bool {
+        matches!(
+            self,
+            Self::QueueNotFound(_)
+                | Self::QueueNotLeaf(_)
+                | Self::QueueInvalid(_)
+                | Self::PriorityClassNotFound(_)
+                | Self::Topology(_)
+                | Self::ParentNotFound(_)
+                | Self::Cycle(_)
+        )
+    }
+
     /// Whether the gang can still be scheduled (with a warning) despite the problem.
     #[must_use]
     pub fn is_blocking(&self) -> bool {
@@ -118,7 +136,8 @@ impl GroupProblem {
             Self::PriorityClassNotFound(_) => "PriorityClassNotFound",
             Self::MaxBelowMin { .. } | Self::MinMemberUnreachable { .. } => "InvalidMinMember",
             Self::DuplicateSubGroup(_) | Self::UnknownSubGroupParent { .. } => "InvalidSubGroups",
-            Self::Cycle(_) => "Cycle",
+            Self::Cycle(_) => "ParentPodGroupCycle",
+            Self::SubGroupCycle(_) => "InvalidSubGroups",
             Self::ParentNotFound(_) => "ParentPodGroupNotFound",
             Self::Topology(_) => "InvalidTopology",
         }
@@ -139,7 +158,7 @@ impl std::fmt::Display for GroupProblem {
             Self::UnknownSubGroupParent { subgroup, parent } => {
                 write!(f, "sub-group {subgroup:?} names parent {parent:?}, which is not declared")
             }
-            Self::Cycle(path) => write!(f, "cycle: {path}"),
+            Self::Cycle(path) | Self::SubGroupCycle(path) => write!(f, "cycle: {path}"),
             Self::ParentNotFound(p) => write!(f, "parentPodGroup {p:?} does not exist in this namespace"),
             Self::Topology(why) => write!(f, "topology constraint: {why}"),
             Self::MinMemberUnreachable { min, possible } => {
@@ -150,12 +169,14 @@ impl std::fmt::Display for GroupProblem {
 }
 
 /// What the API says the gang's status is, to write only what changes.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct ObservedStatus {
-    /// `status.phase`.
-    pub phase: Option<String>,
-    /// Fingerprint of the last status this scheduler wrote (compared to the desired one).
+    /// The status as last seen (or as last written, until the write is seen).
+    pub status: Option<api::PodGroupStatus>,
+    /// Fingerprint of that status, timestamps excluded.
     pub fingerprint: u64,
+    /// Fingerprint of the last Unschedulable event emitted (in memory only).
+    pub event_fingerprint: u64,
 }
 
 /// A gang in the model.
@@ -253,6 +274,28 @@ impl Group {
             timed_out: false,
             version: 0,
         }
+    }
+
+    /// Whether two versions declare the same gang (status and scheduler-owned annotations aside).
+    #[must_use]
+    pub fn same_definition(&self, other: &Self) -> bool {
+        self.key == other.key
+            && self.uid == other.uid
+            && self.queue_name == other.queue_name
+            && self.priority_class == other.priority_class
+            && self.explicit_priority == other.explicit_priority
+            && self.explicit_preemptible == other.explicit_preemptible
+            && self.min_member == other.min_member
+            && self.max_member == other.max_member
+            && self.subgroups == other.subgroups
+            && self.parent_name == other.parent_name
+            && self.topology_spec == other.topology_spec
+            && self.subgroup_topology_specs == other.subgroup_topology_specs
+            && self.schedule_timeout_secs == other.schedule_timeout_secs
+            && self.mark_unschedulable == other.mark_unschedulable
+            && self.min_resources == other.min_resources
+            && self.created == other.created
+            && self.problems.iter().filter(|p| !p.is_resolution()).eq(other.problems.iter().filter(|p| !p.is_resolution()))
     }
 
     /// The first problem that stops scheduling, if any.

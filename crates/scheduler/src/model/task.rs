@@ -167,6 +167,8 @@ pub struct Task {
     pub created: Millis,
     /// A problem with the pod itself that stops it from being scheduled (bad annotation, ...).
     pub problem: Option<Arc<str>>,
+    /// Fingerprint of the `PodScheduled` message last written (in memory only).
+    pub condition_fingerprint: u64,
 }
 
 impl Task {

@@ -1,0 +1,253 @@
+//! allocate: places pending gangs in queue order, each all or nothing.
+//!
+//! For each gang (KAI's `AllocateJob`): drop its own reservations so they can be re-placed, take the pods
+//! it needs now (the shortfall of each unsatisfied part, or one more for an elastic gang), check the
+//! queue rules, then place pod by pod inside a checkpoint. One pod that fits nowhere rolls the whole
+//! attempt back and leaves every resource free for the next gang. If any pod only fits on resources
+//! still being freed, the whole gang is reserved (pipelined) instead of half bound.
+
+use std::cmp::Ordering;
+
+use crate::framework::explain::{FitFailure, Why};
+use crate::framework::ordering::JobQueues;
+use crate::framework::placement::{Mode, NodeMiss};
+use crate::framework::{Session, own_nominated};
+use crate::model::resources::{CPU, GPU};
+use crate::model::{Cluster, GpuRequest, Resources, TaskId, TaskStatus};
+
+/// Task order inside a gang: the task-priority label (higher first), then older, then by name.
+#[must_use]
+pub fn task_order(cluster: &Cluster, a: TaskId, b: TaskId) -> Ordering {
+    let (ta, tb) = (cluster.task(a), cluster.task(b));
+    tb.task_order.cmp(&ta.task_order).then(ta.created.cmp(&tb.created)).then(ta.name.cmp(&tb.name))
+}
+
+/// Memory of a gang that did not fit, valid while nothing changed.
+#[derive(Clone, Debug)]
+pub struct Memo {
+    /// Capacity epoch at the start of the cycle it failed in.
+    pub epoch: u64,
+    /// Sum of its PodGroups' versions then.
+    pub version: u64,
+    /// Why it failed.
+    pub why: Why,
+}
+
+/// Runs allocate over every gang with pods waiting.
+pub fn allocate(ssn: &mut Session<'_>) {
+    let mut candidates = Vec::new();
+    for g in 0..ssn.gangs.len() {
+        if !has_work(ssn, g) {
+            continue;
+        }
+        if let Some(why) = blocked(ssn, g) {
+            ssn.explain(g, why);
+            continue;
+        }
+        candidates.push(g);
+    }
+    let mut queue = JobQueues::new(ssn, candidates.into_iter(), false);
+    while let Some(g) = queue.pop(ssn) {
+        let version = gang_version(ssn, g);
+        let root = ssn.gangs[g].root;
+        if let Some(memo) = ssn.cluster.memo.get(&root) {
+            if memo.epoch == ssn.epoch_at_open && memo.version == version {
+                let why = memo.why.clone();
+                ssn.stats.gangs_skipped_unchanged += 1;
+                ssn.explain(g, why);
+                continue;
+            }
+        }
+        ssn.stats.gangs_tried += 1;
+        match try_allocate(ssn, g) {
+            Ok(()) => {
+                ssn.cluster.memo.remove(&root);
+                if has_work(ssn, g) && ssn.gangs[g].is_satisfied(ssn.cluster) {
+                    queue.push(ssn, g);
+                }
+            }
+            Err(why) => {
+                ssn.cluster.memo.insert(root, Memo { epoch: ssn.epoch_at_open, version, why: why.clone() });
+                ssn.explain(g, why);
+            }
+        }
+    }
+}
+
+fn gang_version(ssn: &Session<'_>, g: usize) -> u64 {
+    ssn.gangs[g].groups.iter().map(|id| ssn.cluster.group(*id).version).sum()
+}
+
+/// Whether a gang has pods to place (pending, or reserved and waiting to be bound).
+fn has_work(ssn: &Session<'_>, g: usize) -> bool {
+    let cluster = &*ssn.cluster;
+    ssn.gangs[g].tasks().any(|t| {
+        let task = cluster.task(t);
+        task.ours && matches!(task.status, TaskStatus::Pending | TaskStatus::Pipelined) && task.problem.is_none()
+    })
+}
+
+/// Reasons a gang cannot be tried at all.
+fn blocked(ssn: &Session<'_>, g: usize) -> Option<Why> {
+    let gang = &ssn.gangs[g];
+    for id in &gang.groups {
+        if let Some(p) = ssn.cluster.group(*id).blocking_problem() {
+            return Some(Why::Problem(p.clone()));
+        }
+    }
+    if gang.queue.is_none() {
+        // resolve_group always records why; this is a fallback.
+        let name = ssn.cluster.group(gang.root).queue_name.to_string();
+        return Some(Why::Problem(crate::model::GroupProblem::QueueNotFound(name)));
+    }
+    if let Err(not_ready) = gang.ready(ssn.cluster) {
+        return Some(Why::NotReady(not_ready));
+    }
+    None
+}
+
+/// Tries to place one gang (or grow an elastic one by one pod).
+///
+/// # Errors
+/// Why it cannot be placed now; nothing of it is placed then.
+pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
+    let checkpoint = ssn.checkpoint();
+    let was_satisfied = ssn.gangs[g].is_satisfied(ssn.cluster);
+    // Reservations from earlier cycles are released and re-placed, preferring the same node.
+    let mut nominated = std::collections::HashMap::new();
+    let reserved: Vec<TaskId> =
+        ssn.gangs[g].tasks().filter(|t| ssn.cluster.task(*t).status == TaskStatus::Pipelined).collect();
+    for t in reserved {
+        if let Some(n) = ssn.cluster.task(t).node {
+            nominated.insert(t, n);
+        }
+        ssn.unreserve(t);
+    }
+    let tasks = {
+        let cluster = &*ssn.cluster;
+        ssn.gangs[g].tasks_to_allocate(cluster, &|a, b| task_order(cluster, a, b))
+    };
+    if tasks.is_empty() {
+        ssn.rollback(checkpoint);
+        return Ok(());
+    }
+    let gang = &ssn.gangs[g];
+    let queue = gang.queue.expect("invariant: blocked() filters gangs without a queue");
+    let preemptible = gang.preemptible;
+    let mut request = Resources::ZERO;
+    for t in &tasks {
+        request.add(&ssn.share_request(*t));
+    }
+    if let Err(gate) = ssn.fairness.gate(ssn.cluster, queue, &request, preemptible) {
+        ssn.rollback(checkpoint);
+        return Err(Why::Queue(gate));
+    }
+    if !was_satisfied {
+        if let Some(min) = ssn.cluster.group(gang.root).min_resources {
+            let free = free_total(ssn.cluster);
+            if !min.fits_in(&free) {
+                ssn.rollback(checkpoint);
+                return Err(Why::MinResources { needed: min, free });
+            }
+        }
+    }
+    let mut pipelined_any = false;
+    let mut placed = Vec::with_capacity(tasks.len());
+    for (i, t) in tasks.iter().enumerate() {
+        let found = {
+            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[g]);
+            let own = |n| own_nominated(cluster, gang, n);
+            ssn.index.find(cluster, cluster.task(*t), &ssn.policy, None, &own, nominated.get(t).copied())
+        };
+        match found {
+            Some(p) if p.mode == Mode::Allocate => ssn.allocate(*t, p.node, p.gpu_groups),
+            Some(p) => {
+                pipelined_any = true;
+                ssn.pipeline(*t, p.node, p.gpu_groups);
+            }
+            None => {
+                let mut failure = node_summary(ssn, g, *t);
+                failure.pods_needed = u32::try_from(tasks.len()).unwrap_or(u32::MAX);
+                failure.pods_placed = u32::try_from(i).unwrap_or(u32::MAX);
+                for task in &tasks {
+                    failure.request_total.add(&ssn.cluster.task(*task).request);
+                }
+                ssn.rollback(checkpoint);
+                fill_free(ssn, *t, &mut failure);
+                return Err(Why::NoFit(failure));
+            }
+        }
+        placed.push(*t);
+    }
+    // No part of a gang is bound while another part waits for resources being freed.
+    if pipelined_any && !was_satisfied {
+        for t in &placed {
+            let task = ssn.cluster.task(*t);
+            if task.status == TaskStatus::Binding {
+                let (node, groups) = (task.node.expect("invariant: binding has a node"), task.gpu_groups.clone());
+                ssn.pipeline(*t, node, groups);
+            }
+        }
+    }
+    if !was_satisfied && ssn.gangs[g].is_satisfied(ssn.cluster) {
+        ssn.mark_placed(g, "allocate");
+    }
+    if pipelined_any {
+        ssn.explain(g, Why::Pipelined);
+    }
+    Ok(())
+}
+
+/// Free resources now over all nodes.
+fn free_total(cluster: &Cluster) -> Resources {
+    let mut total = Resources::ZERO;
+    for (_, n) in cluster.nodes.iter() {
+        if n.ready && !n.unschedulable {
+            total.add(&n.available(&Resources::ZERO).0.max(&Resources::ZERO));
+        }
+    }
+    total
+}
+
+/// How every node answers for the pod that fit nowhere (with the gang's earlier pods still placed).
+fn node_summary(ssn: &mut Session<'_>, g: usize, t: TaskId) -> FitFailure {
+    let mut failure = FitFailure { failed_pod: ssn.cluster.task(t).key(), pod_request: ssn.cluster.task(t).request, ..FitFailure::default() };
+    if let GpuRequest::Fraction { milli, devices } = ssn.cluster.task(t).gpu {
+        failure.pod_request.0[GPU] = i64::from(milli * devices);
+    }
+    let ids: Vec<crate::model::NodeId> = ssn.cluster.nodes.iter().map(|(i, _)| crate::model::NodeId(i)).collect();
+    for n in ids {
+        failure.nodes += 1;
+        let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[g]);
+        let own = |node| own_nominated(cluster, gang, node);
+        let task = cluster.task(t);
+        match ssn.index.check(cluster, task, &ssn.policy, n, &own) {
+            Ok(p) if p.mode == Mode::Allocate => {}
+            Ok(_) => *failure.misses.entry(NodeMiss::Insufficient(main_slot(task.gpu))).or_default() += 1,
+            Err(miss) => *failure.misses.entry(miss).or_default() += 1,
+        }
+    }
+    failure
+}
+
+fn main_slot(gpu: GpuRequest) -> usize {
+    if matches!(gpu, GpuRequest::None) { CPU } else { GPU }
+}
+
+/// Free resources on the nodes the pod may use, after the attempt was rolled back.
+fn fill_free(ssn: &mut Session<'_>, t: TaskId, failure: &mut FitFailure) {
+    let constraints = ssn.cluster.task(t).constraints;
+    let slot = main_slot(ssn.cluster.task(t).gpu);
+    let ids: Vec<crate::model::NodeId> = ssn.cluster.nodes.iter().map(|(i, _)| crate::model::NodeId(i)).collect();
+    for n in ids {
+        if !ssn.index.eligibility.check(ssn.cluster, constraints, n) {
+            continue;
+        }
+        failure.eligible_nodes += 1;
+        let free = ssn.cluster.node(n).available(&Resources::ZERO).0.max(&Resources::ZERO);
+        if free.0[slot] > 0 {
+            failure.nodes_with_free += 1;
+        }
+        failure.free_on_eligible.add(&free);
+    }
+}

@@ -1,0 +1,399 @@
+//! The scheduler's configuration file: which actions run in which order and how each plugin is tuned.
+//! Typed and strict: an unknown action, plugin or argument stops start-up with a message naming it.
+//!
+//! ```yaml
+//! actions: [allocate, consolidation, reclaim, preempt, stalegangeviction]
+//! plugins:
+//!   nodeplacement: {gpu: binpack, cpu: binpack}
+//!   proportion: {kValue: 1.0, reclaimerSaturationMultiplier: 1.0}
+//!   minruntime: {defaultPreemptMinRuntime: 0s, defaultReclaimMinRuntime: 0s}
+//!   gpusharing: {enabled: false, placement: binpack}
+//!   stalegangeviction: {gracePeriod: 60s}
+//!   consolidation: {maxPreemptees: 16}
+//!   pipelining: {reservationTtl: 5m}
+//! ```
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use thiserror::Error;
+
+/// Errors loading the configuration.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read scheduler configuration {path}: {source}")]
+    Read {
+        /// Path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The YAML does not match the schema (unknown action, plugin, argument, bad value).
+    #[error("invalid scheduler configuration: {0}")]
+    Parse(String),
+    /// The values are individually valid but inconsistent.
+    #[error("invalid scheduler configuration: {0}")]
+    Invalid(String),
+}
+
+/// An action of the cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionKind {
+    /// Place pending gangs, all or nothing.
+    Allocate,
+    /// Move preemptible pods to make room for a gang that fits nowhere (defragmentation).
+    Consolidation,
+    /// Take resources back across queues for a queue below its fair share.
+    Reclaim,
+    /// Evict lower-priority preemptible work in the same queue.
+    Preempt,
+    /// Evict gangs running below their minimum for longer than a grace period.
+    StaleGangEviction,
+}
+
+impl ActionKind {
+    /// Name as written in the configuration and metrics.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allocate => "allocate",
+            Self::Consolidation => "consolidation",
+            Self::Reclaim => "reclaim",
+            Self::Preempt => "preempt",
+            Self::StaleGangEviction => "stalegangeviction",
+        }
+    }
+}
+
+/// Bin-pack (fill the fullest node first) or spread (the emptiest first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementStrategy {
+    /// Fullest first: keeps whole nodes free for big gangs.
+    #[default]
+    Binpack,
+    /// Emptiest first: spreads load.
+    Spread,
+}
+
+/// Node order per resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodePlacementArgs {
+    /// For pods that ask for GPUs.
+    #[serde(default)]
+    pub gpu: PlacementStrategy,
+    /// For CPU-only pods.
+    #[serde(default)]
+    pub cpu: PlacementStrategy,
+}
+
+/// Fair-share tuning (KAI's proportion plugin).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProportionArgs {
+    /// Weight of historical usage in over-quota division (no effect without a usage source).
+    #[serde(default = "one")]
+    pub k_value: f64,
+    /// How much more saturated than the queues it takes from a reclaimer may end (>= 1).
+    #[serde(default = "one", alias = "relcaimerSaturationMultiplier")]
+    pub reclaimer_saturation_multiplier: f64,
+}
+
+impl Default for ProportionArgs {
+    fn default() -> Self {
+        Self { k_value: 1.0, reclaimer_saturation_multiplier: 1.0 }
+    }
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Minimum runtimes before a gang may be evicted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MinRuntimeArgs {
+    /// Default for preemption when the queue sets none.
+    #[serde(default, with = "duration_str")]
+    pub default_preempt_min_runtime: Duration,
+    /// Default for reclaim when the queue sets none.
+    #[serde(default, with = "duration_str")]
+    pub default_reclaim_min_runtime: Duration,
+}
+
+/// GPU sharing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GpuSharingArgs {
+    /// Schedule `gpu-fraction` / `gpu-memory` pods (the chart's `global.gpuSharing`).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Fullest shared device first (binpack) or a fresh device first (spread).
+    #[serde(default)]
+    pub placement: PlacementStrategy,
+    /// Create reservation pods that hold the physical device for the sharers.
+    #[serde(default = "yes")]
+    pub reservation_pods: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Stale-gang eviction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StaleGangArgs {
+    /// How long a gang may run below its minimum before it is evicted whole.
+    #[serde(with = "duration_str")]
+    pub grace_period: Duration,
+}
+
+impl Default for StaleGangArgs {
+    fn default() -> Self {
+        Self { grace_period: Duration::from_secs(60) }
+    }
+}
+
+/// Consolidation limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConsolidationArgs {
+    /// Most gangs moved to make room for one.
+    pub max_preemptees: u32,
+}
+
+impl Default for ConsolidationArgs {
+    fn default() -> Self {
+        Self { max_preemptees: 16 }
+    }
+}
+
+/// Reservations for gangs waiting on freed resources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PipeliningArgs {
+    /// How long resources freed by evictions stay reserved for the gang they were freed for.
+    #[serde(with = "duration_str")]
+    pub reservation_ttl: Duration,
+}
+
+impl Default for PipeliningArgs {
+    fn default() -> Self {
+        Self { reservation_ttl: Duration::from_secs(300) }
+    }
+}
+
+/// Plugin settings. Every plugin is on; these tune them.
+#[derive(Clone, Copy, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "lowercase")]
+pub struct Plugins {
+    /// Node order.
+    #[serde(default)]
+    pub nodeplacement: NodePlacementArgs,
+    /// Fair share.
+    #[serde(default)]
+    pub proportion: ProportionArgs,
+    /// Minimum runtimes.
+    #[serde(default)]
+    pub minruntime: MinRuntimeArgs,
+    /// GPU sharing.
+    #[serde(default)]
+    pub gpusharing: GpuSharingArgs,
+    /// Stale-gang eviction.
+    #[serde(default)]
+    pub stalegangeviction: StaleGangArgs,
+    /// Consolidation.
+    #[serde(default)]
+    pub consolidation: ConsolidationArgs,
+    /// Reservations.
+    #[serde(default)]
+    pub pipelining: PipeliningArgs,
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Actions in order.
+    #[serde(default = "default_actions")]
+    pub actions: Vec<ActionKind>,
+    /// Plugin settings.
+    #[serde(default)]
+    pub plugins: Plugins,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { actions: default_actions(), plugins: Plugins::default() }
+    }
+}
+
+fn default_actions() -> Vec<ActionKind> {
+    vec![
+        ActionKind::Allocate,
+        ActionKind::Consolidation,
+        ActionKind::Reclaim,
+        ActionKind::Preempt,
+        ActionKind::StaleGangEviction,
+    ]
+}
+
+impl Config {
+    /// Parses and validates YAML.
+    ///
+    /// # Errors
+    /// Unknown names, bad values, inconsistent settings.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let config: Self = if text.trim().is_empty() {
+            Self::default()
+        } else {
+            serde_yaml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads a file.
+    ///
+    /// # Errors
+    /// When it cannot be read or is invalid.
+    pub fn load(path: &str) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::from_yaml(&text)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for a in &self.actions {
+            if !seen.insert(a) {
+                return Err(ConfigError::Invalid(format!("action {} is listed twice", a.as_str())));
+            }
+        }
+        let p = &self.plugins.proportion;
+        if !(p.k_value.is_finite() && p.k_value >= 0.0) {
+            return Err(ConfigError::Invalid(format!("proportion.kValue must be a number >= 0, got {}", p.k_value)));
+        }
+        if !(p.reclaimer_saturation_multiplier.is_finite() && p.reclaimer_saturation_multiplier >= 1.0) {
+            return Err(ConfigError::Invalid(format!(
+                "proportion.reclaimerSaturationMultiplier must be >= 1, got {}",
+                p.reclaimer_saturation_multiplier
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether an action is enabled.
+    #[must_use]
+    pub fn has(&self, action: ActionKind) -> bool {
+        self.actions.contains(&action)
+    }
+}
+
+/// Parses `90s`, `5m`, `1h30m`, `500ms`, `0`.
+///
+/// # Errors
+/// A message naming the bad text.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = t;
+    if rest.is_empty() {
+        return Err(format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h)"));
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(digits);
+        let unit_len = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h)"))?;
+        let secs = match unit {
+            "ms" => value / 1000.0,
+            "s" => value,
+            "m" => value * 60.0,
+            "h" => value * 3600.0,
+            _ => return Err(format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h)")),
+        };
+        total += Duration::from_secs_f64(secs);
+        rest = next;
+    }
+    Ok(total)
+}
+
+/// Formats a duration the way [`parse_duration`] reads it.
+#[must_use]
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 != 0 {
+        format!("{ms}ms")
+    } else if ms % 60_000 != 0 || ms == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{}m", ms / 60_000)
+    }
+}
+
+mod duration_str {
+    use super::{Deserialize, Deserializer, Duration};
+
+    pub(super) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::format_duration(*d))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_full_file() {
+        assert_eq!(Config::from_yaml("").unwrap(), Config::default());
+        let c = Config::from_yaml(
+            "actions: [allocate, reclaim]\nplugins:\n  nodeplacement: {gpu: spread}\n  proportion: {relcaimerSaturationMultiplier: 2}\n  stalegangeviction: {gracePeriod: 90s}\n",
+        )
+        .unwrap();
+        assert_eq!(c.actions, vec![ActionKind::Allocate, ActionKind::Reclaim]);
+        assert_eq!(c.plugins.nodeplacement.gpu, PlacementStrategy::Spread);
+        assert_eq!(c.plugins.nodeplacement.cpu, PlacementStrategy::Binpack);
+        assert!((c.plugins.proportion.reclaimer_saturation_multiplier - 2.0).abs() < f64::EPSILON);
+        assert_eq!(c.plugins.stalegangeviction.grace_period, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn unknown_names_stop_startup_with_a_clear_message() {
+        let e = Config::from_yaml("actions: [allocate, backfill]").unwrap_err().to_string();
+        assert!(e.contains("unknown variant `backfill`"), "{e}");
+        let e = Config::from_yaml("plugins: {binpackk: {}}").unwrap_err().to_string();
+        assert!(e.contains("unknown field `binpackk`"), "{e}");
+        let e = Config::from_yaml("plugins: {nodeplacement: {gpu: tight}}").unwrap_err().to_string();
+        assert!(e.contains("unknown variant `tight`"), "{e}");
+        let e = Config::from_yaml("plugins: {stalegangeviction: {gracePeriod: soon}}").unwrap_err().to_string();
+        assert!(e.contains("\"soon\" is not a duration"), "{e}");
+        let e = Config::from_yaml("actions: [allocate, allocate]").unwrap_err().to_string();
+        assert!(e.contains("listed twice"), "{e}");
+        let e = Config::from_yaml("plugins: {proportion: {reclaimerSaturationMultiplier: 0.5}}").unwrap_err().to_string();
+        assert!(e.contains(">= 1"), "{e}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_duration("5 minutes").is_err());
+        assert!(parse_duration("").is_err());
+        assert_eq!(format_duration(Duration::from_secs(300)), "5m");
+        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+    }
+}

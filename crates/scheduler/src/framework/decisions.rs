@@ -1,0 +1,194 @@
+//! What a cycle decided, as plain data: the only output of the pure core. `apply` executes it.
+
+use std::sync::Arc;
+
+use crate::model::{GpuRequest, GroupKey, Millis};
+
+/// Bind a pod to a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bind {
+    /// Pod UID (the bind is refused if the pod was recreated).
+    pub uid: Arc<str>,
+    /// Namespace.
+    pub namespace: Arc<str>,
+    /// Name.
+    pub name: Arc<str>,
+    /// Target node.
+    pub node: Arc<str>,
+    /// Shared-GPU groups to label the pod with (fractions).
+    pub gpu_groups: Vec<Arc<str>>,
+    /// GPU request kind (decides the `received-resource-type` annotation).
+    pub gpu: GpuRequest,
+    /// Gang.
+    pub group: Option<GroupKey>,
+}
+
+/// Which action evicted a pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EvictionCause {
+    /// Same-queue, higher priority.
+    Preempt,
+    /// Another queue below its fair share.
+    Reclaim,
+    /// Moved to make room (defragmentation).
+    Consolidation,
+    /// Gang ran below its minimum too long.
+    StaleGang,
+}
+
+impl EvictionCause {
+    /// Name used in events and metrics.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Preempt => "preempt",
+            Self::Reclaim => "reclaim",
+            Self::Consolidation => "consolidation",
+            Self::StaleGang => "stalegangeviction",
+        }
+    }
+}
+
+/// Evict a pod (through the Eviction API, so PodDisruptionBudgets hold).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evict {
+    /// Pod UID.
+    pub uid: Arc<str>,
+    /// Namespace.
+    pub namespace: Arc<str>,
+    /// Name.
+    pub name: Arc<str>,
+    /// Why.
+    pub cause: EvictionCause,
+    /// The gang it is evicted for, if any.
+    pub for_group: Option<GroupKey>,
+    /// The victim's gang.
+    pub group: Option<GroupKey>,
+    /// Human explanation (event text).
+    pub message: String,
+}
+
+/// Event severity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// Normal.
+    Normal,
+    /// Warning.
+    Warning,
+}
+
+/// The object an event is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventObject {
+    /// A KAI PodGroup.
+    PodGroup {
+        /// Namespace.
+        namespace: Arc<str>,
+        /// Name.
+        name: Arc<str>,
+        /// UID.
+        uid: Arc<str>,
+        /// Volcano's PodGroup rather than KAI's.
+        volcano: bool,
+    },
+    /// A pod.
+    Pod {
+        /// Namespace.
+        namespace: Arc<str>,
+        /// Name.
+        name: Arc<str>,
+        /// UID.
+        uid: Arc<str>,
+    },
+    /// A queue (cluster-scoped).
+    Queue {
+        /// Name.
+        name: Arc<str>,
+    },
+}
+
+/// An event to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Object.
+    pub object: EventObject,
+    /// Severity.
+    pub type_: EventType,
+    /// CamelCase reason.
+    pub reason: &'static str,
+    /// Message.
+    pub message: String,
+}
+
+/// The status a gang should have; written only when it differs from what was last written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupStatus {
+    /// Gang.
+    pub key: GroupKey,
+    /// The full status to apply.
+    pub status: api::PodGroupStatus,
+    /// Fingerprint to remember once written.
+    pub fingerprint: u64,
+}
+
+/// Scheduler-owned annotations on a gang.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupAnnotations {
+    /// Gang.
+    pub key: GroupKey,
+    /// When the gang last started.
+    pub last_start: Option<Millis>,
+    /// When it was first seen running below its minimum (`None` clears).
+    pub stale_since: Option<Millis>,
+}
+
+/// A pod's `PodScheduled` condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodCondition {
+    /// UID.
+    pub uid: Arc<str>,
+    /// Namespace.
+    pub namespace: Arc<str>,
+    /// Name.
+    pub name: Arc<str>,
+    /// `PodScheduled=False` with reason `Unschedulable` and this message.
+    pub message: String,
+}
+
+/// A queue's status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueStatus {
+    /// Queue.
+    pub name: Arc<str>,
+    /// The full status to apply.
+    pub status: api::QueueStatus,
+    /// Fingerprint to remember once written.
+    pub fingerprint: u64,
+}
+
+/// Everything a cycle decided.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decisions {
+    /// Binds, in decision order.
+    pub binds: Vec<Bind>,
+    /// Evictions.
+    pub evictions: Vec<Evict>,
+    /// Gang statuses that changed.
+    pub group_statuses: Vec<GroupStatus>,
+    /// Gang annotations that changed.
+    pub group_annotations: Vec<GroupAnnotations>,
+    /// Pod conditions that changed.
+    pub pod_conditions: Vec<PodCondition>,
+    /// Events.
+    pub events: Vec<Event>,
+    /// Queue statuses that changed.
+    pub queue_statuses: Vec<QueueStatus>,
+}
+
+impl Decisions {
+    /// True when nothing is to be done.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}

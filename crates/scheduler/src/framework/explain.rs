@@ -1,0 +1,292 @@
+//! Why a gang waits, as values first and text last. Every "no" in the core becomes one of these; the
+//! status writer turns them into the PodGroup condition, the events and `kai explain`.
+
+use std::collections::BTreeMap;
+
+use super::gang::NotReady;
+use super::placement::NodeMiss;
+use crate::model::resources::{GPU, ResourceNames};
+use crate::model::{GroupProblem, Resources};
+
+/// A queue rule that stops a gang (KAI's capacity gates).
+#[derive(Clone, Debug, PartialEq)]
+pub enum QueueGate {
+    /// A queue on the path to the root would exceed its limit.
+    OverLimit {
+        /// The queue.
+        queue: String,
+        /// Resource slot.
+        slot: usize,
+        /// Its limit (share units: GPUs, millicores, MB).
+        limit: f64,
+        /// Already allocated.
+        allocated: f64,
+        /// Asked by the gang.
+        requested: f64,
+    },
+    /// A non-preemptible gang would push its queue's non-preemptible use above its quota.
+    NonPreemptibleOverQuota {
+        /// The queue.
+        queue: String,
+        /// Resource slot.
+        slot: usize,
+        /// Quota.
+        quota: f64,
+        /// Non-preemptible allocated.
+        allocated: f64,
+        /// Asked by the gang.
+        requested: f64,
+    },
+}
+
+/// A summary of how the nodes answered for one pod that fit nowhere.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct FitFailure {
+    /// Pods the gang needed in this attempt.
+    pub pods_needed: u32,
+    /// Pods placed before one failed.
+    pub pods_placed: u32,
+    /// Total request of the pods needed.
+    pub request_total: Resources,
+    /// The pod that fit nowhere (`namespace/name`).
+    pub failed_pod: String,
+    /// Its request.
+    pub pod_request: Resources,
+    /// Nodes considered.
+    pub nodes: usize,
+    /// Why each node refused, by reason.
+    pub misses: BTreeMap<NodeMiss, usize>,
+    /// Free now on nodes the pod may use (static predicates pass).
+    pub free_on_eligible: Resources,
+    /// Nodes the pod may use.
+    pub eligible_nodes: usize,
+    /// Of those, nodes with any of the scarcest resource free.
+    pub nodes_with_free: usize,
+    /// Whether the gang's topology constraint narrowed the nodes.
+    pub topology: Option<String>,
+}
+
+/// Why a gang is not placed in this cycle.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Why {
+    /// Its definition or a reference is broken.
+    Problem(GroupProblem),
+    /// Not all its pods exist yet.
+    NotReady(NotReady),
+    /// A queue rule.
+    Queue(QueueGate),
+    /// Volcano `minResources` exceed what is free.
+    MinResources {
+        /// Needed.
+        needed: Resources,
+        /// Free now in the cluster.
+        free: Resources,
+    },
+    /// Some pod fits nowhere.
+    NoFit(FitFailure),
+    /// `scheduleTimeoutSeconds` passed.
+    TimedOut {
+        /// The timeout.
+        after_secs: i64,
+        /// The last reason it could not be placed.
+        last: String,
+    },
+    /// Waiting for resources being freed for it (evictions under way).
+    Pipelined,
+    /// Pods that name a sub-group that is missing or are beyond `maxMember`.
+    Elastic(String),
+}
+
+impl Why {
+    /// KAI-style reason code.
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Problem(p) => p.reason(),
+            Self::NotReady(_) => "NotReady",
+            Self::Queue(QueueGate::OverLimit { .. }) => "OverLimit",
+            Self::Queue(QueueGate::NonPreemptibleOverQuota { .. }) => "NonPreemptibleOverQuota",
+            Self::MinResources { .. } => "InsufficientMinResources",
+            Self::NoFit(_) => "PodSchedulingErrors",
+            Self::TimedOut { .. } => "ScheduleTimeout",
+            Self::Pipelined => "WaitingForEvictions",
+            Self::Elastic(_) => "Elastic",
+        }
+    }
+
+    /// One paragraph a user can act on.
+    #[must_use]
+    pub fn message(&self, names: &ResourceNames) -> String {
+        match self {
+            Self::Problem(p) => p.to_string(),
+            Self::NotReady(n) => n.to_string(),
+            Self::Queue(gate) => queue_message(gate, names),
+            Self::MinResources { needed, free } => format!(
+                "minResources ({}) exceed what is free in the cluster ({})",
+                names.format(needed),
+                names.format(free)
+            ),
+            Self::NoFit(f) => fit_message(f, names),
+            Self::TimedOut { after_secs, last } => {
+                format!("not scheduled within scheduleTimeoutSeconds ({after_secs}s); last reason: {last}")
+            }
+            Self::Pipelined => {
+                "resources are being freed for this gang (evictions under way); it is bound once they are".to_owned()
+            }
+            Self::Elastic(m) => m.clone(),
+        }
+    }
+}
+
+fn share_amount(names: &ResourceNames, slot: usize, v: f64) -> String {
+    let unit = match slot {
+        0 => " millicores",
+        1 => " MB",
+        _ => "",
+    };
+    let v = if (v - v.round()).abs() < 1e-9 { format!("{}", v.round()) } else { format!("{v:.2}") };
+    format!("{v}{unit} {}", names.name(slot))
+}
+
+fn queue_message(gate: &QueueGate, names: &ResourceNames) -> String {
+    match gate {
+        QueueGate::OverLimit { queue, slot, limit, allocated, requested } => format!(
+            "queue {queue} would exceed its {} limit: limit {}, allocated {}, this gang asks for {}",
+            names.name(*slot),
+            share_amount(names, *slot, *limit),
+            share_amount(names, *slot, *allocated),
+            share_amount(names, *slot, *requested)
+        ),
+        QueueGate::NonPreemptibleOverQuota { queue, slot, quota, allocated, requested } => format!(
+            "non-preemptible gangs may only use their queue's quota: queue {queue} has {} quota {}, non-preemptible allocated {}, this gang asks for {}; use a preemptible priority class (e.g. train) to run over quota",
+            names.name(*slot),
+            share_amount(names, *slot, *quota),
+            share_amount(names, *slot, *allocated),
+            share_amount(names, *slot, *requested)
+        ),
+    }
+}
+
+fn miss_text(miss: &NodeMiss, names: &ResourceNames) -> String {
+    match miss {
+        NodeMiss::Static(s) => s.to_string(),
+        NodeMiss::Insufficient(slot) => format!("insufficient {}", names.name(*slot)),
+        NodeMiss::NoSharedGpuRoom => "no GPU with room for the fraction".to_owned(),
+        NodeMiss::GpuSharingDisabled => "GPU sharing is disabled (set global.gpuSharing=true)".to_owned(),
+        NodeMiss::GpuMemoryUnknown => "GPU memory unknown (no nvidia.com/gpu.memory label)".to_owned(),
+        NodeMiss::OutsideDomain => "outside the topology domain".to_owned(),
+    }
+}
+
+fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
+    // The scarcest resource: the one most nodes lack, GPUs first on ties.
+    let scarce = f
+        .misses
+        .iter()
+        .filter_map(|(m, n)| match m {
+            NodeMiss::Insufficient(slot) => Some((*n, usize::from(*slot == GPU), *slot)),
+            _ => None,
+        })
+        .max()
+        .map(|(_, _, slot)| slot);
+    let mut text = String::new();
+    if f.pods_needed > 1 {
+        let needs = match scarce {
+            Some(slot) => format!(
+                "{} pods need {}",
+                f.pods_needed,
+                format!("{} {}", names.format_amount(slot, f.request_total.0[slot]), names.name(slot))
+            ),
+            None => format!("{} pods need {}", f.pods_needed, names.format(&f.request_total)),
+        };
+        text.push_str(&needs);
+        if let Some(slot) = scarce {
+            text.push_str(&format!(
+                ", {} free on {} node{}",
+                names.format_amount(slot, f.free_on_eligible.0[slot]),
+                f.nodes_with_free,
+                if f.nodes_with_free == 1 { "" } else { "s" }
+            ));
+        }
+        text.push_str(&format!(
+            ": room for {} of {} (gang scheduling places all or none). ",
+            f.pods_placed, f.pods_needed
+        ));
+    } else if let Some(slot) = scarce {
+        text.push_str(&format!(
+            "pod needs {} {}, {} free on {} node{}. ",
+            names.format_amount(slot, f.pod_request.0[slot]),
+            names.name(slot),
+            names.format_amount(slot, f.free_on_eligible.0[slot]),
+            f.nodes_with_free,
+            if f.nodes_with_free == 1 { "" } else { "s" }
+        ));
+    }
+    let fits = f.nodes - f.misses.values().sum::<usize>().min(f.nodes);
+    text.push_str(&format!("Pod {} fits {fits}/{} nodes", f.failed_pod, f.nodes));
+    if !f.misses.is_empty() {
+        let parts: Vec<String> = f.misses.iter().map(|(m, n)| format!("{n} {}", miss_text(m, names))).collect();
+        text.push_str(": ");
+        text.push_str(&parts.join(", "));
+    }
+    if let Some(t) = &f.topology {
+        text.push_str(&format!("; {t}"));
+    }
+    text.push('.');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::constraints::StaticMiss;
+
+    #[test]
+    fn seed_003_message_says_what_is_missing() {
+        let names = ResourceNames::default();
+        let f = FitFailure {
+            pods_needed: 8,
+            pods_placed: 6,
+            request_total: Resources::new(0, 0, 8000),
+            failed_pod: "ml/train-6".into(),
+            pod_request: Resources::new(0, 0, 1000),
+            nodes: 3,
+            misses: BTreeMap::from([(NodeMiss::Insufficient(GPU), 3)]),
+            free_on_eligible: Resources::new(0, 0, 6000),
+            eligible_nodes: 3,
+            nodes_with_free: 3,
+            topology: None,
+        };
+        assert_eq!(
+            Why::NoFit(f).message(&names),
+            "8 pods need 8 nvidia.com/gpu, 6 free on 3 nodes: room for 6 of 8 (gang scheduling places all or none). \
+             Pod ml/train-6 fits 0/3 nodes: 3 insufficient nvidia.com/gpu."
+        );
+    }
+
+    #[test]
+    fn selector_and_queue_messages() {
+        let names = ResourceNames::default();
+        let f = FitFailure {
+            pods_needed: 1,
+            pods_placed: 0,
+            failed_pod: "ns/p".into(),
+            nodes: 4,
+            misses: BTreeMap::from([
+                (NodeMiss::Static(StaticMiss::NodeSelector("zone=b".into())), 3),
+                (NodeMiss::Insufficient(GPU), 1),
+            ]),
+            pod_request: Resources::new(0, 0, 1000),
+            nodes_with_free: 0,
+            ..FitFailure::default()
+        };
+        let m = Why::NoFit(f).message(&names);
+        assert!(m.contains("3 node selector zone=b does not match"), "{m}");
+        assert!(m.contains("1 insufficient nvidia.com/gpu"), "{m}");
+        let gate = QueueGate::OverLimit { queue: "team-a".into(), slot: GPU, limit: 4.0, allocated: 4.0, requested: 2.0 };
+        assert_eq!(
+            Why::Queue(gate).message(&names),
+            "queue team-a would exceed its nvidia.com/gpu limit: limit 4 nvidia.com/gpu, allocated 4 nvidia.com/gpu, this gang asks for 2 nvidia.com/gpu"
+        );
+    }
+}

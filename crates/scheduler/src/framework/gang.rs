@@ -1,0 +1,458 @@
+//! A gang as one scheduling unit: a root PodGroup, the PodGroups below it (`parentPodGroup`), and the
+//! sub-groups inside each, flattened into one tree of [`GangNode`]s.
+//!
+//! A leaf is satisfied when at least `min` of its pods are active (pipelined, binding, bound, running); an
+//! inner node when at least `min` of its children are satisfied. The gang is placed when its root is
+//! satisfied, all of it or none of it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::model::group::TopologyRequirement;
+use crate::model::{Cluster, GroupId, GroupKey, GroupKind, GroupProblem, QueueId, TaskId, TaskStatus};
+
+/// A node of the gang tree.
+#[derive(Clone, Debug)]
+pub struct GangNode {
+    /// Name (PodGroup name, sub-group name, or `default`).
+    pub name: Arc<str>,
+    /// Leaf: active pods needed. Inner: satisfied children needed.
+    pub min: u32,
+    /// Leaf: most pods to place (elastic maximum).
+    pub max: Option<u32>,
+    /// Children (inner nodes).
+    pub children: Vec<usize>,
+    /// Pods (leaves).
+    pub tasks: Vec<TaskId>,
+    /// Placement constraint of this node's pods.
+    pub topology: Option<TopologyRequirement>,
+    /// PodGroup this node comes from.
+    pub group: GroupId,
+}
+
+impl GangNode {
+    fn is_leaf(&self) -> bool {
+        self.children.is_empty()
+    }
+}
+
+/// A scheduling unit.
+#[derive(Clone, Debug)]
+pub struct Gang {
+    /// The root PodGroup.
+    pub root: GroupId,
+    /// Every PodGroup of the unit, root first.
+    pub groups: Vec<GroupId>,
+    /// The tree; `nodes[0]` is the root.
+    pub nodes: Vec<GangNode>,
+    /// Queue (of the root).
+    pub queue: Option<QueueId>,
+    /// Priority (of the root).
+    pub priority: i32,
+    /// Preemptible (root).
+    pub preemptible: bool,
+    /// Creation time of the root.
+    pub created: i64,
+}
+
+/// Why a gang is not ready to be tried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotReady {
+    /// Fewer pods exist than the gang needs.
+    MissingPods {
+        /// Pods the gang needs (sum of leaf minimums on the required path).
+        needed: u32,
+        /// Pods that exist and are not finished.
+        existing: u32,
+        /// Of those, gated.
+        gated: u32,
+    },
+}
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::MissingPods { needed, existing, gated } if *gated > 0 => write!(
+                f,
+                "waiting for pods: the gang needs {needed}, {existing} exist and {gated} of them have scheduling gates"
+            ),
+            Self::MissingPods { needed, existing, .. } => {
+                write!(f, "waiting for pods: the gang needs {needed}, {existing} exist so far")
+            }
+        }
+    }
+}
+
+/// Index of PodGroups by (kind, namespace, parentPodGroup), built once per session.
+pub type ChildIndex = HashMap<GroupKey, Vec<GroupId>>;
+
+/// Builds the child index and records `ParentNotFound`/`Cycle` problems on groups whose
+/// `parentPodGroup` chain is broken. Returns the index and the root gangs' ids.
+pub fn index_hierarchy(cluster: &mut Cluster) -> (ChildIndex, Vec<GroupId>) {
+    let mut children: ChildIndex = HashMap::new();
+    let mut roots = Vec::new();
+    let ids: Vec<GroupId> = cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
+    for id in &ids {
+        let group = cluster.group_mut(*id);
+        group.problems.retain(|p| !matches!(p, GroupProblem::ParentNotFound(_) | GroupProblem::Cycle(_)));
+    }
+    for id in &ids {
+        let group = cluster.group(*id);
+        let Some(parent) = group.parent_name.clone().filter(|p| !p.is_empty()) else {
+            roots.push(*id);
+            continue;
+        };
+        let parent_key = GroupKey { kind: GroupKind::Kai, namespace: group.key.namespace.clone(), name: parent.clone() };
+        if cluster.group_id(&parent_key).is_none() {
+            cluster.group_mut(*id).problems.push(GroupProblem::ParentNotFound(parent.to_string()));
+            roots.push(*id);
+            continue;
+        }
+        // Walk up to detect a cycle.
+        let mut seen = vec![*id];
+        let mut cur = cluster.group_id(&parent_key);
+        let mut cycle = None;
+        while let Some(g) = cur {
+            if seen.contains(&g) {
+                let names: Vec<String> = seen.iter().map(|s| cluster.group(*s).key.name.to_string()).collect();
+                cycle = Some(format!("parentPodGroup {} -> {}", names.join(" -> "), cluster.group(g).key.name));
+                break;
+            }
+            seen.push(g);
+            let next = cluster.group(g).parent_name.clone().filter(|p| !p.is_empty());
+            cur = next.and_then(|n| {
+                cluster.group_id(&GroupKey { kind: GroupKind::Kai, namespace: parent_key.namespace.clone(), name: n })
+            });
+        }
+        if let Some(cycle) = cycle {
+            cluster.group_mut(*id).problems.push(GroupProblem::Cycle(cycle));
+            roots.push(*id);
+            continue;
+        }
+        children.entry(parent_key).or_default().push(*id);
+    }
+    for list in children.values_mut() {
+        list.sort_by_key(|g| cluster.group(*g).key.name.clone());
+    }
+    roots.sort_by_key(|g| (cluster.group(*g).created, cluster.group(*g).key.clone()));
+    (children, roots)
+}
+
+impl Gang {
+    /// Builds the unit rooted at `root` with every PodGroup below it.
+    #[must_use]
+    pub fn build(cluster: &Cluster, children: &ChildIndex, root: GroupId) -> Self {
+        let group = cluster.group(root);
+        let mut gang = Self {
+            root,
+            groups: Vec::new(),
+            nodes: Vec::new(),
+            queue: group.queue,
+            priority: group.priority,
+            preemptible: group.preemptible,
+            created: group.created,
+        };
+        gang.add_group(cluster, children, root, 0);
+        gang
+    }
+
+    /// Adds a PodGroup (and its children) as a node; returns its index.
+    fn add_group(&mut self, cluster: &Cluster, children: &ChildIndex, id: GroupId, depth: usize) -> usize {
+        let group = cluster.group(id);
+        self.groups.push(id);
+        let index = self.nodes.len();
+        self.nodes.push(GangNode {
+            name: group.key.name.clone(),
+            min: group.min_member,
+            max: group.max_member,
+            children: Vec::new(),
+            tasks: Vec::new(),
+            topology: group.topology.clone(),
+            group: id,
+        });
+        let child_groups = if depth < 16 { children.get(&group.key).cloned().unwrap_or_default() } else { Vec::new() };
+        if !child_groups.is_empty() {
+            // A parent of other PodGroups: minMember counts satisfied children (seed 000, step 5).
+            let mut kids = Vec::new();
+            for c in child_groups {
+                kids.push(self.add_group(cluster, children, c, depth + 1));
+            }
+            let own = self.leaf_for_members(cluster, id, "own-pods", 0, &group.tasks);
+            kids.extend(own);
+            let n = u32::try_from(kids.len()).unwrap_or(u32::MAX);
+            let min = if group.min_member == 0 || group.min_member > n { n } else { group.min_member };
+            self.nodes[index].min = min;
+            self.nodes[index].max = None;
+            self.nodes[index].children = kids;
+        } else if !group.subgroups.is_empty() {
+            self.add_subgroups(cluster, id, index);
+        } else {
+            self.nodes[index].tasks = self.live_tasks(cluster, &group.tasks);
+        }
+        index
+    }
+
+    /// KAI sub-groups: a node per declared sub-group under the PodGroup's node; pods by label.
+    fn add_subgroups(&mut self, cluster: &Cluster, id: GroupId, index: usize) {
+        let group = cluster.group(id);
+        let base = self.nodes.len();
+        for sub in &group.subgroups {
+            self.nodes.push(GangNode {
+                name: sub.name.clone(),
+                min: sub.min_member,
+                max: None,
+                children: Vec::new(),
+                tasks: Vec::new(),
+                topology: sub.topology.clone(),
+                group: id,
+            });
+        }
+        let mut top = Vec::new();
+        for (i, sub) in group.subgroups.iter().enumerate() {
+            match sub.parent {
+                Some(p) => self.nodes[base + p].children.push(base + i),
+                None => top.push(base + i),
+            }
+        }
+        let mut unlabelled = Vec::new();
+        for t in &group.tasks {
+            let task = cluster.task(*t);
+            if task.status.is_finished() {
+                continue;
+            }
+            let target = task
+                .subgroup
+                .as_ref()
+                .and_then(|s| group.subgroups.iter().position(|d| d.name == *s))
+                .filter(|i| self.nodes[base + i].children.is_empty());
+            match target {
+                Some(i) => self.nodes[base + i].tasks.push(*t),
+                None => unlabelled.push(*t),
+            }
+        }
+        // Pods without a (leaf) sub-group label are extra members with no minimum of their own.
+        if let Some(extra) = self.leaf_for_members(cluster, id, "default", 0, &unlabelled) {
+            top.push(extra);
+        }
+        // An inner sub-group's minMember counts satisfied children; unset, zero or too large means all.
+        for i in base..base + group.subgroups.len() {
+            let n = u32::try_from(self.nodes[i].children.len()).unwrap_or(u32::MAX);
+            if n > 0 && (self.nodes[i].min == 0 || self.nodes[i].min > n) {
+                self.nodes[i].min = n;
+            }
+        }
+        let required = top.iter().filter(|c| self.nodes[**c].min > 0 || !self.nodes[**c].is_leaf()).count();
+        self.nodes[index].children = top;
+        self.nodes[index].min = u32::try_from(required).unwrap_or(u32::MAX);
+        self.nodes[index].max = None;
+    }
+
+    fn leaf_for_members(
+        &mut self,
+        cluster: &Cluster,
+        id: GroupId,
+        name: &str,
+        min: u32,
+        members: &[TaskId],
+    ) -> Option<usize> {
+        let tasks = self.live_tasks(cluster, members);
+        if tasks.is_empty() {
+            return None;
+        }
+        self.nodes.push(GangNode {
+            name: name.into(),
+            min,
+            max: None,
+            children: Vec::new(),
+            tasks,
+            topology: None,
+            group: id,
+        });
+        Some(self.nodes.len() - 1)
+    }
+
+    fn live_tasks(&self, cluster: &Cluster, members: &[TaskId]) -> Vec<TaskId> {
+        members.iter().copied().filter(|t| !cluster.task(*t).status.is_finished()).collect()
+    }
+
+    /// Active pods of a node's subtree.
+    #[must_use]
+    pub fn active(&self, cluster: &Cluster, node: usize) -> u32 {
+        let n = &self.nodes[node];
+        let own = n.tasks.iter().filter(|t| cluster.task(**t).status.is_active_allocated()).count();
+        let own = u32::try_from(own).unwrap_or(u32::MAX);
+        n.children.iter().map(|c| self.active(cluster, *c)).sum::<u32>() + own
+    }
+
+    /// Whether a node (subtree) is satisfied.
+    #[must_use]
+    pub fn satisfied(&self, cluster: &Cluster, node: usize) -> bool {
+        let n = &self.nodes[node];
+        if n.is_leaf() {
+            self.active(cluster, node) >= n.min
+        } else {
+            let ok = n.children.iter().filter(|c| self.satisfied(cluster, **c)).count();
+            u32::try_from(ok).unwrap_or(u32::MAX) >= n.min
+        }
+    }
+
+    /// Whether the whole unit is satisfied.
+    #[must_use]
+    pub fn is_satisfied(&self, cluster: &Cluster) -> bool {
+        self.satisfied(cluster, 0)
+    }
+
+    /// Every member task, leaves in order.
+    pub fn tasks(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.nodes.iter().flat_map(|n| n.tasks.iter().copied())
+    }
+
+    /// Pending members.
+    pub fn pending<'a>(&'a self, cluster: &'a Cluster) -> impl Iterator<Item = TaskId> + 'a {
+        self.tasks().filter(|t| cluster.task(*t).status == TaskStatus::Pending && cluster.task(*t).ours)
+    }
+
+    /// Whether enough pods exist for the gang to be tried (KAI's readiness: existing non-gated pods
+    /// cover every required minimum).
+    ///
+    /// # Errors
+    /// How many pods are missing.
+    pub fn ready(&self, cluster: &Cluster) -> Result<(), NotReady> {
+        let needed = self.required_pods(0);
+        let mut existing = 0;
+        let mut gated = 0;
+        for t in self.tasks() {
+            existing += 1;
+            if cluster.task(t).status == TaskStatus::Gated {
+                gated += 1;
+            }
+        }
+        if self.coverable(cluster, 0) {
+            Ok(())
+        } else {
+            Err(NotReady::MissingPods { needed, existing, gated })
+        }
+    }
+
+    /// Whether the subtree has enough non-gated pods to be satisfied.
+    fn coverable(&self, cluster: &Cluster, node: usize) -> bool {
+        let n = &self.nodes[node];
+        if n.is_leaf() {
+            let usable = n.tasks.iter().filter(|t| cluster.task(**t).status != TaskStatus::Gated).count();
+            u32::try_from(usable).unwrap_or(u32::MAX) >= n.min
+        } else {
+            let ok = n.children.iter().filter(|c| self.coverable(cluster, **c)).count();
+            u32::try_from(ok).unwrap_or(u32::MAX) >= n.min
+        }
+    }
+
+    /// Pods needed to satisfy a subtree (the cheapest children for inner nodes).
+    #[must_use]
+    pub fn required_pods(&self, node: usize) -> u32 {
+        let n = &self.nodes[node];
+        if n.is_leaf() {
+            n.min
+        } else {
+            let mut costs: Vec<u32> = n.children.iter().map(|c| self.required_pods(*c)).collect();
+            costs.sort_unstable();
+            costs.iter().take(n.min as usize).sum()
+        }
+    }
+
+    /// The pods to try to place now (KAI's `GetTasksToAllocate`): for an unsatisfied unit, exactly the
+    /// shortfall of each unsatisfied part; for a satisfied (elastic) unit, one more pod from the least
+    /// filled leaf below its maximum. Pods come in `order` (task order) within a leaf.
+    #[must_use]
+    pub fn tasks_to_allocate(&self, cluster: &Cluster, order: &dyn Fn(TaskId, TaskId) -> std::cmp::Ordering) -> Vec<TaskId> {
+        let mut out = Vec::new();
+        if self.is_satisfied(cluster) {
+            // Elastic growth: one pod from the leaf with the lowest fill ratio that may still grow.
+            let mut best: Option<(u64, usize)> = None;
+            for (i, n) in self.nodes.iter().enumerate() {
+                if !n.is_leaf() {
+                    continue;
+                }
+                let active = self.active(cluster, i);
+                if n.max.is_some_and(|m| active >= m) || !n.tasks.iter().any(|t| self.is_candidate(cluster, *t)) {
+                    continue;
+                }
+                // Ratio active/min scaled; a leaf with min 0 counts as very full so minimums go first.
+                let ratio = if n.min == 0 { u64::MAX / 2 + u64::from(active) } else { u64::from(active) * 1000 / u64::from(n.min) };
+                if best.is_none_or(|(r, _)| ratio < r) {
+                    best = Some((ratio, i));
+                }
+            }
+            if let Some((_, leaf)) = best {
+                let mut pending: Vec<TaskId> =
+                    self.nodes[leaf].tasks.iter().copied().filter(|t| self.is_candidate(cluster, *t)).collect();
+                pending.sort_by(|a, b| order(*a, *b));
+                out.extend(pending.first());
+            }
+            return out;
+        }
+        self.collect_shortfall(cluster, 0, order, &mut out);
+        out
+    }
+
+    fn is_candidate(&self, cluster: &Cluster, t: TaskId) -> bool {
+        let task = cluster.task(t);
+        task.ours && task.status == TaskStatus::Pending && task.problem.is_none()
+    }
+
+    fn collect_shortfall(
+        &self,
+        cluster: &Cluster,
+        node: usize,
+        order: &dyn Fn(TaskId, TaskId) -> std::cmp::Ordering,
+        out: &mut Vec<TaskId>,
+    ) {
+        let n = &self.nodes[node];
+        if self.satisfied(cluster, node) {
+            return;
+        }
+        if n.is_leaf() {
+            let missing = n.min.saturating_sub(self.active(cluster, node)) as usize;
+            let mut pending: Vec<TaskId> = n.tasks.iter().copied().filter(|t| self.is_candidate(cluster, *t)).collect();
+            pending.sort_by(|a, b| order(*a, *b));
+            out.extend(pending.into_iter().take(missing));
+            return;
+        }
+        let satisfied = n.children.iter().filter(|c| self.satisfied(cluster, **c)).count();
+        let mut needed = (n.min as usize).saturating_sub(satisfied);
+        // Unsatisfied children, the closest to satisfied first, then by name for determinism.
+        let mut candidates: Vec<usize> = n.children.iter().copied().filter(|c| !self.satisfied(cluster, *c)).collect();
+        candidates.sort_by_key(|c| {
+            let missing = self.required_pods(*c).saturating_sub(self.active(cluster, *c));
+            (missing, self.nodes[*c].name.clone())
+        });
+        for c in candidates {
+            if needed == 0 {
+                break;
+            }
+            self.collect_shortfall(cluster, c, order, out);
+            needed -= 1;
+        }
+    }
+
+    /// The pods to evict when this unit is a victim (KAI's `GetTasksToEvict`): one surplus pod of an
+    /// elastic leaf above its minimum if there is one, else every active pod (the whole gang goes).
+    #[must_use]
+    pub fn tasks_to_evict(&self, cluster: &Cluster, order: &dyn Fn(TaskId, TaskId) -> std::cmp::Ordering) -> Vec<TaskId> {
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.is_leaf() && self.active(cluster, i) > n.min {
+                let mut active: Vec<TaskId> = n
+                    .tasks
+                    .iter()
+                    .copied()
+                    .filter(|t| cluster.task(*t).status.is_allocated() && cluster.task(*t).ours)
+                    .collect();
+                // The last in task order goes first.
+                active.sort_by(|a, b| order(*b, *a));
+                if let Some(t) = active.first() {
+                    return vec![*t];
+                }
+            }
+        }
+        self.tasks().filter(|t| cluster.task(*t).status.is_allocated()).collect()
+    }
+}

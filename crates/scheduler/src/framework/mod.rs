@@ -1,0 +1,336 @@
+//! One scheduling cycle's working state (KAI's "session") and its transactional journal (KAI's
+//! "statement").
+//!
+//! A session borrows the model mutably for one cycle. Every change of a pod's placement goes through
+//! [`Session::allocate`], [`Session::pipeline`], [`Session::evict`] or [`Session::unreserve`], each
+//! journaled; [`Session::checkpoint`] / [`Session::rollback`] make a gang's placement all or nothing.
+//! What survives the cycle is the model's assumed placements; [`Session::close`] turns the difference from
+//! the start of the cycle into [`Decisions`]. Nothing here does I/O or reads a clock.
+
+pub mod decisions;
+pub mod explain;
+pub mod fairness;
+pub mod gang;
+pub mod ordering;
+pub mod placement;
+pub mod status;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::model::{Assumed, Cluster, GpuRequest, GroupId, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId, TaskStatus};
+use decisions::{Bind, Decisions, Evict, EvictionCause};
+use explain::Why;
+use fairness::Fairness;
+use gang::{ChildIndex, Gang};
+use placement::{NodeIndex, PlacementPolicy};
+
+/// One journal entry.
+#[derive(Clone, Debug)]
+struct Op {
+    undo: PlacementUndo,
+    /// Queue accounting change applied with it: (queue, share request, preemptible, +1/-1).
+    share: Option<(QueueId, Resources, bool, i64)>,
+}
+
+/// Why a pod was evicted, kept for the eviction decision.
+#[derive(Clone, Debug)]
+struct EvictionNote {
+    cause: EvictionCause,
+    for_gang: Option<GroupId>,
+    message: String,
+}
+
+/// What happened to a gang in this cycle.
+#[derive(Clone, Debug, Default)]
+pub struct GangOutcome {
+    /// Why it is not (fully) placed, most important first.
+    pub why: Vec<Why>,
+    /// Whether this cycle placed it (bound or pipelined to satisfaction).
+    pub placed: bool,
+    /// Action that placed it.
+    pub placed_by: Option<&'static str>,
+}
+
+/// Reservations of a gang on a node.
+#[must_use]
+pub fn own_nominated(cluster: &Cluster, gang: &Gang, node: NodeId) -> Resources {
+    let mut total = Resources::ZERO;
+    for t in gang.tasks() {
+        let task = cluster.task(t);
+        if task.status == TaskStatus::Pipelined && task.node == Some(node) {
+            total.add(&task.request);
+        }
+    }
+    total
+}
+
+/// Per-cycle state.
+pub struct Session<'c> {
+    /// The model.
+    pub cluster: &'c mut Cluster,
+    /// Configuration.
+    pub config: &'c Config,
+    /// Current time.
+    pub now: Millis,
+    /// Free-capacity indexes.
+    pub index: NodeIndex,
+    /// Placement settings.
+    pub policy: PlacementPolicy,
+    /// Queue accounting and fair share.
+    pub fairness: Fairness,
+    /// The scheduling units of this cycle.
+    pub gangs: Vec<Gang>,
+    /// Gang index by every PodGroup in it.
+    pub gang_of: HashMap<GroupId, usize>,
+    /// PodGroup hierarchy.
+    pub children: ChildIndex,
+    /// Outcomes by gang index.
+    pub outcomes: HashMap<usize, GangOutcome>,
+    journal: Vec<Op>,
+    /// Assumed placement of each touched task at the start of the cycle.
+    touched: HashMap<TaskId, Assumed>,
+    evictions: HashMap<TaskId, EvictionNote>,
+    /// Counters for metrics: binds, pipelines, evictions per action.
+    pub stats: SessionStats,
+    /// The model's capacity epoch when the session opened (memo key).
+    pub epoch_at_open: u64,
+}
+
+/// Counts of what a session did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Gangs tried by allocate.
+    pub gangs_tried: u64,
+    /// Gangs skipped because nothing changed since they last failed.
+    pub gangs_skipped_unchanged: u64,
+    /// Placements attempted (pods).
+    pub placements: u64,
+}
+
+impl<'c> Session<'c> {
+    /// Opens a session: resolves hierarchies, builds the gangs, the node index and queue accounting.
+    pub fn open(cluster: &'c mut Cluster, config: &'c Config, now: Millis) -> Self {
+        let (children, roots) = gang::index_hierarchy(cluster);
+        // Lapsed reservations go back to the pool.
+        let lapsed: Vec<TaskId> = cluster
+            .tasks
+            .iter()
+            .filter(|(_, t)| matches!(t.assumed, Assumed::Pipelined { until, .. } if until <= now))
+            .map(|(i, _)| TaskId(i))
+            .collect();
+        for t in lapsed {
+            cluster.clear_assumed(t);
+        }
+        let gangs: Vec<Gang> = roots.iter().map(|r| Gang::build(cluster, &children, *r)).collect();
+        let mut gang_of = HashMap::new();
+        for (i, g) in gangs.iter().enumerate() {
+            for group in &g.groups {
+                gang_of.insert(*group, i);
+            }
+        }
+        let plugins = &config.plugins;
+        let policy = PlacementPolicy {
+            gpu: plugins.nodeplacement.gpu,
+            cpu: plugins.nodeplacement.cpu,
+            gpu_sharing: plugins.gpusharing.placement,
+            gpu_sharing_enabled: plugins.gpusharing.enabled,
+        };
+        let index = NodeIndex::build(cluster);
+        let fairness = Fairness::open(cluster, &gangs, &plugins.proportion);
+        let epoch_at_open = cluster.epochs.capacity;
+        Self {
+            epoch_at_open,
+            cluster,
+            config,
+            now,
+            index,
+            policy,
+            fairness,
+            gangs,
+            gang_of,
+            children,
+            outcomes: HashMap::new(),
+            journal: Vec::new(),
+            touched: HashMap::new(),
+            evictions: HashMap::new(),
+            stats: SessionStats::default(),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The journal
+    // -----------------------------------------------------------------------------------------
+
+    /// A point to roll back to.
+    #[must_use]
+    pub fn checkpoint(&self) -> usize {
+        self.journal.len()
+    }
+
+    /// Undoes everything after `checkpoint`, newest first.
+    pub fn rollback(&mut self, checkpoint: usize) {
+        while self.journal.len() > checkpoint {
+            let op = self.journal.pop().expect("invariant: length checked");
+            let task = op.undo.task;
+            let nodes = self.nodes_of(task);
+            self.cluster.undo_placement(op.undo);
+            if let Some((queue, share, preemptible, sign)) = op.share {
+                self.fairness.change(self.cluster, queue, &share, preemptible, -sign);
+            }
+            if self.cluster.tasks.get(task.0).is_none_or(|t| t.assumed != Assumed::Evicting) {
+                self.evictions.remove(&task);
+            }
+            self.reindex(nodes);
+            self.reindex(self.nodes_of(task));
+        }
+    }
+
+    fn nodes_of(&self, task: TaskId) -> Option<NodeId> {
+        self.cluster.tasks.get(task.0).and_then(|t| t.node)
+    }
+
+    fn reindex(&mut self, node: Option<NodeId>) {
+        if let Some(n) = node {
+            self.index.update(self.cluster, n);
+        }
+    }
+
+    /// Changes a task's assumed placement, journaled, keeping queue accounting and indexes current.
+    fn change(&mut self, task: TaskId, assumed: Assumed, gpu_groups: Option<Vec<Arc<str>>>) {
+        let before_node = self.nodes_of(task);
+        let before_allocated = self.cluster.task(task).status.is_allocated();
+        self.touched.entry(task).or_insert_with(|| self.cluster.task(task).assumed.clone());
+        let undo = self.cluster.set_assumed(task, assumed, gpu_groups);
+        let after_allocated = self.cluster.task(task).status.is_allocated();
+        let share = self.share_change(task, before_allocated, after_allocated);
+        if let Some((queue, share_req, preemptible, sign)) = share {
+            self.fairness.change(self.cluster, queue, &share_req, preemptible, sign);
+        }
+        self.journal.push(Op { undo, share });
+        self.reindex(before_node);
+        let after = self.nodes_of(task);
+        if after != before_node {
+            self.reindex(after);
+        }
+    }
+
+    fn share_change(&self, task: TaskId, before: bool, after: bool) -> Option<(QueueId, Resources, bool, i64)> {
+        if before == after {
+            return None;
+        }
+        let t = self.cluster.task(task);
+        let g = t.group?;
+        let gang = &self.gangs[*self.gang_of.get(&g)?];
+        let queue = gang.queue?;
+        let share = self.share_request(task);
+        Some((queue, share, gang.preemptible, if after { 1 } else { -1 }))
+    }
+
+    /// What a task counts against its queue: its request with fractions as milli-GPUs.
+    #[must_use]
+    pub fn share_request(&self, task: TaskId) -> Resources {
+        let t = self.cluster.task(task);
+        let mut r = t.request;
+        match t.gpu {
+            GpuRequest::Fraction { milli, devices } => r.0[crate::model::resources::GPU] = i64::from(milli * devices),
+            GpuRequest::Memory { devices, .. } => {
+                let milli = t.node.map_or(1000, |n| Cluster::share_milli(t.gpu, self.cluster.node(n)));
+                r.0[crate::model::resources::GPU] = i64::from(milli * devices);
+            }
+            GpuRequest::None | GpuRequest::Whole(_) => {}
+        }
+        r
+    }
+
+    /// Places a pod to be bound.
+    pub fn allocate(&mut self, task: TaskId, node: NodeId, gpu_groups: Vec<Arc<str>>) {
+        self.stats.placements += 1;
+        self.change(task, Assumed::Binding { node }, Some(gpu_groups));
+    }
+
+    /// Reserves a pod on a node whose resources are still being freed.
+    pub fn pipeline(&mut self, task: TaskId, node: NodeId, gpu_groups: Vec<Arc<str>>) {
+        self.stats.placements += 1;
+        let until = self.now + i64::try_from(self.config.plugins.pipelining.reservation_ttl.as_millis()).unwrap_or(i64::MAX);
+        self.change(task, Assumed::Pipelined { node, until }, Some(gpu_groups));
+    }
+
+    /// Drops a pod's reservation (before its gang is tried again).
+    pub fn unreserve(&mut self, task: TaskId) {
+        self.change(task, Assumed::None, None);
+    }
+
+    /// Evicts a running pod.
+    pub fn evict(&mut self, task: TaskId, cause: EvictionCause, for_gang: Option<GroupId>, message: String) {
+        self.evictions.insert(task, EvictionNote { cause, for_gang, message });
+        self.change(task, Assumed::Evicting, None);
+    }
+
+    /// Record why a gang is not placed.
+    pub fn explain(&mut self, gang: usize, why: Why) {
+        self.outcomes.entry(gang).or_default().why.push(why);
+    }
+
+    /// Record that a gang was placed by an action.
+    pub fn mark_placed(&mut self, gang: usize, action: &'static str) {
+        let o = self.outcomes.entry(gang).or_default();
+        o.placed = true;
+        o.placed_by = Some(action);
+        o.why.clear();
+    }
+
+    /// Reservations of a gang on a node (what it may use beyond others' reservations).
+    #[must_use]
+    pub fn own_nominated(&self, gang: usize, node: NodeId) -> Resources {
+        own_nominated(self.cluster, &self.gangs[gang], node)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Closing
+    // -----------------------------------------------------------------------------------------
+
+    /// Closes the session into decisions: binds and evictions that differ from the start of the
+    /// cycle, and the statuses, conditions and events that changed.
+    #[must_use]
+    pub fn close(mut self) -> (Decisions, SessionStats) {
+        let mut decisions = Decisions::default();
+        let mut touched: Vec<(TaskId, Assumed)> = self.touched.drain().collect();
+        touched.sort_by_key(|(t, _)| *t);
+        for (task, before) in touched {
+            let Some(t) = self.cluster.tasks.get(task.0) else { continue };
+            let group_key = t.group.map(|g| self.cluster.group(g).key.clone());
+            match (&before, &t.assumed) {
+                (b, Assumed::Binding { node }) if !matches!(b, Assumed::Binding { .. }) => {
+                    decisions.binds.push(Bind {
+                        uid: t.uid.clone(),
+                        namespace: t.namespace.clone(),
+                        name: t.name.clone(),
+                        node: self.cluster.node(*node).name.clone(),
+                        gpu_groups: t.gpu_groups.clone(),
+                        gpu: t.gpu,
+                        group: group_key,
+                    });
+                }
+                (b, Assumed::Evicting) if *b != Assumed::Evicting => {
+                    let note = self.evictions.remove(&task);
+                    let (cause, for_gang, message) = note
+                        .map_or((EvictionCause::Preempt, None, String::new()), |n| (n.cause, n.for_gang, n.message));
+                    decisions.evictions.push(Evict {
+                        uid: t.uid.clone(),
+                        namespace: t.namespace.clone(),
+                        name: t.name.clone(),
+                        cause,
+                        for_group: for_gang.map(|g| self.cluster.group(g).key.clone()),
+                        group: group_key,
+                        message,
+                    });
+                }
+                _ => {}
+            }
+        }
+        status::report(&mut self, &mut decisions);
+        (decisions, self.stats)
+    }
+}

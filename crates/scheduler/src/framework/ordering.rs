@@ -1,0 +1,136 @@
+//! The order in which gangs are tried: a tree of queues mirroring the queue hierarchy, each leaf holding
+//! its gangs in job order. Popping walks from the roots to the best leaf, comparing siblings by fair share
+//! with the best gang of each subtree, so allocations interleave across queues as accounting changes.
+
+use std::cmp::Ordering;
+use std::collections::{HashMap, VecDeque};
+
+use super::Session;
+use crate::model::{QueueId, Resources, TaskStatus};
+
+/// Gangs by queue, in order.
+#[derive(Clone, Debug, Default)]
+pub struct JobQueues {
+    leaves: HashMap<QueueId, VecDeque<usize>>,
+    /// What each gang asks for next (used to compare queues).
+    requests: HashMap<usize, Resources>,
+    /// Reverse order (victim selection): worst gangs of the most over-served queues first.
+    reverse: bool,
+}
+
+/// KAI's job order inside a queue: higher priority, then gangs below their minimum before those at it
+/// before elastic growth, then older, then by name.
+#[must_use]
+pub fn job_key(ssn: &Session<'_>, gang: usize) -> (i32, u8, i64, String) {
+    let g = &ssn.gangs[gang];
+    let cluster = &*ssn.cluster;
+    let elastic = if !g.is_satisfied(cluster) {
+        0
+    } else if g.tasks().filter(|t| cluster.task(*t).status.is_active_allocated()).count()
+        == g.required_pods(0) as usize
+    {
+        1
+    } else {
+        2
+    };
+    (-g.priority, elastic, g.created, cluster.group(g.root).key.to_string())
+}
+
+impl JobQueues {
+    /// Queues the given gangs (those with a resolved queue).
+    #[must_use]
+    pub fn new(ssn: &Session<'_>, gangs: impl Iterator<Item = usize>, reverse: bool) -> Self {
+        let mut q = Self { reverse, ..Self::default() };
+        let mut keyed: Vec<((i32, u8, i64, String), usize)> =
+            gangs.filter(|g| ssn.gangs[*g].queue.is_some()).map(|g| (job_key(ssn, g), g)).collect();
+        keyed.sort();
+        if reverse {
+            keyed.reverse();
+        }
+        for (_, g) in keyed {
+            let queue = ssn.gangs[g].queue.expect("invariant: filtered on queue");
+            q.requests.insert(g, pending_request(ssn, g));
+            q.leaves.entry(queue).or_default().push_back(g);
+        }
+        q
+    }
+
+    /// Puts a gang back (elastic growth) in its place.
+    pub fn push(&mut self, ssn: &Session<'_>, gang: usize) {
+        let Some(queue) = ssn.gangs[gang].queue else { return };
+        self.requests.insert(gang, pending_request(ssn, gang));
+        let key = job_key(ssn, gang);
+        let leaf = self.leaves.entry(queue).or_default();
+        let pos = leaf
+            .iter()
+            .position(|g| {
+                let k = job_key(ssn, *g);
+                if self.reverse { k < key } else { k > key }
+            })
+            .unwrap_or(leaf.len());
+        leaf.insert(pos, gang);
+    }
+
+    /// Takes the next gang.
+    pub fn pop(&mut self, ssn: &Session<'_>) -> Option<usize> {
+        let roots: Vec<QueueId> = ssn
+            .cluster
+            .queues
+            .iter()
+            .filter(|(_, q)| q.parent.is_none() && q.problems.is_empty())
+            .map(|(i, _)| QueueId(i))
+            .collect();
+        let leaf = self.best(ssn, &roots)?.0;
+        let gang = self.leaves.get_mut(&leaf)?.pop_front();
+        if self.leaves.get(&leaf).is_some_and(VecDeque::is_empty) {
+            self.leaves.remove(&leaf);
+        }
+        gang
+    }
+
+    /// True when no gang is queued.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.leaves.is_empty()
+    }
+
+    /// The best (leaf, gang) among the subtrees of `queues`.
+    fn best(&self, ssn: &Session<'_>, queues: &[QueueId]) -> Option<(QueueId, usize)> {
+        let mut best: Option<(QueueId, (QueueId, usize))> = None;
+        for q in queues {
+            let candidate = if ssn.cluster.queue(*q).is_leaf() {
+                self.leaves.get(q).and_then(|l| l.front()).map(|g| (*q, *g))
+            } else {
+                self.best(ssn, &ssn.cluster.queue(*q).children)
+            };
+            let Some(candidate) = candidate else { continue };
+            best = match best {
+                None => Some((*q, candidate)),
+                Some((bq, bc)) => {
+                    let empty = Resources::ZERO;
+                    let a_req = self.requests.get(&candidate.1).unwrap_or(&empty);
+                    let b_req = self.requests.get(&bc.1).unwrap_or(&empty);
+                    let mut ord = ssn.fairness.compare(ssn.cluster, *q, a_req, bq, b_req);
+                    if self.reverse {
+                        ord = ord.reverse();
+                    }
+                    if ord == Ordering::Less { Some((*q, candidate)) } else { Some((bq, bc)) }
+                }
+            };
+        }
+        best.map(|(_, c)| c)
+    }
+}
+
+/// What a gang asks for in its next attempt: its pending pods up to its minimum (at least one).
+fn pending_request(ssn: &Session<'_>, gang: usize) -> Resources {
+    let g = &ssn.gangs[gang];
+    let cluster = &*ssn.cluster;
+    let active = g.tasks().filter(|t| cluster.task(*t).status.is_active_allocated()).count();
+    let missing = (g.required_pods(0) as usize).saturating_sub(active).max(1);
+    let mut total = Resources::ZERO;
+    for t in g.tasks().filter(|t| cluster.task(*t).status == TaskStatus::Pending).take(missing) {
+        total.add(&ssn.share_request(t));
+    }
+    total
+}

@@ -1,0 +1,447 @@
+//! Choosing a node for one pod, fast: ordered indexes of free capacity instead of scoring every node.
+//!
+//! The order is lexicographic, KAI's score bands made explicit (highest first):
+//! 1. the pod's own reservation (nominated node) from an earlier cycle;
+//! 2. for a GPU fraction, a node with a shared device it fits on (fullest device first when bin-packing);
+//! 3. fits in free resources now before fits only once releasing pods are gone (then it is pipelined);
+//! 4. CPU-only pods on CPU-only nodes before GPU nodes;
+//! 5. bin-pack (least free first) or spread (most free first) on the pod's main resource (GPU for GPU
+//!    pods, CPU otherwise);
+//! 6. node id, for determinism.
+//!
+//! Free capacity sits in `BTreeSet`s keyed by (free amount, node), kept current as the session places
+//! and undoes pods, so a search is a range walk that usually stops at the first node.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::config::PlacementStrategy;
+use crate::model::constraints::{ConstraintsId, StaticMiss};
+use crate::model::resources::{CPU, GPU};
+use crate::model::{Cluster, GpuRequest, Node, NodeId, Resources, Task};
+
+/// How a pod would hold the node it is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Fits in free resources: bind it.
+    Allocate,
+    /// Fits only once releasing pods are gone: reserve (pipeline) it.
+    Pipeline,
+}
+
+/// A chosen node for a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Node.
+    pub node: NodeId,
+    /// Bind now or reserve.
+    pub mode: Mode,
+    /// Shared-GPU groups for fractional pods (existing ids, or new ones to create).
+    pub gpu_groups: Vec<Arc<str>>,
+}
+
+/// Why one node cannot take one pod.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NodeMiss {
+    /// A static predicate.
+    Static(StaticMiss),
+    /// Not enough of a resource (slot).
+    Insufficient(usize),
+    /// No GPU device with room for the fraction.
+    NoSharedGpuRoom,
+    /// GPU sharing is disabled.
+    GpuSharingDisabled,
+    /// The node's GPU memory is unknown, so a `gpu-memory` request cannot be sized.
+    GpuMemoryUnknown,
+    /// Outside the topology domain being tried.
+    OutsideDomain,
+}
+
+/// Placement settings.
+#[derive(Clone, Copy, Debug)]
+pub struct PlacementPolicy {
+    /// GPU pods.
+    pub gpu: PlacementStrategy,
+    /// CPU-only pods.
+    pub cpu: PlacementStrategy,
+    /// Fraction placement among shared devices.
+    pub gpu_sharing: PlacementStrategy,
+    /// Whether fractions may be scheduled.
+    pub gpu_sharing_enabled: bool,
+}
+
+/// Free-capacity indexes over the nodes, kept current through [`NodeIndex::update`].
+#[derive(Clone, Debug, Default)]
+pub struct NodeIndex {
+    /// GPU nodes by free whole-GPU milli.
+    gpu_nodes: BTreeSet<(i64, NodeId)>,
+    /// GPU nodes by free CPU.
+    gpu_nodes_cpu: BTreeSet<(i64, NodeId)>,
+    /// CPU-only nodes by free CPU.
+    cpu_nodes: BTreeSet<(i64, NodeId)>,
+    /// Current keys: (free gpu, free cpu, has gpus), by node index.
+    keys: Vec<Option<(i64, i64, bool)>>,
+    /// Nodes with shared devices.
+    shared: BTreeSet<NodeId>,
+    /// Nodes with releasing or reserved resources (only they can give more later than now).
+    later: BTreeSet<NodeId>,
+    /// Static eligibility cache.
+    pub eligibility: Eligibility,
+}
+
+/// Static eligibility per constraints, one bit per node index, computed once per session per distinct
+/// pod template.
+#[derive(Clone, Debug, Default)]
+pub struct Eligibility {
+    bits: HashMap<ConstraintsId, Vec<u64>>,
+}
+
+impl Eligibility {
+    /// Whether a node passes the static predicates for these constraints.
+    pub fn check(&mut self, cluster: &Cluster, constraints: ConstraintsId, node: NodeId) -> bool {
+        let words = cluster.nodes.capacity().div_ceil(64);
+        let bits = self.bits.entry(constraints).or_insert_with(|| {
+            let c = cluster.constraints.get(constraints);
+            let mut bits = vec![0u64; words];
+            for (i, n) in cluster.nodes.iter() {
+                if c.check(n.facts()).is_ok() {
+                    bits[i as usize / 64] |= 1 << (i % 64);
+                }
+            }
+            bits
+        });
+        bits.get(node.index() / 64).is_some_and(|w| w & (1 << (node.index() % 64)) != 0)
+    }
+
+    /// Forgets everything (nodes changed).
+    pub fn clear(&mut self) {
+        self.bits.clear();
+    }
+}
+
+fn free_now(node: &Node) -> Resources {
+    node.allocatable.minus(&node.used).minus(&node.nominated)
+}
+
+impl NodeIndex {
+    /// Builds the index over every node.
+    #[must_use]
+    pub fn build(cluster: &Cluster) -> Self {
+        let mut index = Self { keys: vec![None; cluster.nodes.capacity()], ..Self::default() };
+        for (i, _) in cluster.nodes.iter() {
+            index.update(cluster, NodeId(i));
+        }
+        index
+    }
+
+    /// Refreshes one node's entries after its accounting changed.
+    pub fn update(&mut self, cluster: &Cluster, id: NodeId) {
+        if self.keys.len() <= id.index() {
+            self.keys.resize(id.index() + 1, None);
+        }
+        if let Some((gpu, cpu, has_gpu)) = self.keys[id.index()].take() {
+            if has_gpu {
+                self.gpu_nodes.remove(&(gpu, id));
+                self.gpu_nodes_cpu.remove(&(cpu, id));
+            } else {
+                self.cpu_nodes.remove(&(cpu, id));
+            }
+        }
+        self.shared.remove(&id);
+        self.later.remove(&id);
+        let Some(node) = cluster.nodes.get(id.0) else { return };
+        let free = free_now(node);
+        let has_gpu = node.allocatable.gpu() > 0;
+        let key = (free.gpu() / 1000 * 1000, free.cpu(), has_gpu);
+        if has_gpu {
+            self.gpu_nodes.insert((key.0, id));
+            self.gpu_nodes_cpu.insert((key.1, id));
+        } else {
+            self.cpu_nodes.insert((key.1, id));
+        }
+        self.keys[id.index()] = Some(key);
+        if !node.shared_gpus.is_empty() {
+            self.shared.insert(id);
+        }
+        if !node.releasing.is_zero() || !node.nominated.is_zero() {
+            self.later.insert(id);
+        }
+    }
+
+    /// Finds a node for `task` among all nodes (or only `domain` when given), or `None`.
+    ///
+    /// `own_nominated(node)` gives what the task's gang has reserved on a node (reservations of other
+    /// gangs are off limits).
+    pub fn find(
+        &mut self,
+        cluster: &Cluster,
+        task: &Task,
+        policy: &PlacementPolicy,
+        domain: Option<&[NodeId]>,
+        own_nominated: &dyn Fn(NodeId) -> Resources,
+        nominated_node: Option<NodeId>,
+    ) -> Option<Placement> {
+        if task.gpu.is_shared() && !policy.gpu_sharing_enabled {
+            return None;
+        }
+        let elig = &mut self.eligibility;
+        // 1. Its own reservation.
+        if let Some(n) = nominated_node.filter(|n| domain.is_none_or(|d| d.contains(n))) {
+            if let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) {
+                return Some(p);
+            }
+        }
+        if let Some(domain) = domain {
+            return find_in(elig, cluster, task, policy, domain.iter().copied(), own_nominated);
+        }
+        // 2. A shared device with room for the fraction.
+        if task.gpu.is_shared() {
+            if let Some(p) = find_shared(elig, cluster, task, policy, self.shared.iter().copied(), own_nominated) {
+                return Some(p);
+            }
+        }
+        // 3-5. Free now, in strategy order: a range walk that usually stops at the first node.
+        let wants_gpu = !matches!(task.gpu, GpuRequest::None);
+        if wants_gpu {
+            let need = match task.gpu {
+                GpuRequest::Whole(n) => i64::from(n) * 1000,
+                GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => {
+                    (i64::from(devices) - 1).max(0) * 1000
+                }
+                GpuRequest::None => 0,
+            };
+            let range = self.gpu_nodes.range((need, NodeId(0))..).map(|(_, n)| *n);
+            let found = match policy.gpu {
+                PlacementStrategy::Binpack => first_fit(elig, cluster, task, policy, range, own_nominated),
+                PlacementStrategy::Spread => first_fit(elig, cluster, task, policy, range.rev(), own_nominated),
+            };
+            if found.is_some() {
+                return found;
+            }
+        } else {
+            let need = task.request.cpu();
+            for set in [&self.cpu_nodes, &self.gpu_nodes_cpu] {
+                let range = set.range((need, NodeId(0))..).map(|(_, n)| *n);
+                let found = match policy.cpu {
+                    PlacementStrategy::Binpack => first_fit(elig, cluster, task, policy, range, own_nominated),
+                    PlacementStrategy::Spread => first_fit(elig, cluster, task, policy, range.rev(), own_nominated),
+                };
+                if found.is_some() {
+                    return found;
+                }
+            }
+        }
+        // 3. Free later: only nodes with releasing or reserved resources can offer more than now.
+        find_in(elig, cluster, task, policy, self.later.iter().copied(), own_nominated)
+            .filter(|p| p.mode == Mode::Pipeline)
+    }
+
+    /// Whether a node can take the pod, and how.
+    ///
+    /// # Errors
+    /// Why not.
+    pub fn check(
+        &mut self,
+        cluster: &Cluster,
+        task: &Task,
+        policy: &PlacementPolicy,
+        n: NodeId,
+        own_nominated: &dyn Fn(NodeId) -> Resources,
+    ) -> Result<Placement, NodeMiss> {
+        check(&mut self.eligibility, cluster, task, policy, n, own_nominated)
+    }
+
+    /// Nodes currently in the index (for summaries).
+    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.gpu_nodes.iter().chain(self.cpu_nodes.iter()).map(|(_, n)| *n)
+    }
+}
+
+fn find_shared(
+    elig: &mut Eligibility,
+    cluster: &Cluster,
+    task: &Task,
+    policy: &PlacementPolicy,
+    candidates: impl Iterator<Item = NodeId>,
+    own_nominated: &dyn Fn(NodeId) -> Resources,
+) -> Option<Placement> {
+    let mut best: Option<(i64, NodeId, Placement)> = None;
+    for n in candidates {
+        let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) else { continue };
+        if p.mode != Mode::Allocate {
+            continue;
+        }
+        let node = cluster.node(n);
+        // Only nodes where the fraction joins existing devices; among them the fullest (binpack).
+        let fullness: i64 = p
+            .gpu_groups
+            .iter()
+            .filter_map(|g| node.shared_gpu(g).map(|i| &node.shared_gpus[i]))
+            .map(|d| i64::from(d.used_milli + d.nominated_milli))
+            .sum();
+        if fullness == 0 {
+            continue;
+        }
+        let score = match policy.gpu_sharing {
+            PlacementStrategy::Binpack => fullness,
+            PlacementStrategy::Spread => -fullness,
+        };
+        if best.as_ref().is_none_or(|(s, id, _)| score > *s || (score == *s && n < *id)) {
+            best = Some((score, n, p));
+        }
+    }
+    best.map(|(_, _, p)| p)
+}
+
+fn first_fit(
+    elig: &mut Eligibility,
+    cluster: &Cluster,
+    task: &Task,
+    policy: &PlacementPolicy,
+    order: impl Iterator<Item = NodeId>,
+    own_nominated: &dyn Fn(NodeId) -> Resources,
+) -> Option<Placement> {
+    for n in order {
+        if !elig.check(cluster, task.constraints, n) {
+            continue;
+        }
+        if let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) {
+            if p.mode == Mode::Allocate {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// The best node among a given set, now before later, in strategy order.
+fn find_in(
+    elig: &mut Eligibility,
+    cluster: &Cluster,
+    task: &Task,
+    policy: &PlacementPolicy,
+    nodes: impl Iterator<Item = NodeId>,
+    own_nominated: &dyn Fn(NodeId) -> Resources,
+) -> Option<Placement> {
+    let wants_gpu = !matches!(task.gpu, GpuRequest::None);
+    let strategy = if wants_gpu { policy.gpu } else { policy.cpu };
+    let mut best: Option<((u8, u8, i64, NodeId), Placement)> = None;
+    for n in nodes {
+        let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) else { continue };
+        let node = cluster.node(n);
+        let free = free_now(node);
+        let amount = if wants_gpu { free.gpu() / 1000 } else { free.cpu() };
+        let amount = match strategy {
+            PlacementStrategy::Binpack => amount,
+            PlacementStrategy::Spread => -amount,
+        };
+        let later = u8::from(p.mode == Mode::Pipeline);
+        let type_mismatch = u8::from(!wants_gpu && node.allocatable.gpu() > 0);
+        let key = (later, type_mismatch, amount, n);
+        if best.as_ref().is_none_or(|(k, _)| key < *k) {
+            best = Some((key, p));
+        }
+    }
+    best.map(|(_, p)| p)
+}
+
+/// Whether a node can take the pod, and how.
+fn check(
+    elig: &mut Eligibility,
+    cluster: &Cluster,
+    task: &Task,
+    policy: &PlacementPolicy,
+    n: NodeId,
+    own_nominated: &dyn Fn(NodeId) -> Resources,
+) -> Result<Placement, NodeMiss> {
+    let node = cluster.node(n);
+    if !elig.check(cluster, task.constraints, n) {
+        let miss = cluster.constraints.get(task.constraints).check(node.facts()).err();
+        return Err(NodeMiss::Static(miss.unwrap_or(StaticMiss::NotReady)));
+    }
+    let own = if node.nominated.is_zero() { Resources::ZERO } else { own_nominated(n) };
+    let (now, later) = node.available(&own);
+    match task.gpu {
+        GpuRequest::Fraction { .. } | GpuRequest::Memory { .. } => {
+            if !policy.gpu_sharing_enabled {
+                return Err(NodeMiss::GpuSharingDisabled);
+            }
+            if matches!(task.gpu, GpuRequest::Memory { .. }) && node.gpu_memory_mib.is_none() {
+                return Err(NodeMiss::GpuMemoryUnknown);
+            }
+            shared_fit(cluster, task, policy, n, &now, &later)
+        }
+        _ => {
+            if task.request.fits_in(&now) {
+                Ok(Placement { node: n, mode: Mode::Allocate, gpu_groups: Vec::new() })
+            } else if task.request.fits_in(&later) {
+                Ok(Placement { node: n, mode: Mode::Pipeline, gpu_groups: Vec::new() })
+            } else {
+                let slot = task.request.shortfalls(&later).next().unwrap_or(CPU);
+                Err(NodeMiss::Insufficient(slot))
+            }
+        }
+    }
+}
+
+/// Fit of a fractional pod: existing shared devices with room first, then fresh whole devices.
+fn shared_fit(
+    cluster: &Cluster,
+    task: &Task,
+    policy: &PlacementPolicy,
+    n: NodeId,
+    now: &Resources,
+    later: &Resources,
+) -> Result<Placement, NodeMiss> {
+    let node = cluster.node(n);
+    let devices = match task.gpu {
+        GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => devices.max(1) as usize,
+        _ => 1,
+    };
+    let milli = Cluster::share_milli(task.gpu, node);
+    // Existing devices with room, fullest first (binpack) or emptiest first (spread).
+    let mut fitting: Vec<(u32, &Arc<str>)> = node
+        .shared_gpus
+        .iter()
+        .filter(|d| d.free_now() >= milli)
+        .map(|d| (d.used_milli + d.nominated_milli, &d.group))
+        .collect();
+    match policy.gpu_sharing {
+        PlacementStrategy::Binpack => fitting.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1))),
+        PlacementStrategy::Spread => fitting.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(b.1))),
+    }
+    let mut groups: Vec<Arc<str>> = fitting.iter().take(devices).map(|(_, g)| (*g).clone()).collect();
+    let fresh = devices - groups.len();
+    let mut need = task.request;
+    need.0[GPU] += i64::try_from(fresh).unwrap_or(i64::MAX) * 1000;
+    let mode = if need.fits_in(now) {
+        Mode::Allocate
+    } else if need.fits_in(later) && groups.is_empty() {
+        Mode::Pipeline
+    } else if !task.request.fits_in(later) {
+        let slot = task.request.shortfalls(later).next().unwrap_or(CPU);
+        return Err(NodeMiss::Insufficient(slot));
+    } else {
+        return Err(NodeMiss::NoSharedGpuRoom);
+    };
+    for i in 0..fresh {
+        groups.push(new_group_id(&node.name, task, i));
+    }
+    Ok(Placement { node: n, mode, gpu_groups: groups })
+}
+
+/// A new shared-GPU group id: stable for the same pod and node (so a retried decision reuses it), and
+/// unique across pods.
+fn new_group_id(node: &str, task: &Task, device: usize) -> Arc<str> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    node.hash(&mut h);
+    task.uid.hash(&mut h);
+    device.hash(&mut h);
+    let a = h.finish();
+    a.rotate_left(17).hash(&mut h);
+    let b = h.finish();
+    // UUID-shaped, like KAI's group ids.
+    let s = format!("{a:016x}{b:016x}");
+    format!("{}-{}-{}-{}-{}", &s[0..8], &s[8..12], &s[12..16], &s[16..20], &s[20..32]).into()
+}

@@ -1,0 +1,464 @@
+//! Turns a session's outcomes into the statuses, conditions and events users read, writing only what
+//! changed since it was last written.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+
+use api::podgroup::{PodGroupCondition, SchedulingCondition, UnschedulableExplanation};
+use api::{PodGroupPhase, PodGroupStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::Session;
+use super::decisions::{Decisions, Event, EventObject, EventType, GroupAnnotations, GroupStatus, PodCondition, QueueStatus};
+use super::explain::Why;
+use crate::model::resources::{GPU, PODS};
+use crate::model::{Cluster, Group, GroupId, GroupKind, Millis, Resources, TaskStatus};
+
+/// Condition types written on PodGroups.
+pub mod condition {
+    /// At least minMember pods are placed.
+    pub const SCHEDULED: &str = "Scheduled";
+    /// Why the gang waits.
+    pub const UNSCHEDULABLE: &str = "Unschedulable";
+    /// Something in the PodGroup or what it references is wrong.
+    pub const INVALID: &str = "Invalid";
+    /// A warning that does not stop scheduling (e.g. unknown priority class).
+    pub const WARNING: &str = "Warning";
+    /// `scheduleTimeoutSeconds` passed while unplaced.
+    pub const TIMED_OUT: &str = "TimedOut";
+}
+
+/// RFC 3339 from milliseconds.
+#[must_use]
+pub fn rfc3339(ms: Millis) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Fingerprint of a status, timestamps and transition ids excluded.
+#[must_use]
+pub fn status_fingerprint(s: &PodGroupStatus) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.phase.map(PodGroupPhase::as_str).hash(&mut h);
+    (s.running, s.succeeded, s.failed, s.pending).hash(&mut h);
+    for c in &s.conditions {
+        (&c.type_, &c.status, &c.reason, &c.message).hash(&mut h);
+    }
+    for c in &s.scheduling_conditions {
+        (&c.type_, &c.reason, &c.message, &c.status).hash(&mut h);
+        for r in &c.reasons {
+            (&r.reason, &r.message).hash(&mut h);
+        }
+    }
+    if let Some(r) = &s.resources_status {
+        for (k, v) in r.allocated.iter().chain(r.requested.iter()) {
+            (k, &v.0).hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+fn fingerprint_str(s: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish() | 1
+}
+
+/// Member counts of one PodGroup (its own pods).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Running.
+    pub running: u32,
+    /// Bound or being bound, not yet running.
+    pub bound: u32,
+    /// Reserved.
+    pub pipelined: u32,
+    /// Waiting.
+    pub pending: u32,
+    /// Succeeded.
+    pub succeeded: u32,
+    /// Failed.
+    pub failed: u32,
+    /// Being deleted.
+    pub releasing: u32,
+}
+
+/// Counts a PodGroup's pods by status.
+#[must_use]
+pub fn counts(cluster: &Cluster, group: &Group) -> Counts {
+    let mut c = Counts::default();
+    for t in &group.tasks {
+        match cluster.task(*t).status {
+            TaskStatus::Running => c.running += 1,
+            TaskStatus::Binding | TaskStatus::Bound => c.bound += 1,
+            TaskStatus::Pipelined => c.pipelined += 1,
+            TaskStatus::Pending | TaskStatus::Gated => c.pending += 1,
+            TaskStatus::Succeeded => c.succeeded += 1,
+            TaskStatus::Failed => c.failed += 1,
+            TaskStatus::Releasing => c.releasing += 1,
+        }
+    }
+    c
+}
+
+/// The phase of a PodGroup from its counts and the gang's state.
+#[must_use]
+pub fn phase(c: Counts, min: u32, gang_satisfied: bool, timed_out: bool, has_children: bool) -> PodGroupPhase {
+    let total = c.running + c.bound + c.pipelined + c.pending + c.succeeded + c.failed + c.releasing;
+    let finished = c.succeeded + c.failed;
+    if total > 0 && finished == total && !has_children {
+        return if c.succeeded >= min.min(total) { PodGroupPhase::Finished } else { PodGroupPhase::Failed };
+    }
+    let running_needed = if has_children { 1 } else { min.max(1) };
+    if c.running + c.succeeded >= running_needed && gang_satisfied {
+        PodGroupPhase::Running
+    } else if gang_satisfied && c.pipelined == 0 {
+        PodGroupPhase::Scheduled
+    } else if gang_satisfied {
+        PodGroupPhase::PreScheduling
+    } else if timed_out {
+        PodGroupPhase::Failed
+    } else {
+        PodGroupPhase::Pending
+    }
+}
+
+fn quantities(cluster: &Cluster, r: &Resources) -> BTreeMap<String, Quantity> {
+    r.nonzero()
+        .filter(|(slot, _)| *slot != PODS)
+        .map(|(slot, v)| {
+            let q = match slot {
+                0 => api::quantity::format_milli(v),
+                GPU => crate::model::resources::format_decimal_milli(v),
+                _ => v.to_string(),
+            };
+            (cluster.names.name(slot).to_owned(), Quantity(q))
+        })
+        .collect()
+}
+
+fn condition(
+    previous: Option<&PodGroupStatus>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    now: Millis,
+) -> PodGroupCondition {
+    let old = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == type_));
+    let time = match old {
+        Some(o) if o.status == status => o.last_transition_time.clone(),
+        _ => Some(rfc3339(now)),
+    };
+    PodGroupCondition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        transition_id: None,
+        last_transition_time: time,
+        reason: Some(reason.to_owned()),
+        message: Some(message),
+    }
+}
+
+/// Tracks how long each gang has waited and marks those past `scheduleTimeoutSeconds` as timed out.
+pub fn timeouts(ssn: &mut Session<'_>) {
+    let now = ssn.now;
+    for g in 0..ssn.gangs.len() {
+        let root = ssn.gangs[g].root;
+        let satisfied = ssn.gangs[g].is_satisfied(ssn.cluster);
+        let waiting = !satisfied && ssn.gangs[g].pending(ssn.cluster).next().is_some();
+        let group = ssn.cluster.group_mut(root);
+        if !waiting {
+            group.waiting_since = None;
+            if satisfied {
+                group.timed_out = false;
+            }
+            continue;
+        }
+        let since = *group.waiting_since.get_or_insert(group.created.max(0).min(now));
+        if let Some(timeout) = group.schedule_timeout_secs {
+            if group.timed_out || now - since >= timeout.saturating_mul(1000) {
+                group.timed_out = true;
+                let last = ssn
+                    .outcomes
+                    .get(&g)
+                    .and_then(|o| o.why.first())
+                    .map_or_else(|| "no room".to_owned(), |w| w.message(&ssn.cluster.names));
+                ssn.outcomes.entry(g).or_default().why.insert(0, Why::TimedOut { after_secs: timeout, last });
+            }
+        }
+    }
+}
+
+/// Fills `decisions` with what changed: gang statuses, annotations, pod conditions, events, queue statuses.
+pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
+    let now = ssn.now;
+    let group_ids: Vec<GroupId> = ssn.cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
+    for id in group_ids {
+        report_group(ssn, id, now, decisions);
+    }
+    report_queues(ssn, decisions);
+}
+
+fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut Decisions) {
+    let gang_index = ssn.gang_of.get(&id).copied();
+    let cluster = &*ssn.cluster;
+    let group = cluster.group(id);
+    let c = counts(cluster, group);
+    let (satisfied, is_root, has_children) = match gang_index {
+        Some(g) => {
+            let gang = &ssn.gangs[g];
+            let node = gang.nodes.iter().position(|n| n.group == id).unwrap_or(0);
+            (gang.satisfied(cluster, node), gang.root == id, gang.nodes[node].children.iter().any(|c| gang.nodes[*c].group != id))
+        }
+        None => (false, true, false),
+    };
+    let outcome = gang_index.and_then(|g| ssn.outcomes.get(&g)).cloned().unwrap_or_default();
+    let phase = phase(c, group.min_member, satisfied, group.timed_out, has_children);
+    let previous = group.observed.status.clone();
+    let mut status = PodGroupStatus {
+        phase: Some(phase),
+        running: Some(i32::try_from(c.running).unwrap_or(i32::MAX)),
+        succeeded: Some(i32::try_from(c.succeeded).unwrap_or(i32::MAX)),
+        failed: Some(i32::try_from(c.failed).unwrap_or(i32::MAX)),
+        pending: Some(i32::try_from(c.pending + c.pipelined).unwrap_or(i32::MAX)),
+        ..PodGroupStatus::default()
+    };
+    // Resources: allocated (placed pods) and requested (placed + waiting).
+    let mut allocated = Resources::ZERO;
+    let mut requested = Resources::ZERO;
+    for t in &group.tasks {
+        let task = cluster.task(*t);
+        let share = ssn.share_request(*t);
+        if task.status.is_allocated() {
+            allocated.add(&share);
+        }
+        if task.status.is_allocated() || task.status.is_pending() || task.status == TaskStatus::Pipelined {
+            requested.add(&share);
+        }
+    }
+    status.resources_status = Some(api::podgroup::PodGroupResourcesStatus {
+        allocated: quantities(cluster, &allocated),
+        allocated_non_preemptible: if group.preemptible { BTreeMap::new() } else { quantities(cluster, &allocated) },
+        requested: quantities(cluster, &requested),
+    });
+    let prev = previous.as_ref();
+    let scheduled = matches!(phase, PodGroupPhase::Scheduled | PodGroupPhase::Running | PodGroupPhase::Finished);
+    status.conditions.push(condition(
+        prev,
+        condition::SCHEDULED,
+        if scheduled { "True" } else { "False" },
+        if scheduled { "Scheduled" } else { "NotScheduled" },
+        if scheduled {
+            format!("{} of minMember {} pods placed", c.running + c.bound + c.succeeded, group.min_member)
+        } else {
+            format!("{} of minMember {} pods placed", c.running + c.bound, group.min_member)
+        },
+        now,
+    ));
+    for p in &group.problems {
+        let type_ = if p.is_blocking() { condition::INVALID } else { condition::WARNING };
+        if status.conditions.iter().any(|c| c.type_ == type_) {
+            continue;
+        }
+        status.conditions.push(condition(prev, type_, "True", p.reason(), p.to_string(), now));
+    }
+    // Why it waits: the outcome of this cycle (root) or of its gang (child groups).
+    let gang_waiting = is_root
+        && gang_index.is_some_and(|g| !ssn.gangs[g].is_satisfied(cluster) && ssn.gangs[g].pending(cluster).next().is_some());
+    let waiting = !scheduled && (c.pending + c.pipelined > 0 || gang_waiting);
+    let whys: Vec<&Why> = outcome.why.iter().collect();
+    let message = whys.first().map(|w| w.message(&cluster.names));
+    if waiting {
+        if let (Some(why), Some(message)) = (whys.first(), message.as_ref()) {
+            status.conditions.push(condition(prev, condition::UNSCHEDULABLE, "True", why.reason(), message.clone(), now));
+            if c.running + c.bound == 0 {
+                status.scheduling_conditions.push(SchedulingCondition {
+                    type_: "UnschedulableOnNodePool".to_owned(),
+                    node_pool: Some("default".to_owned()),
+                    reason: Some("Unschedulable".to_owned()),
+                    message: Some(message.clone()),
+                    reasons: whys
+                        .iter()
+                        .map(|w| UnschedulableExplanation {
+                            reason: Some(w.reason().to_owned()),
+                            message: Some(w.message(&cluster.names)),
+                            details: None,
+                        })
+                        .collect(),
+                    transition_id: Some("0".to_owned()),
+                    last_transition_time: prev
+                        .and_then(|p| p.scheduling_conditions.first())
+                        .filter(|s| s.message.as_ref() == Some(message))
+                        .and_then(|s| s.last_transition_time.clone())
+                        .or_else(|| Some(rfc3339(now))),
+                    status: Some("True".to_owned()),
+                });
+            }
+        }
+    }
+    if group.timed_out {
+        let secs = group.schedule_timeout_secs.unwrap_or_default();
+        status.conditions.push(condition(
+            prev,
+            condition::TIMED_OUT,
+            "True",
+            "ScheduleTimeout",
+            format!("not placed within scheduleTimeoutSeconds ({secs}s); still retried, and placed if room appears"),
+            now,
+        ));
+    }
+    let fingerprint = status_fingerprint(&status);
+    let key = group.key.clone();
+    let uid = group.uid.clone();
+    let volcano = key.kind == GroupKind::Volcano;
+    let object = EventObject::PodGroup { namespace: key.namespace.clone(), name: key.name.clone(), uid, volcano };
+    // Events: placed; newly unschedulable with a new reason; problems.
+    if outcome.placed && is_root {
+        let nodes: std::collections::BTreeSet<String> = ssn.gangs[gang_index.unwrap_or_default()]
+            .tasks()
+            .filter_map(|t| cluster.task(t).node.map(|n| cluster.node(n).name.to_string()))
+            .collect();
+        let nodes: Vec<String> = nodes.into_iter().collect();
+        let how = if phase == PodGroupPhase::PreScheduling { "reserved (waiting for evictions)" } else { "placed" };
+        decisions.events.push(Event {
+            object: object.clone(),
+            type_: EventType::Normal,
+            reason: api::keys::EVENT_POD_GROUP_SCHEDULED,
+            message: format!(
+                "gang {how} by {}: {} pods on {} node{}: {}",
+                outcome.placed_by.unwrap_or("allocate"),
+                ssn.gangs[gang_index.unwrap_or_default()].tasks().filter(|t| cluster.task(*t).node.is_some()).count(),
+                nodes.len(),
+                if nodes.len() == 1 { "" } else { "s" },
+                nodes.join(", ")
+            ),
+        });
+    }
+    let event_print = if waiting { message.as_deref().map_or(0, fingerprint_str) } else { 0 };
+    let old_event_print = group.observed.event_fingerprint;
+    if waiting && event_print != old_event_print && event_print != 0 {
+        decisions.events.push(Event {
+            object: object.clone(),
+            type_: EventType::Warning,
+            reason: api::keys::EVENT_UNSCHEDULABLE,
+            message: message.clone().unwrap_or_default(),
+        });
+    }
+    // Pod conditions for waiting pods.
+    let mut pod_updates = Vec::new();
+    if waiting && group.mark_unschedulable {
+        if let Some(m) = &message {
+            let print = fingerprint_str(m);
+            for t in &group.tasks {
+                let task = cluster.task(*t);
+                if task.status == TaskStatus::Pending && task.ours && task.condition_fingerprint != print {
+                    pod_updates.push((*t, print));
+                    decisions.pod_conditions.push(PodCondition {
+                        uid: task.uid.clone(),
+                        namespace: task.namespace.clone(),
+                        name: task.name.clone(),
+                        message: format!("gang {}: {m}", group.key.name),
+                    });
+                }
+            }
+        }
+    }
+    // Annotations: last start when the gang starts.
+    let started = outcome.placed && is_root && group.last_start.is_none_or(|_| c.running == 0);
+    let annotations = started.then(|| GroupAnnotations { key: key.clone(), last_start: Some(now), stale_since: group.stale_since });
+    let changed = fingerprint != group.observed.fingerprint;
+    let status_update = changed.then(|| GroupStatus { key: key.clone(), status: status.clone(), fingerprint });
+    // Remember what is being written so the next cycle does not write it again before the echo.
+    let group = ssn.cluster.group_mut(id);
+    if waiting {
+        group.observed.event_fingerprint = event_print;
+    } else {
+        group.observed.event_fingerprint = 0;
+    }
+    if let Some(update) = status_update {
+        group.observed.fingerprint = fingerprint;
+        group.observed.status = Some(status);
+        decisions.group_statuses.push(update);
+    }
+    if let Some(a) = annotations {
+        group.last_start = a.last_start;
+        decisions.group_annotations.push(a);
+    }
+    for (t, print) in pod_updates {
+        if let Some(task) = ssn.cluster.tasks.get_mut(t.0) {
+            task.condition_fingerprint = print;
+        }
+    }
+}
+
+fn report_queues(ssn: &mut Session<'_>, decisions: &mut Decisions) {
+    let ids: Vec<crate::model::QueueId> = ssn.cluster.queues.iter().map(|(i, _)| crate::model::QueueId(i)).collect();
+    for id in ids {
+        let cluster = &*ssn.cluster;
+        let queue = cluster.queue(id);
+        let mut status = api::QueueStatus {
+            child_queues: queue.children.iter().map(|c| cluster.queue(*c).name.to_string()).collect(),
+            allocated: quantities(cluster, &ssn.fairness.allocated(id)),
+            requested: quantities(cluster, &ssn.fairness.requested(id)),
+            ..api::QueueStatus::default()
+        };
+        for p in &queue.problems {
+            status.conditions.push(api::queue::QueueCondition {
+                type_: "Valid".to_owned(),
+                status: "False".to_owned(),
+                reason: Some("InvalidQueue".to_owned()),
+                message: Some(p.to_string()),
+                ..Default::default()
+            });
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        format!("{status:?}").hash(&mut h);
+        let fingerprint = h.finish();
+        if fingerprint != queue.observed_fingerprint {
+            let name = queue.name.clone();
+            if let Some(q) = ssn.cluster.queues.get_mut(id.0) {
+                q.observed_fingerprint = fingerprint;
+            }
+            decisions.queue_statuses.push(QueueStatus { name, status, fingerprint });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_civil_time() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_767_225_600_000), "2026-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400_000 + 3_723_000), "2000-02-29T01:02:03Z");
+    }
+
+    #[test]
+    fn phases_follow_the_seed_table() {
+        let c = |running, bound, pending, succeeded, failed| Counts { running, bound, pipelined: 0, pending, succeeded, failed, releasing: 0 };
+        assert_eq!(phase(c(0, 0, 4, 0, 0), 4, false, false, false), PodGroupPhase::Pending);
+        assert_eq!(phase(c(0, 4, 0, 0, 0), 4, true, false, false), PodGroupPhase::Scheduled);
+        assert_eq!(phase(c(4, 0, 0, 0, 0), 4, true, false, false), PodGroupPhase::Running);
+        assert_eq!(phase(c(0, 0, 0, 4, 0), 4, false, false, false), PodGroupPhase::Finished);
+        assert_eq!(phase(c(0, 0, 0, 1, 3), 4, false, false, false), PodGroupPhase::Failed);
+        assert_eq!(phase(c(0, 0, 8, 0, 0), 8, false, true, false), PodGroupPhase::Failed);
+        let pipelined = Counts { pipelined: 4, ..Counts::default() };
+        assert_eq!(phase(pipelined, 4, true, false, false), PodGroupPhase::PreScheduling);
+    }
+}

@@ -1,0 +1,496 @@
+//! A pure in-memory cluster simulator: builders for nodes, queues and gangs, and rounds of scheduling
+//! cycles with the API server and kubelets played by simple rules between rounds (KAI's multi-round test
+//! harness): a bind becomes a running pod, an eviction becomes a pod recreated by its controller
+//! (pending, no node), a reservation stays until its gang is bound or it lapses.
+//!
+//! Used by the scenario tests, the benchmarks and `what-if` tooling; it goes through the same model API
+//! as the watch cache, so what it exercises is what runs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::cycle::{self, CycleResult};
+use crate::framework::decisions::Decisions;
+use crate::model::constraints::{Constraints, Taint, TaintEffect, Toleration};
+use crate::model::group::{GroupKind, SubGroupDecl};
+use crate::model::queue::QueueResourceSpec;
+use crate::model::resources::{CPU, GPU, MEMORY, PODS};
+use crate::model::{ApiView, Cluster, GpuRequest, Group, GroupKey, Millis, NodeUpdate, PodUpdate, Queue, Resources, TaskStatus};
+
+/// GiB in bytes.
+pub const GI: i64 = 1 << 30;
+
+/// A simulated cluster and clock.
+pub struct Sim {
+    /// The model.
+    pub cluster: Cluster,
+    /// Configuration.
+    pub config: Config,
+    /// Simulated time.
+    pub now: Millis,
+    /// Decisions of every round, in order.
+    pub history: Vec<Decisions>,
+    /// Pods evicted so far (namespace/name).
+    pub evicted: Vec<String>,
+    /// The last cycle's result.
+    pub last: Option<CycleResult>,
+    uid: u64,
+}
+
+impl Default for Sim {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Builder of a gang and its pods.
+#[derive(Clone, Debug)]
+pub struct GangSpec {
+    name: String,
+    namespace: String,
+    queue: String,
+    pods: u32,
+    min: u32,
+    max: Option<u32>,
+    request: Resources,
+    gpu: GpuRequest,
+    priority: Option<i32>,
+    priority_class: Option<String>,
+    preemptible: Option<bool>,
+    selector: Vec<(String, String)>,
+    tolerations: Vec<Toleration>,
+    subgroups: Vec<(String, u32, Option<String>, u32)>,
+    parent: Option<String>,
+    running_on: Vec<String>,
+    created: Millis,
+    timeout: Option<i64>,
+    kind: GroupKind,
+    min_resources: Option<Resources>,
+    topology: Option<(String, Option<String>, Option<String>)>,
+}
+
+impl GangSpec {
+    /// A gang of `pods` one-GPU pods needing all of them.
+    #[must_use]
+    pub fn new(name: &str, queue: &str, pods: u32) -> Self {
+        Self {
+            name: name.to_owned(),
+            namespace: "ns".to_owned(),
+            queue: queue.to_owned(),
+            pods,
+            min: pods,
+            max: None,
+            request: Resources::new(1000, GI, 0),
+            gpu: GpuRequest::Whole(1),
+            priority: None,
+            priority_class: None,
+            preemptible: None,
+            selector: Vec::new(),
+            tolerations: Vec::new(),
+            subgroups: Vec::new(),
+            parent: None,
+            running_on: Vec::new(),
+            created: 0,
+            timeout: None,
+            kind: GroupKind::Kai,
+            min_resources: None,
+            topology: None,
+        }
+    }
+    /// minMember.
+    #[must_use]
+    pub fn min(mut self, min: u32) -> Self {
+        self.min = min;
+        self
+    }
+    /// maxMember.
+    #[must_use]
+    pub fn max(mut self, max: u32) -> Self {
+        self.max = Some(max);
+        self
+    }
+    /// Whole GPUs per pod.
+    #[must_use]
+    pub fn gpus(mut self, n: u32) -> Self {
+        self.gpu = if n == 0 { GpuRequest::None } else { GpuRequest::Whole(n) };
+        self
+    }
+    /// A GPU fraction per pod (thousandths).
+    #[must_use]
+    pub fn fraction(mut self, milli: u32) -> Self {
+        self.gpu = GpuRequest::Fraction { milli, devices: 1 };
+        self
+    }
+    /// CPU millicores and memory GiB per pod.
+    #[must_use]
+    pub fn cpu_mem(mut self, cpu_milli: i64, mem_gi: i64) -> Self {
+        self.request.0[CPU] = cpu_milli;
+        self.request.0[MEMORY] = mem_gi * GI;
+        self
+    }
+    /// Integer priority.
+    #[must_use]
+    pub fn priority(mut self, p: i32) -> Self {
+        self.priority = Some(p);
+        self
+    }
+    /// Priority class name.
+    #[must_use]
+    pub fn priority_class(mut self, p: &str) -> Self {
+        self.priority_class = Some(p.to_owned());
+        self
+    }
+    /// Explicit preemptibility.
+    #[must_use]
+    pub fn preemptible(mut self, p: bool) -> Self {
+        self.preemptible = Some(p);
+        self
+    }
+    /// Node selector entry.
+    #[must_use]
+    pub fn selector(mut self, k: &str, v: &str) -> Self {
+        self.selector.push((k.to_owned(), v.to_owned()));
+        self
+    }
+    /// Tolerates a taint key (any value, any effect).
+    #[must_use]
+    pub fn tolerate(mut self, key: &str) -> Self {
+        self.tolerations.push(Toleration { key: key.to_owned(), exists: true, value: String::new(), effect: None });
+        self
+    }
+    /// A sub-group: name, minMember, parent, pods labelled with it.
+    #[must_use]
+    pub fn subgroup(mut self, name: &str, min: u32, parent: Option<&str>, pods: u32) -> Self {
+        self.subgroups.push((name.to_owned(), min, parent.map(str::to_owned), pods));
+        self
+    }
+    /// `parentPodGroup`.
+    #[must_use]
+    pub fn parent(mut self, p: &str) -> Self {
+        self.parent = Some(p.to_owned());
+        self
+    }
+    /// Its first pods already run on these nodes.
+    #[must_use]
+    pub fn running_on(mut self, nodes: &[&str]) -> Self {
+        self.running_on = nodes.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+    /// Creation time.
+    #[must_use]
+    pub fn created(mut self, ms: Millis) -> Self {
+        self.created = ms;
+        self
+    }
+    /// `scheduleTimeoutSeconds`.
+    #[must_use]
+    pub fn timeout(mut self, secs: i64) -> Self {
+        self.timeout = Some(secs);
+        self
+    }
+    /// A Volcano PodGroup with `minResources`.
+    #[must_use]
+    pub fn volcano(mut self, min_resources: Option<Resources>) -> Self {
+        self.kind = GroupKind::Volcano;
+        self.min_resources = min_resources;
+        self
+    }
+    /// Namespace.
+    #[must_use]
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.namespace = ns.to_owned();
+        self
+    }
+    /// Topology constraint: topology name, required level, preferred level.
+    #[must_use]
+    pub fn topology(mut self, topology: &str, required: Option<&str>, preferred: Option<&str>) -> Self {
+        self.topology = Some((topology.to_owned(), required.map(str::to_owned), preferred.map(str::to_owned)));
+        self
+    }
+}
+
+impl Sim {
+    /// An empty cluster with the default queues and priority classes.
+    #[must_use]
+    pub fn new() -> Self {
+        let mut cluster = Cluster::default();
+        for (name, value) in api::keys::PRIORITY_CLASSES {
+            cluster.apply_priority_class(name, value, false);
+        }
+        Self { cluster, config: Config::default(), now: 1_000_000, history: Vec::new(), evicted: Vec::new(), last: None, uid: 0 }
+    }
+
+    /// Adds a node with CPU millicores, memory GiB and GPUs.
+    pub fn node(&mut self, name: &str, cpu_milli: i64, mem_gi: i64, gpus: i64) -> &mut Self {
+        self.node_with(name, cpu_milli, mem_gi, gpus, &[], &[])
+    }
+
+    /// Adds a node with labels and `NoSchedule` taint keys.
+    pub fn node_with(
+        &mut self,
+        name: &str,
+        cpu_milli: i64,
+        mem_gi: i64,
+        gpus: i64,
+        labels: &[(&str, &str)],
+        taints: &[&str],
+    ) -> &mut Self {
+        let allocatable = Resources::new(cpu_milli, mem_gi * GI, gpus * 1000).with(PODS, 110);
+        self.cluster.apply_node(NodeUpdate {
+            name: name.into(),
+            labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<BTreeMap<_, _>>(),
+            taints: taints
+                .iter()
+                .map(|k| Taint { key: (*k).to_owned(), value: String::new(), effect: TaintEffect::NoSchedule })
+                .collect(),
+            ready: true,
+            unschedulable: false,
+            allocatable,
+            gpu_memory_mib: Some(80_000),
+        });
+        self
+    }
+
+    /// Adds `n` identical GPU nodes `prefix-0..`.
+    pub fn nodes(&mut self, prefix: &str, n: usize, gpus: i64) -> &mut Self {
+        for i in 0..n {
+            self.node(&format!("{prefix}-{i}"), 64_000, 256, gpus);
+        }
+        self
+    }
+
+    /// Adds a queue with GPU quota, limit and weight (others unlimited).
+    pub fn queue(&mut self, name: &str, parent: Option<&str>, gpu_quota: f64, gpu_limit: f64, weight: f64) -> &mut Self {
+        let mut q = Queue::new(name);
+        q.parent_name = parent.map(Into::into);
+        q.resources[GPU] = QueueResourceSpec { quota: gpu_quota, limit: gpu_limit, weight };
+        q.created = i64::try_from(self.cluster.queues.len()).unwrap_or_default();
+        self.cluster.apply_queue(q);
+        self
+    }
+
+    /// Adds a queue as given.
+    pub fn queue_spec(&mut self, q: Queue) -> &mut Self {
+        self.cluster.apply_queue(q);
+        self
+    }
+
+    fn next_uid(&mut self) -> Arc<str> {
+        self.uid += 1;
+        format!("uid-{}", self.uid).into()
+    }
+
+    /// Adds a gang and its pods.
+    pub fn gang(&mut self, spec: GangSpec) -> &mut Self {
+        let key = GroupKey { kind: spec.kind, namespace: spec.namespace.as_str().into(), name: spec.name.as_str().into() };
+        let mut group = Group::new(key.clone(), &spec.queue, spec.min);
+        group.uid = self.next_uid();
+        group.max_member = spec.max;
+        group.explicit_priority = spec.priority;
+        group.priority_class = spec.priority_class.as_deref().map(Into::into);
+        group.explicit_preemptible = spec.preemptible;
+        group.parent_name = spec.parent.as_deref().map(Into::into);
+        group.created = spec.created;
+        group.schedule_timeout_secs = spec.timeout;
+        group.min_resources = spec.min_resources;
+        group.topology_spec = spec.topology.clone();
+        for (name, min, parent, _) in &spec.subgroups {
+            let parent = parent.as_ref().and_then(|p| spec.subgroups.iter().position(|s| &s.0 == p));
+            group.subgroups.push(SubGroupDecl { name: name.as_str().into(), min_member: *min, parent, topology: None });
+            group.subgroup_topology_specs.push(None);
+        }
+        self.cluster.apply_group(group);
+        let constraints = Constraints {
+            node_selector: spec.selector.clone(),
+            affinity_terms: Vec::new(),
+            tolerations: spec.tolerations.clone(),
+        };
+        let mut request = spec.request.with(PODS, 1);
+        if let GpuRequest::Whole(n) = spec.gpu {
+            request.0[GPU] = i64::from(n) * 1000;
+        }
+        let labelled: Vec<(String, u32)> = spec.subgroups.iter().map(|s| (s.0.clone(), s.3)).collect();
+        let total = if labelled.is_empty() { spec.pods } else { labelled.iter().map(|s| s.1).sum() };
+        let mut subgroup_of = Vec::new();
+        for (name, n) in &labelled {
+            for _ in 0..*n {
+                subgroup_of.push(Some(name.clone()));
+            }
+        }
+        for i in 0..total {
+            let running = spec.running_on.get(i as usize);
+            let uid = self.next_uid();
+            self.cluster.apply_pod(PodUpdate {
+                uid,
+                namespace: key.namespace.clone(),
+                name: format!("{}-{i}", spec.name).into(),
+                ours: true,
+                group_key: Some(key.clone()),
+                subgroup: subgroup_of.get(i as usize).cloned().flatten().map(Into::into),
+                request,
+                gpu: spec.gpu,
+                constraints: constraints.clone(),
+                api: match running {
+                    Some(node) => ApiView { status: TaskStatus::Running, node_name: Some(node.as_str().into()) },
+                    None => ApiView { status: TaskStatus::Pending, node_name: None },
+                },
+                gpu_groups: Vec::new(),
+                task_order: 0,
+                created: spec.created + i64::from(i),
+                problem: None,
+            });
+        }
+        self
+    }
+
+    /// Adds a pod of another scheduler running on a node.
+    pub fn foreign_pod(&mut self, name: &str, node: &str, cpu_milli: i64, gpus: i64) -> &mut Self {
+        let uid = self.next_uid();
+        self.cluster.apply_pod(PodUpdate {
+            uid,
+            namespace: "other".into(),
+            name: name.into(),
+            ours: false,
+            group_key: None,
+            subgroup: None,
+            request: Resources::new(cpu_milli, 0, gpus * 1000).with(PODS, 1),
+            gpu: if gpus > 0 { GpuRequest::Whole(u32::try_from(gpus).unwrap_or(0)) } else { GpuRequest::None },
+            constraints: Constraints::default(),
+            api: ApiView { status: TaskStatus::Running, node_name: Some(node.into()) },
+            gpu_groups: Vec::new(),
+            task_order: 0,
+            created: 0,
+            problem: None,
+        });
+        self
+    }
+
+    /// Runs one cycle, then lets the simulated API server and kubelets react.
+    pub fn round(&mut self) -> &CycleResult {
+        let result = cycle::run(&mut self.cluster, &self.config, self.now);
+        self.settle(&result.decisions);
+        self.history.push(result.decisions.clone());
+        self.now += 1000;
+        self.last.replace(result);
+        self.last.as_ref().expect("invariant: just set")
+    }
+
+    /// Runs `n` rounds.
+    pub fn rounds(&mut self, n: usize) -> &mut Self {
+        for _ in 0..n {
+            self.round();
+        }
+        self
+    }
+
+    /// Applies decisions the way a cluster would: binds land and run; evicted pods are recreated
+    /// pending by their controller.
+    fn settle(&mut self, d: &Decisions) {
+        for b in &d.binds {
+            if let Some(id) = self.cluster.task_id(&b.uid) {
+                let mut update = self.pod_update(id);
+                update.api = ApiView { status: TaskStatus::Running, node_name: Some(b.node.clone()) };
+                update.gpu_groups.clone_from(&b.gpu_groups);
+                self.cluster.apply_pod(update);
+            }
+        }
+        for e in &d.evictions {
+            if let Some(id) = self.cluster.task_id(&e.uid) {
+                self.evicted.push(format!("{}/{}", e.namespace, e.name));
+                let mut update = self.pod_update(id);
+                self.cluster.remove_pod(&e.uid);
+                update.uid = self.next_uid();
+                update.api = ApiView { status: TaskStatus::Pending, node_name: None };
+                update.gpu_groups.clear();
+                self.cluster.apply_pod(update);
+            }
+        }
+        for s in &d.group_statuses {
+            if let Some(g) = self.cluster.group_id(&s.key) {
+                let mut group = self.cluster.group(g).clone();
+                group.observed.status = Some(s.status.clone());
+                group.observed.fingerprint = s.fingerprint;
+                self.cluster.apply_group(group);
+            }
+        }
+    }
+
+    /// The update that reproduces a task as it is.
+    fn pod_update(&self, id: crate::model::TaskId) -> PodUpdate {
+        let t = self.cluster.task(id);
+        PodUpdate {
+            uid: t.uid.clone(),
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+            ours: t.ours,
+            group_key: t.group_key.clone(),
+            subgroup: t.subgroup.clone(),
+            request: t.request,
+            gpu: t.gpu,
+            constraints: self.cluster.constraints.get(t.constraints).clone(),
+            api: t.api.clone(),
+            gpu_groups: t.gpu_groups.clone(),
+            task_order: t.task_order,
+            created: t.created,
+            problem: t.problem.clone(),
+        }
+    }
+
+    /// Completes a pod (it succeeded).
+    pub fn complete(&mut self, namespace: &str, name: &str) -> &mut Self {
+        let id = self.cluster.tasks.iter().find(|(_, t)| &*t.namespace == namespace && &*t.name == name).map(|(i, _)| crate::model::TaskId(i));
+        if let Some(id) = id {
+            let mut update = self.pod_update(id);
+            update.api = ApiView { status: TaskStatus::Succeeded, node_name: update.api.node_name };
+            self.cluster.apply_pod(update);
+        }
+        self
+    }
+
+    /// Status of every pod of a gang, by pod name: (status, node).
+    #[must_use]
+    pub fn pods(&self, gang: &str) -> BTreeMap<String, (TaskStatus, Option<String>)> {
+        self.cluster
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.group_key.as_ref().is_some_and(|k| &*k.name == gang))
+            .map(|(_, t)| (t.name.to_string(), (t.status, t.node.map(|n| self.cluster.node(n).name.to_string()))))
+            .collect()
+    }
+
+    /// How many pods of a gang are in a status.
+    #[must_use]
+    pub fn count(&self, gang: &str, status: TaskStatus) -> usize {
+        self.pods(gang).values().filter(|(s, _)| *s == status).count()
+    }
+
+    /// Pods of a gang running or bound, by node.
+    #[must_use]
+    pub fn placement(&self, gang: &str) -> BTreeMap<String, usize> {
+        let mut by_node = BTreeMap::new();
+        for (status, node) in self.pods(gang).values() {
+            if let (true, Some(n)) = (status.is_active_allocated(), node) {
+                *by_node.entry(n.clone()).or_default() += 1;
+            }
+        }
+        by_node
+    }
+
+    /// The last status written for a gang.
+    #[must_use]
+    pub fn status(&self, gang: &str) -> Option<api::PodGroupStatus> {
+        let (_, g) = self.cluster.groups.iter().find(|(_, g)| &*g.key.name == gang)?;
+        g.observed.status.clone()
+    }
+
+    /// The message of the gang's Unschedulable condition.
+    #[must_use]
+    pub fn why(&self, gang: &str) -> Option<String> {
+        self.status(gang)?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == crate::framework::status::condition::UNSCHEDULABLE)
+            .and_then(|c| c.message)
+    }
+}
