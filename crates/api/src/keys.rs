@@ -60,8 +60,12 @@ pub const PREEMPTIBILITY_LABEL: &str = "kai.scheduler/preemptibility";
 pub const TASK_PRIORITY_LABEL: &str = "kai.scheduler/task-priority";
 
 /// The four priority classes the chart installs, with their values.
-pub const PRIORITY_CLASSES: [(&str, i32); 4] =
-    [("train", 50), ("build-preemptible", 75), ("build", 100), ("inference", 125)];
+pub const PRIORITY_CLASSES: [(&str, i32); 4] = [
+    ("train", 50),
+    ("build-preemptible", 75),
+    ("build", 100),
+    ("inference", 125),
+];
 
 /// Priority at or above which a group is non-preemptible unless `spec.preemptibility` says otherwise.
 pub const NON_PREEMPTIBLE_PRIORITY: i32 = 100;

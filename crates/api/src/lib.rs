@@ -36,10 +36,22 @@ pub struct CrdFile {
 #[must_use]
 pub fn crds() -> Vec<CrdFile> {
     vec![
-        CrdFile { path: "podgroups.scheduling.run.ai.yaml", crd: podgroup::crd() },
-        CrdFile { path: "queues.scheduling.run.ai.yaml", crd: tidy(Queue::crd()) },
-        CrdFile { path: "topologies.kai.scheduler.yaml", crd: tidy(Topology::crd()) },
-        CrdFile { path: "volcano/podgroups.scheduling.volcano.sh.yaml", crd: tidy(VolcanoPodGroup::crd()) },
+        CrdFile {
+            path: "podgroups.scheduling.run.ai.yaml",
+            crd: podgroup::crd(),
+        },
+        CrdFile {
+            path: "queues.scheduling.run.ai.yaml",
+            crd: tidy(Queue::crd()),
+        },
+        CrdFile {
+            path: "topologies.kai.scheduler.yaml",
+            crd: tidy(Topology::crd()),
+        },
+        CrdFile {
+            path: "volcano/podgroups.scheduling.volcano.sh.yaml",
+            crd: tidy(VolcanoPodGroup::crd()),
+        },
     ]
 }
 
@@ -49,7 +61,8 @@ fn tidy(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     fn strip(value: &mut serde_json::Value) {
         match value {
             serde_json::Value::Object(map) => {
-                let is_quantity = map.get("x-kubernetes-int-or-string") == Some(&serde_json::Value::Bool(true));
+                let is_quantity =
+                    map.get("x-kubernetes-int-or-string") == Some(&serde_json::Value::Bool(true));
                 if is_quantity {
                     map.remove("description");
                 }

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, CustomResourceDefinitionVersion,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -361,7 +361,8 @@ impl PodGroupSpec {
     /// The effective gang minimum (KAI: `max(minMember, 1)`).
     #[must_use]
     pub fn effective_min_member(&self) -> u32 {
-        self.min_member.map_or(1, |m| u32::try_from(m).unwrap_or(0).max(1))
+        self.min_member
+            .map_or(1, |m| u32::try_from(m).unwrap_or(0).max(1))
     }
 }
 

@@ -51,7 +51,9 @@ fn parse(input: &str) -> Result<Parsed, QuantityError> {
         _ => (false, s),
     };
     // Split the numeric part from the suffix.
-    let num_end = body.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(body.len());
+    let num_end = body
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(body.len());
     let (number, suffix) = body.split_at(num_end);
     if number.is_empty() || number == "." || number.matches('.').count() > 1 {
         return Err(malformed());
@@ -93,14 +95,23 @@ fn parse(input: &str) -> Result<Parsed, QuantityError> {
             exp10 += value;
         }
     }
-    Ok(Parsed { negative, mantissa, exp10, exp2 })
+    Ok(Parsed {
+        negative,
+        mantissa,
+        exp10,
+        exp2,
+    })
 }
 
 /// `ceil(p × 10^shift)` as a signed integer (rounding away from zero is what Kubernetes does for
 /// positive values; negatives round towards zero, which only matters for nonsense input).
 fn scaled(p: Parsed, shift: i32, input: &str) -> Result<i64, QuantityError> {
     let overflow = || QuantityError::Overflow(input.to_owned());
-    let mut value = p.mantissa.checked_shl(p.exp2).filter(|v| v >> p.exp2 == p.mantissa).ok_or_else(overflow)?;
+    let mut value = p
+        .mantissa
+        .checked_shl(p.exp2)
+        .filter(|v| v >> p.exp2 == p.mantissa)
+        .ok_or_else(overflow)?;
     let exp = p.exp10 + shift;
     if exp >= 0 {
         for _ in 0..exp {
@@ -157,14 +168,21 @@ pub fn gpu_fraction_milli(annotation: &str) -> Result<u32, QuantityError> {
 pub fn positive_count(what: &'static str, annotation: &str) -> Result<u32, QuantityError> {
     match annotation.trim().parse::<u32>() {
         Ok(n) if n >= 1 => Ok(n),
-        _ => Err(QuantityError::NotPositive { what, value: annotation.to_owned() }),
+        _ => Err(QuantityError::NotPositive {
+            what,
+            value: annotation.to_owned(),
+        }),
     }
 }
 
 /// Formats milli-units as the shortest exact quantity: 500 → `500m`, 2000 → `2`.
 #[must_use]
 pub fn format_milli(milli: i64) -> String {
-    if milli % 1000 == 0 { (milli / 1000).to_string() } else { format!("{milli}m") }
+    if milli % 1000 == 0 {
+        (milli / 1000).to_string()
+    } else {
+        format!("{milli}m")
+    }
 }
 
 #[cfg(test)]
@@ -199,7 +217,10 @@ mod tests {
             assert!(milli_value(text).is_err(), "{text:?} should be rejected");
         }
         assert!(matches!(value("1e300"), Err(QuantityError::Overflow(_))));
-        assert!(matches!(value("99999999999999999999999Ei"), Err(QuantityError::Overflow(_))));
+        assert!(matches!(
+            value("99999999999999999999999Ei"),
+            Err(QuantityError::Overflow(_))
+        ));
     }
 
     #[test]

@@ -34,12 +34,17 @@ fn normalize(value: Value) -> Value {
 }
 
 fn roundtrip<T: DeserializeOwned + Serialize>(doc: &Value, file: &Path) {
-    let typed: T = serde_json::from_value(doc.clone())
-        .unwrap_or_else(|e| panic!("{}: {e}\n{doc:#}", file.display()));
+    let typed: T =
+        serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{}: {e}\n{doc:#}", file.display()));
     let mut back = serde_json::to_value(&typed).expect("serialize");
     // One Rust type serves both PodGroup versions; the served version is the server's business.
     back["apiVersion"] = doc["apiVersion"].clone();
-    assert_eq!(normalize(back), normalize(doc.clone()), "{} does not round-trip", file.display());
+    assert_eq!(
+        normalize(back),
+        normalize(doc.clone()),
+        "{} does not round-trip",
+        file.display()
+    );
 }
 
 #[test]
@@ -69,7 +74,11 @@ fn seed_and_kai_objects_roundtrip() {
         }
     }
     // 7 seed PodGroups + 2 KAI-shaped ones; 2 seed queues + 2 default queues; 1 Volcano PodGroup.
-    assert_eq!(counts, [9, 4, 1], "fixture objects seen (PodGroup, Queue, Volcano PodGroup)");
+    assert_eq!(
+        counts,
+        [9, 4, 1],
+        "fixture objects seen (PodGroup, Queue, Volcano PodGroup)"
+    );
 }
 
 #[test]
@@ -90,6 +99,7 @@ fn seed_fields_land_in_typed_fields() {
 
 #[test]
 fn unknown_phase_written_by_another_tool_still_parses() {
-    let status: kai_api::PodGroupStatus = serde_json::from_value(serde_json::json!({"phase": "Inqueue"})).unwrap();
+    let status: kai_api::PodGroupStatus =
+        serde_json::from_value(serde_json::json!({"phase": "Inqueue"})).unwrap();
     assert_eq!(status.phase, Some(kai_api::PodGroupPhase::Unknown));
 }

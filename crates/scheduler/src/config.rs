@@ -104,7 +104,10 @@ pub struct ProportionArgs {
 
 impl Default for ProportionArgs {
     fn default() -> Self {
-        Self { k_value: 1.0, reclaimer_saturation_multiplier: 1.0 }
+        Self {
+            k_value: 1.0,
+            reclaimer_saturation_multiplier: 1.0,
+        }
     }
 }
 
@@ -154,7 +157,9 @@ pub struct StaleGangArgs {
 
 impl Default for StaleGangArgs {
     fn default() -> Self {
-        Self { grace_period: Duration::from_secs(60) }
+        Self {
+            grace_period: Duration::from_secs(60),
+        }
     }
 }
 
@@ -183,7 +188,9 @@ pub struct PipeliningArgs {
 
 impl Default for PipeliningArgs {
     fn default() -> Self {
-        Self { reservation_ttl: Duration::from_secs(300) }
+        Self {
+            reservation_ttl: Duration::from_secs(300),
+        }
     }
 }
 
@@ -228,7 +235,10 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self { actions: default_actions(), plugins: Plugins::default() }
+        Self {
+            actions: default_actions(),
+            plugins: Plugins::default(),
+        }
     }
 }
 
@@ -262,7 +272,10 @@ impl Config {
     /// # Errors
     /// When it cannot be read or is invalid.
     pub fn load(path: &str) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         Self::from_yaml(&text)
     }
 
@@ -270,12 +283,18 @@ impl Config {
         let mut seen = std::collections::HashSet::new();
         for a in &self.actions {
             if !seen.insert(a) {
-                return Err(ConfigError::Invalid(format!("action {} is listed twice", a.as_str())));
+                return Err(ConfigError::Invalid(format!(
+                    "action {} is listed twice",
+                    a.as_str()
+                )));
             }
         }
         let p = &self.plugins.proportion;
         if !(p.k_value.is_finite() && p.k_value >= 0.0) {
-            return Err(ConfigError::Invalid(format!("proportion.kValue must be a number >= 0, got {}", p.k_value)));
+            return Err(ConfigError::Invalid(format!(
+                "proportion.kValue must be a number >= 0, got {}",
+                p.k_value
+            )));
         }
         if !(p.reclaimer_saturation_multiplier.is_finite() && p.reclaimer_saturation_multiplier >= 1.0) {
             return Err(ConfigError::Invalid(format!(
@@ -308,11 +327,15 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h)"));
     }
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         let (number, tail) = rest.split_at(digits);
         let unit_len = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
         let (unit, next) = tail.split_at(unit_len);
-        let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h)"))?;
+        let value: f64 = number
+            .parse()
+            .map_err(|_| format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h)"))?;
         let secs = match unit {
             "ms" => value / 1000.0,
             "s" => value,
@@ -330,9 +353,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[must_use]
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         format!("{ms}ms")
-    } else if ms % 60_000 != 0 || ms == 0 {
+    } else if !ms.is_multiple_of(60_000) || ms == 0 {
         format!("{}s", ms / 1000)
     } else {
         format!("{}m", ms / 60_000)
@@ -372,17 +395,29 @@ mod tests {
 
     #[test]
     fn unknown_names_stop_startup_with_a_clear_message() {
-        let e = Config::from_yaml("actions: [allocate, backfill]").unwrap_err().to_string();
+        let e = Config::from_yaml("actions: [allocate, backfill]")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown variant `backfill`"), "{e}");
-        let e = Config::from_yaml("plugins: {binpackk: {}}").unwrap_err().to_string();
+        let e = Config::from_yaml("plugins: {binpackk: {}}")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown field `binpackk`"), "{e}");
-        let e = Config::from_yaml("plugins: {nodeplacement: {gpu: tight}}").unwrap_err().to_string();
+        let e = Config::from_yaml("plugins: {nodeplacement: {gpu: tight}}")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown variant `tight`"), "{e}");
-        let e = Config::from_yaml("plugins: {stalegangeviction: {gracePeriod: soon}}").unwrap_err().to_string();
+        let e = Config::from_yaml("plugins: {stalegangeviction: {gracePeriod: soon}}")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"soon\" is not a duration"), "{e}");
-        let e = Config::from_yaml("actions: [allocate, allocate]").unwrap_err().to_string();
+        let e = Config::from_yaml("actions: [allocate, allocate]")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("listed twice"), "{e}");
-        let e = Config::from_yaml("plugins: {proportion: {reclaimerSaturationMultiplier: 0.5}}").unwrap_err().to_string();
+        let e = Config::from_yaml("plugins: {proportion: {reclaimerSaturationMultiplier: 0.5}}")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(">= 1"), "{e}");
     }
 

@@ -16,7 +16,10 @@ use crate::model::constraints::{Constraints, Taint, TaintEffect, Toleration};
 use crate::model::group::{GroupKind, SubGroupDecl};
 use crate::model::queue::QueueResourceSpec;
 use crate::model::resources::{CPU, GPU, MEMORY, PODS};
-use crate::model::{ApiView, Cluster, GpuRequest, Group, GroupKey, Millis, NodeUpdate, PodUpdate, Queue, Resources, TaskStatus};
+use crate::model::{
+    ApiView, Cluster, GpuRequest, Group, GroupKey, Millis, NodeUpdate, PodUpdate, Queue, Resources,
+    TaskStatus,
+};
 
 /// GiB in bytes.
 pub const GI: i64 = 1 << 30;
@@ -113,7 +116,11 @@ impl GangSpec {
     /// Whole GPUs per pod.
     #[must_use]
     pub fn gpus(mut self, n: u32) -> Self {
-        self.gpu = if n == 0 { GpuRequest::None } else { GpuRequest::Whole(n) };
+        self.gpu = if n == 0 {
+            GpuRequest::None
+        } else {
+            GpuRequest::Whole(n)
+        };
         self
     }
     /// A GPU fraction per pod (thousandths).
@@ -156,13 +163,19 @@ impl GangSpec {
     /// Tolerates a taint key (any value, any effect).
     #[must_use]
     pub fn tolerate(mut self, key: &str) -> Self {
-        self.tolerations.push(Toleration { key: key.to_owned(), exists: true, value: String::new(), effect: None });
+        self.tolerations.push(Toleration {
+            key: key.to_owned(),
+            exists: true,
+            value: String::new(),
+            effect: None,
+        });
         self
     }
     /// A sub-group: name, minMember, parent, pods labelled with it.
     #[must_use]
     pub fn subgroup(mut self, name: &str, min: u32, parent: Option<&str>, pods: u32) -> Self {
-        self.subgroups.push((name.to_owned(), min, parent.map(str::to_owned), pods));
+        self.subgroups
+            .push((name.to_owned(), min, parent.map(str::to_owned), pods));
         self
     }
     /// `parentPodGroup`.
@@ -205,7 +218,11 @@ impl GangSpec {
     /// Topology constraint: topology name, required level, preferred level.
     #[must_use]
     pub fn topology(mut self, topology: &str, required: Option<&str>, preferred: Option<&str>) -> Self {
-        self.topology = Some((topology.to_owned(), required.map(str::to_owned), preferred.map(str::to_owned)));
+        self.topology = Some((
+            topology.to_owned(),
+            required.map(str::to_owned),
+            preferred.map(str::to_owned),
+        ));
         self
     }
 }
@@ -218,7 +235,15 @@ impl Sim {
         for (name, value) in api::keys::PRIORITY_CLASSES {
             cluster.apply_priority_class(name, value, false);
         }
-        Self { cluster, config: Config::default(), now: 1_000_000, history: Vec::new(), evicted: Vec::new(), last: None, uid: 0 }
+        Self {
+            cluster,
+            config: Config::default(),
+            now: 1_000_000,
+            history: Vec::new(),
+            evicted: Vec::new(),
+            last: None,
+            uid: 0,
+        }
     }
 
     /// Adds a node with CPU millicores, memory GiB and GPUs.
@@ -239,10 +264,17 @@ impl Sim {
         let allocatable = Resources::new(cpu_milli, mem_gi * GI, gpus * 1000).with(PODS, 110);
         self.cluster.apply_node(NodeUpdate {
             name: name.into(),
-            labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<BTreeMap<_, _>>(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<BTreeMap<_, _>>(),
             taints: taints
                 .iter()
-                .map(|k| Taint { key: (*k).to_owned(), value: String::new(), effect: TaintEffect::NoSchedule })
+                .map(|k| Taint {
+                    key: (*k).to_owned(),
+                    value: String::new(),
+                    effect: TaintEffect::NoSchedule,
+                })
                 .collect(),
             ready: true,
             unschedulable: false,
@@ -261,10 +293,21 @@ impl Sim {
     }
 
     /// Adds a queue with GPU quota, limit and weight (others unlimited).
-    pub fn queue(&mut self, name: &str, parent: Option<&str>, gpu_quota: f64, gpu_limit: f64, weight: f64) -> &mut Self {
+    pub fn queue(
+        &mut self,
+        name: &str,
+        parent: Option<&str>,
+        gpu_quota: f64,
+        gpu_limit: f64,
+        weight: f64,
+    ) -> &mut Self {
         let mut q = Queue::new(name);
         q.parent_name = parent.map(Into::into);
-        q.resources[GPU] = QueueResourceSpec { quota: gpu_quota, limit: gpu_limit, weight };
+        q.resources[GPU] = QueueResourceSpec {
+            quota: gpu_quota,
+            limit: gpu_limit,
+            weight,
+        };
         q.created = i64::try_from(self.cluster.queues.len()).unwrap_or_default();
         self.cluster.apply_queue(q);
         self
@@ -283,7 +326,11 @@ impl Sim {
 
     /// Adds a gang and its pods.
     pub fn gang(&mut self, spec: GangSpec) -> &mut Self {
-        let key = GroupKey { kind: spec.kind, namespace: spec.namespace.as_str().into(), name: spec.name.as_str().into() };
+        let key = GroupKey {
+            kind: spec.kind,
+            namespace: spec.namespace.as_str().into(),
+            name: spec.name.as_str().into(),
+        };
         let mut group = Group::new(key.clone(), &spec.queue, spec.min);
         group.uid = self.next_uid();
         group.max_member = spec.max;
@@ -296,8 +343,15 @@ impl Sim {
         group.min_resources = spec.min_resources;
         group.topology_spec = spec.topology.clone();
         for (name, min, parent, _) in &spec.subgroups {
-            let parent = parent.as_ref().and_then(|p| spec.subgroups.iter().position(|s| &s.0 == p));
-            group.subgroups.push(SubGroupDecl { name: name.as_str().into(), min_member: *min, parent, topology: None });
+            let parent = parent
+                .as_ref()
+                .and_then(|p| spec.subgroups.iter().position(|s| &s.0 == p));
+            group.subgroups.push(SubGroupDecl {
+                name: name.as_str().into(),
+                min_member: *min,
+                parent,
+                topology: None,
+            });
             group.subgroup_topology_specs.push(None);
         }
         self.cluster.apply_group(group);
@@ -311,7 +365,11 @@ impl Sim {
             request.0[GPU] = i64::from(n) * 1000;
         }
         let labelled: Vec<(String, u32)> = spec.subgroups.iter().map(|s| (s.0.clone(), s.3)).collect();
-        let total = if labelled.is_empty() { spec.pods } else { labelled.iter().map(|s| s.1).sum() };
+        let total = if labelled.is_empty() {
+            spec.pods
+        } else {
+            labelled.iter().map(|s| s.1).sum()
+        };
         let mut subgroup_of = Vec::new();
         for (name, n) in &labelled {
             for _ in 0..*n {
@@ -332,8 +390,14 @@ impl Sim {
                 gpu: spec.gpu,
                 constraints: constraints.clone(),
                 api: match running {
-                    Some(node) => ApiView { status: TaskStatus::Running, node_name: Some(node.as_str().into()) },
-                    None => ApiView { status: TaskStatus::Pending, node_name: None },
+                    Some(node) => ApiView {
+                        status: TaskStatus::Running,
+                        node_name: Some(node.as_str().into()),
+                    },
+                    None => ApiView {
+                        status: TaskStatus::Pending,
+                        node_name: None,
+                    },
                 },
                 gpu_groups: Vec::new(),
                 task_order: 0,
@@ -355,9 +419,16 @@ impl Sim {
             group_key: None,
             subgroup: None,
             request: Resources::new(cpu_milli, 0, gpus * 1000).with(PODS, 1),
-            gpu: if gpus > 0 { GpuRequest::Whole(u32::try_from(gpus).unwrap_or(0)) } else { GpuRequest::None },
+            gpu: if gpus > 0 {
+                GpuRequest::Whole(u32::try_from(gpus).unwrap_or(0))
+            } else {
+                GpuRequest::None
+            },
             constraints: Constraints::default(),
-            api: ApiView { status: TaskStatus::Running, node_name: Some(node.into()) },
+            api: ApiView {
+                status: TaskStatus::Running,
+                node_name: Some(node.into()),
+            },
             gpu_groups: Vec::new(),
             task_order: 0,
             created: 0,
@@ -390,7 +461,10 @@ impl Sim {
         for b in &d.binds {
             if let Some(id) = self.cluster.task_id(&b.uid) {
                 let mut update = self.pod_update(id);
-                update.api = ApiView { status: TaskStatus::Running, node_name: Some(b.node.clone()) };
+                update.api = ApiView {
+                    status: TaskStatus::Running,
+                    node_name: Some(b.node.clone()),
+                };
                 update.gpu_groups.clone_from(&b.gpu_groups);
                 self.cluster.apply_pod(update);
             }
@@ -401,7 +475,10 @@ impl Sim {
                 let mut update = self.pod_update(id);
                 self.cluster.remove_pod(&e.uid);
                 update.uid = self.next_uid();
-                update.api = ApiView { status: TaskStatus::Pending, node_name: None };
+                update.api = ApiView {
+                    status: TaskStatus::Pending,
+                    node_name: None,
+                };
                 update.gpu_groups.clear();
                 self.cluster.apply_pod(update);
             }
@@ -439,10 +516,18 @@ impl Sim {
 
     /// Completes a pod (it succeeded).
     pub fn complete(&mut self, namespace: &str, name: &str) -> &mut Self {
-        let id = self.cluster.tasks.iter().find(|(_, t)| &*t.namespace == namespace && &*t.name == name).map(|(i, _)| crate::model::TaskId(i));
+        let id = self
+            .cluster
+            .tasks
+            .iter()
+            .find(|(_, t)| &*t.namespace == namespace && &*t.name == name)
+            .map(|(i, _)| crate::model::TaskId(i));
         if let Some(id) = id {
             let mut update = self.pod_update(id);
-            update.api = ApiView { status: TaskStatus::Succeeded, node_name: update.api.node_name };
+            update.api = ApiView {
+                status: TaskStatus::Succeeded,
+                node_name: update.api.node_name,
+            };
             self.cluster.apply_pod(update);
         }
         self
@@ -455,7 +540,12 @@ impl Sim {
             .tasks
             .iter()
             .filter(|(_, t)| t.group_key.as_ref().is_some_and(|k| &*k.name == gang))
-            .map(|(_, t)| (t.name.to_string(), (t.status, t.node.map(|n| self.cluster.node(n).name.to_string()))))
+            .map(|(_, t)| {
+                (
+                    t.name.to_string(),
+                    (t.status, t.node.map(|n| self.cluster.node(n).name.to_string())),
+                )
+            })
             .collect()
     }
 

@@ -17,8 +17,16 @@ fn sim() -> Sim {
 fn assert_stable(s: &mut Sim) {
     for _ in 0..5 {
         let r = s.round();
-        assert!(r.decisions.binds.is_empty(), "unexpected binds: {:?}", r.decisions.binds);
-        assert!(r.decisions.evictions.is_empty(), "unexpected evictions: {:?}", r.decisions.evictions);
+        assert!(
+            r.decisions.binds.is_empty(),
+            "unexpected binds: {:?}",
+            r.decisions.binds
+        );
+        assert!(
+            r.decisions.evictions.is_empty(),
+            "unexpected evictions: {:?}",
+            r.decisions.evictions
+        );
     }
     s.cluster.check_invariants().unwrap();
 }
@@ -29,9 +37,16 @@ fn seed_003_no_partial_gang_then_all_when_room_appears() {
     s.nodes("gpu", 3, 2);
     s.gang(GangSpec::new("train", "q", 8));
     s.rounds(3);
-    assert_eq!(s.count("train", TaskStatus::Running), 0, "no pod of the gang may start");
+    assert_eq!(
+        s.count("train", TaskStatus::Running),
+        0,
+        "no pod of the gang may start"
+    );
     let why = s.why("train").expect("an Unschedulable condition");
-    assert!(why.starts_with("8 pods need 8 nvidia.com/gpu, 6 free on 3 nodes"), "{why}");
+    assert!(
+        why.starts_with("8 pods need 8 nvidia.com/gpu, 6 free on 3 nodes"),
+        "{why}"
+    );
     assert!(s.history.iter().all(|d| d.binds.is_empty()));
     // Two more GPUs join: the whole gang is bound in the next cycle.
     s.node("gpu-3", 64_000, 256, 2);
@@ -43,9 +58,16 @@ fn seed_003_no_partial_gang_then_all_when_room_appears() {
         r.decisions.events
     );
     assert_eq!(s.count("train", TaskStatus::Running), 8);
-    assert_eq!(s.status("train").unwrap().phase, Some(api::PodGroupPhase::Scheduled), "bound, not yet seen running");
+    assert_eq!(
+        s.status("train").unwrap().phase,
+        Some(api::PodGroupPhase::Scheduled),
+        "bound, not yet seen running"
+    );
     s.round();
-    assert_eq!(s.status("train").unwrap().phase, Some(api::PodGroupPhase::Running));
+    assert_eq!(
+        s.status("train").unwrap().phase,
+        Some(api::PodGroupPhase::Running)
+    );
     assert_stable(&mut s);
 }
 
@@ -67,7 +89,11 @@ fn elastic_gang_starts_at_min_and_grows_to_max() {
     s.nodes("gpu", 1, 4);
     s.gang(GangSpec::new("elastic", "q", 8).min(2).max(8));
     s.round();
-    assert_eq!(s.count("elastic", TaskStatus::Running), 4, "min 2, grows into the 4 free GPUs");
+    assert_eq!(
+        s.count("elastic", TaskStatus::Running),
+        4,
+        "min 2, grows into the 4 free GPUs"
+    );
     s.node("gpu-1", 64_000, 256, 4);
     s.round();
     assert_eq!(s.count("elastic", TaskStatus::Running), 8);
@@ -77,14 +103,21 @@ fn elastic_gang_starts_at_min_and_grows_to_max() {
 #[test]
 fn binpack_and_spread() {
     // KAI scenario 15: one 1-GPU pod already on node-1; a new one goes next to it (binpack) or away (spread).
-    for (strategy, expected) in [(PlacementStrategy::Binpack, "n1"), (PlacementStrategy::Spread, "n0")] {
+    for (strategy, expected) in [
+        (PlacementStrategy::Binpack, "n1"),
+        (PlacementStrategy::Spread, "n0"),
+    ] {
         let mut s = sim();
         s.config.plugins.nodeplacement.gpu = strategy;
         s.node("n0", 64_000, 256, 2).node("n1", 64_000, 256, 2);
         s.gang(GangSpec::new("old", "q", 1).running_on(&["n1"]));
         s.gang(GangSpec::new("new", "q", 1));
         s.round();
-        assert_eq!(s.placement("new").keys().cloned().collect::<Vec<_>>(), vec![expected.to_owned()], "{strategy:?}");
+        assert_eq!(
+            s.placement("new").keys().cloned().collect::<Vec<_>>(),
+            vec![expected.to_owned()],
+            "{strategy:?}"
+        );
     }
 }
 
@@ -99,7 +132,11 @@ fn cpu_pods_prefer_cpu_nodes_and_foreign_pods_use_capacity() {
     assert_eq!(s.placement("cpu").get("cpu-node"), Some(&2));
     s.gang(GangSpec::new("cpu2", "q", 1).gpus(0).cpu_mem(1_000, 1));
     s.round();
-    assert_eq!(s.placement("cpu2").get("gpu-node"), Some(&1), "CPU node full, falls back to a GPU node");
+    assert_eq!(
+        s.placement("cpu2").get("gpu-node"),
+        Some(&1),
+        "CPU node full, falls back to a GPU node"
+    );
 }
 
 #[test]
@@ -113,7 +150,11 @@ fn selectors_and_taints_are_respected_and_explained() {
     let why = s.why("wants-b").unwrap();
     assert!(why.contains("1 node selector zone=b does not match"), "{why}");
     assert!(why.contains("1 untolerated taint dedicated:NoSchedule"), "{why}");
-    s.gang(GangSpec::new("tolerant", "q", 2).selector("zone", "b").tolerate("dedicated"));
+    s.gang(
+        GangSpec::new("tolerant", "q", 2)
+            .selector("zone", "b")
+            .tolerate("dedicated"),
+    );
     s.round();
     assert_eq!(s.placement("tolerant").get("b"), Some(&2));
 }
@@ -124,10 +165,19 @@ fn hierarchical_podgroups_are_placed_whole_or_not_at_all() {
     let mut s = sim();
     s.node("cpu", 16_000, 64, 0).node("gpu", 64_000, 256, 2);
     s.gang(GangSpec::new("ml-pipeline", "q", 0).min(2));
-    s.gang(GangSpec::new("data-preprocessors", "q", 2).gpus(0).cpu_mem(2_000, 8).parent("ml-pipeline"));
+    s.gang(
+        GangSpec::new("data-preprocessors", "q", 2)
+            .gpus(0)
+            .cpu_mem(2_000, 8)
+            .parent("ml-pipeline"),
+    );
     s.gang(GangSpec::new("model-trainers", "q", 4).parent("ml-pipeline"));
     s.rounds(2);
-    assert_eq!(s.count("data-preprocessors", TaskStatus::Running), 0, "preprocessors wait for the trainers");
+    assert_eq!(
+        s.count("data-preprocessors", TaskStatus::Running),
+        0,
+        "preprocessors wait for the trainers"
+    );
     assert_eq!(s.count("model-trainers", TaskStatus::Running), 0);
     let why = s.why("ml-pipeline").unwrap();
     assert!(why.contains("nvidia.com/gpu"), "{why}");
@@ -143,7 +193,11 @@ fn subgroups_each_need_their_minimum() {
     // A RayCluster-like gang: head (1) + workers (min 4); 4 GPUs only: nothing starts.
     let mut s = sim();
     s.node("gpu", 64_000, 256, 4);
-    s.gang(GangSpec::new("ray", "q", 0).subgroup("headgroup", 1, None, 1).subgroup("workers", 4, None, 4));
+    s.gang(
+        GangSpec::new("ray", "q", 0)
+            .subgroup("headgroup", 1, None, 1)
+            .subgroup("workers", 4, None, 4),
+    );
     s.round();
     assert_eq!(s.count("ray", TaskStatus::Running), 0);
     s.node("gpu-2", 64_000, 256, 1);
@@ -162,7 +216,11 @@ fn schedule_timeout_moves_the_gang_to_failed_with_a_reason() {
     s.rounds(3);
     let status = s.status("slow").unwrap();
     assert_eq!(status.phase, Some(api::PodGroupPhase::Failed));
-    let timed_out = status.conditions.iter().find(|c| c.type_ == "TimedOut").expect("TimedOut condition");
+    let timed_out = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "TimedOut")
+        .expect("TimedOut condition");
     assert_eq!(timed_out.reason.as_deref(), Some("ScheduleTimeout"));
     assert!(s.why("slow").unwrap().contains("scheduleTimeoutSeconds (3s)"));
 }
@@ -184,7 +242,10 @@ fn queue_limit_waits_with_a_clear_condition() {
         "queue team-a would exceed its nvidia.com/gpu limit: limit 2 nvidia.com/gpu, allocated 2 nvidia.com/gpu, this gang asks for 2 nvidia.com/gpu"
     );
     let status = s.status("second").unwrap();
-    assert_eq!(status.scheduling_conditions[0].reasons[0].reason.as_deref(), Some("OverLimit"));
+    assert_eq!(
+        status.scheduling_conditions[0].reasons[0].reason.as_deref(),
+        Some("OverLimit")
+    );
 }
 
 #[test]
@@ -198,8 +259,15 @@ fn missing_queue_and_missing_pods_wait_with_conditions() {
     let lost = s.status("lost").unwrap();
     let invalid = lost.conditions.iter().find(|c| c.type_ == "Invalid").unwrap();
     assert_eq!(invalid.reason.as_deref(), Some("QueueDoesNotExist"));
-    assert!(s.why("lost").unwrap().contains("queue \"no-such-queue\" does not exist"));
-    assert_eq!(s.why("partial").unwrap(), "waiting for pods: the gang needs 4, 2 exist so far");
+    assert!(
+        s.why("lost")
+            .unwrap()
+            .contains("queue \"no-such-queue\" does not exist")
+    );
+    assert_eq!(
+        s.why("partial").unwrap(),
+        "waiting for pods: the gang needs 4, 2 exist so far"
+    );
     // The queue appears: the gang runs.
     s.queue("no-such-queue", Some("default-parent-queue"), -1.0, -1.0, 1.0);
     s.round();
@@ -211,11 +279,25 @@ fn volcano_min_resources_are_checked_against_free_capacity() {
     let mut s = sim();
     s.nodes("gpu", 1, 8);
     let min = Resources::new(16_000, 64 << 30, 1000);
-    s.gang(GangSpec::new("vc", "q", 8).gpus(0).cpu_mem(1_000, 1).volcano(Some(min.with(GPU, 10_000))));
+    s.gang(
+        GangSpec::new("vc", "q", 8)
+            .gpus(0)
+            .cpu_mem(1_000, 1)
+            .volcano(Some(min.with(GPU, 10_000))),
+    );
     s.round();
     assert_eq!(s.count("vc", TaskStatus::Running), 0);
-    assert!(s.why("vc").unwrap().starts_with("minResources ("), "{:?}", s.why("vc"));
-    s.gang(GangSpec::new("vc2", "q", 8).gpus(0).cpu_mem(1_000, 1).volcano(Some(min.with(CPU, 8_000))));
+    assert!(
+        s.why("vc").unwrap().starts_with("minResources ("),
+        "{:?}",
+        s.why("vc")
+    );
+    s.gang(
+        GangSpec::new("vc2", "q", 8)
+            .gpus(0)
+            .cpu_mem(1_000, 1)
+            .volcano(Some(min.with(CPU, 8_000))),
+    );
     s.round();
     assert_eq!(s.count("vc2", TaskStatus::Running), 8);
 }
@@ -229,6 +311,9 @@ fn a_bind_already_in_flight_is_not_decided_twice() {
     let first = kai_scheduler::cycle::run(&mut s.cluster, &s.config, s.now);
     assert_eq!(first.decisions.binds.len(), 4);
     let second = kai_scheduler::cycle::run(&mut s.cluster, &s.config, s.now + 1000);
-    assert!(second.decisions.binds.is_empty(), "assumed binds are not decided again");
+    assert!(
+        second.decisions.binds.is_empty(),
+        "assumed binds are not decided again"
+    );
     s.cluster.check_invariants().unwrap();
 }

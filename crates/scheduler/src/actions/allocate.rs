@@ -19,7 +19,10 @@ use crate::model::{Cluster, GpuRequest, Resources, TaskId, TaskStatus};
 #[must_use]
 pub fn task_order(cluster: &Cluster, a: TaskId, b: TaskId) -> Ordering {
     let (ta, tb) = (cluster.task(a), cluster.task(b));
-    tb.task_order.cmp(&ta.task_order).then(ta.created.cmp(&tb.created)).then(ta.name.cmp(&tb.name))
+    tb.task_order
+        .cmp(&ta.task_order)
+        .then(ta.created.cmp(&tb.created))
+        .then(ta.name.cmp(&tb.name))
 }
 
 /// Memory of a gang that did not fit, valid while nothing changed.
@@ -50,13 +53,14 @@ pub fn allocate(ssn: &mut Session<'_>) {
     while let Some(g) = queue.pop(ssn) {
         let version = gang_version(ssn, g);
         let root = ssn.gangs[g].root;
-        if let Some(memo) = ssn.cluster.memo.get(&root) {
-            if memo.epoch == ssn.epoch_at_open && memo.version == version {
-                let why = memo.why.clone();
-                ssn.stats.gangs_skipped_unchanged += 1;
-                ssn.explain(g, why);
-                continue;
-            }
+        if let Some(memo) = ssn.cluster.memo.get(&root)
+            && memo.epoch == ssn.epoch_at_open
+            && memo.version == version
+        {
+            let why = memo.why.clone();
+            ssn.stats.gangs_skipped_unchanged += 1;
+            ssn.explain(g, why);
+            continue;
         }
         ssn.stats.gangs_tried += 1;
         match try_allocate(ssn, g) {
@@ -67,7 +71,14 @@ pub fn allocate(ssn: &mut Session<'_>) {
                 }
             }
             Err(why) => {
-                ssn.cluster.memo.insert(root, Memo { epoch: ssn.epoch_at_open, version, why: why.clone() });
+                ssn.cluster.memo.insert(
+                    root,
+                    Memo {
+                        epoch: ssn.epoch_at_open,
+                        version,
+                        why: why.clone(),
+                    },
+                );
                 ssn.explain(g, why);
             }
         }
@@ -75,7 +86,11 @@ pub fn allocate(ssn: &mut Session<'_>) {
 }
 
 fn gang_version(ssn: &Session<'_>, g: usize) -> u64 {
-    ssn.gangs[g].groups.iter().map(|id| ssn.cluster.group(*id).version).sum()
+    ssn.gangs[g]
+        .groups
+        .iter()
+        .map(|id| ssn.cluster.group(*id).version)
+        .sum()
 }
 
 /// Whether a gang has pods to place (pending, or reserved and waiting to be bound).
@@ -83,7 +98,9 @@ fn has_work(ssn: &Session<'_>, g: usize) -> bool {
     let cluster = &*ssn.cluster;
     ssn.gangs[g].tasks().any(|t| {
         let task = cluster.task(t);
-        task.ours && matches!(task.status, TaskStatus::Pending | TaskStatus::Pipelined) && task.problem.is_none()
+        task.ours
+            && matches!(task.status, TaskStatus::Pending | TaskStatus::Pipelined)
+            && task.problem.is_none()
     })
 }
 
@@ -115,8 +132,10 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
     let was_satisfied = ssn.gangs[g].is_satisfied(ssn.cluster);
     // Reservations from earlier cycles are released and re-placed, preferring the same node.
     let mut nominated = std::collections::HashMap::new();
-    let reserved: Vec<TaskId> =
-        ssn.gangs[g].tasks().filter(|t| ssn.cluster.task(*t).status == TaskStatus::Pipelined).collect();
+    let reserved: Vec<TaskId> = ssn.gangs[g]
+        .tasks()
+        .filter(|t| ssn.cluster.task(*t).status == TaskStatus::Pipelined)
+        .collect();
     for t in reserved {
         if let Some(n) = ssn.cluster.task(t).node {
             nominated.insert(t, n);
@@ -132,7 +151,9 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
         return Ok(());
     }
     let gang = &ssn.gangs[g];
-    let queue = gang.queue.expect("invariant: blocked() filters gangs without a queue");
+    let queue = gang
+        .queue
+        .expect("invariant: blocked() filters gangs without a queue");
     let preemptible = gang.preemptible;
     let mut request = Resources::ZERO;
     for t in &tasks {
@@ -142,13 +163,14 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
         ssn.rollback(checkpoint);
         return Err(Why::Queue(gate));
     }
-    if !was_satisfied {
-        if let Some(min) = ssn.cluster.group(gang.root).min_resources {
-            let free = free_total(ssn.cluster);
-            if !min.fits_in(&free) {
-                ssn.rollback(checkpoint);
-                return Err(Why::MinResources { needed: min, free });
-            }
+    if !was_satisfied && let Some(min) = ssn.cluster.group(gang.root).min_resources {
+        let free = free_total(ssn.cluster);
+        if !min.fits_in(&free) {
+            ssn.rollback(checkpoint);
+            return Err(Why::MinResources {
+                needed: Box::new(min),
+                free: Box::new(free),
+            });
         }
     }
     let mut pipelined_any = false;
@@ -157,7 +179,14 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
         let found = {
             let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[g]);
             let own = |n| own_nominated(cluster, gang, n);
-            ssn.index.find(cluster, cluster.task(*t), &ssn.policy, None, &own, nominated.get(t).copied())
+            ssn.index.find(
+                cluster,
+                cluster.task(*t),
+                &ssn.policy,
+                None,
+                &own,
+                nominated.get(t).copied(),
+            )
         };
         match found {
             Some(p) if p.mode == Mode::Allocate => ssn.allocate(*t, p.node, p.gpu_groups),
@@ -174,7 +203,7 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
                 }
                 ssn.rollback(checkpoint);
                 fill_free(ssn, *t, &mut failure);
-                return Err(Why::NoFit(failure));
+                return Err(Why::NoFit(Box::new(failure)));
             }
         }
         placed.push(*t);
@@ -184,7 +213,10 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
         for t in &placed {
             let task = ssn.cluster.task(*t);
             if task.status == TaskStatus::Binding {
-                let (node, groups) = (task.node.expect("invariant: binding has a node"), task.gpu_groups.clone());
+                let (node, groups) = (
+                    task.node.expect("invariant: binding has a node"),
+                    task.gpu_groups.clone(),
+                );
                 ssn.pipeline(*t, node, groups);
             }
         }
@@ -211,11 +243,20 @@ fn free_total(cluster: &Cluster) -> Resources {
 
 /// How every node answers for the pod that fit nowhere (with the gang's earlier pods still placed).
 fn node_summary(ssn: &mut Session<'_>, g: usize, t: TaskId) -> FitFailure {
-    let mut failure = FitFailure { failed_pod: ssn.cluster.task(t).key(), pod_request: ssn.cluster.task(t).request, ..FitFailure::default() };
+    let mut failure = FitFailure {
+        failed_pod: ssn.cluster.task(t).key(),
+        pod_request: ssn.cluster.task(t).request,
+        ..FitFailure::default()
+    };
     if let GpuRequest::Fraction { milli, devices } = ssn.cluster.task(t).gpu {
         failure.pod_request.0[GPU] = i64::from(milli * devices);
     }
-    let ids: Vec<crate::model::NodeId> = ssn.cluster.nodes.iter().map(|(i, _)| crate::model::NodeId(i)).collect();
+    let ids: Vec<crate::model::NodeId> = ssn
+        .cluster
+        .nodes
+        .iter()
+        .map(|(i, _)| crate::model::NodeId(i))
+        .collect();
     for n in ids {
         failure.nodes += 1;
         let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[g]);
@@ -223,7 +264,12 @@ fn node_summary(ssn: &mut Session<'_>, g: usize, t: TaskId) -> FitFailure {
         let task = cluster.task(t);
         match ssn.index.check(cluster, task, &ssn.policy, n, &own) {
             Ok(p) if p.mode == Mode::Allocate => {}
-            Ok(_) => *failure.misses.entry(NodeMiss::Insufficient(main_slot(task.gpu))).or_default() += 1,
+            Ok(_) => {
+                *failure
+                    .misses
+                    .entry(NodeMiss::Insufficient(main_slot(task.gpu)))
+                    .or_default() += 1
+            }
             Err(miss) => *failure.misses.entry(miss).or_default() += 1,
         }
     }
@@ -238,13 +284,23 @@ fn main_slot(gpu: GpuRequest) -> usize {
 fn fill_free(ssn: &mut Session<'_>, t: TaskId, failure: &mut FitFailure) {
     let constraints = ssn.cluster.task(t).constraints;
     let slot = main_slot(ssn.cluster.task(t).gpu);
-    let ids: Vec<crate::model::NodeId> = ssn.cluster.nodes.iter().map(|(i, _)| crate::model::NodeId(i)).collect();
+    let ids: Vec<crate::model::NodeId> = ssn
+        .cluster
+        .nodes
+        .iter()
+        .map(|(i, _)| crate::model::NodeId(i))
+        .collect();
     for n in ids {
         if !ssn.index.eligibility.check(ssn.cluster, constraints, n) {
             continue;
         }
         failure.eligible_nodes += 1;
-        let free = ssn.cluster.node(n).available(&Resources::ZERO).0.max(&Resources::ZERO);
+        let free = ssn
+            .cluster
+            .node(n)
+            .available(&Resources::ZERO)
+            .0
+            .max(&Resources::ZERO);
         if free.0[slot] > 0 {
             failure.nodes_with_free += 1;
         }

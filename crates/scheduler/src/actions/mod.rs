@@ -9,6 +9,9 @@ use crate::framework::Session;
 pub fn run(ssn: &mut Session<'_>, action: ActionKind) {
     match action {
         ActionKind::Allocate => allocate::allocate(ssn),
-        ActionKind::Consolidation | ActionKind::Reclaim | ActionKind::Preempt | ActionKind::StaleGangEviction => {}
+        ActionKind::Consolidation
+        | ActionKind::Reclaim
+        | ActionKind::Preempt
+        | ActionKind::StaleGangEviction => {}
     }
 }

@@ -78,12 +78,12 @@ pub enum Why {
     /// Volcano `minResources` exceed what is free.
     MinResources {
         /// Needed.
-        needed: Resources,
+        needed: Box<Resources>,
         /// Free now in the cluster.
-        free: Resources,
+        free: Box<Resources>,
     },
     /// Some pod fits nowhere.
-    NoFit(FitFailure),
+    NoFit(Box<FitFailure>),
     /// `scheduleTimeoutSeconds` passed.
     TimedOut {
         /// The timeout.
@@ -131,7 +131,8 @@ impl Why {
                 format!("not scheduled within scheduleTimeoutSeconds ({after_secs}s); last reason: {last}")
             }
             Self::Pipelined => {
-                "resources are being freed for this gang (evictions under way); it is bound once they are".to_owned()
+                "resources are being freed for this gang (evictions under way); it is bound once they are"
+                    .to_owned()
             }
             Self::Elastic(m) => m.clone(),
         }
@@ -144,20 +145,36 @@ fn share_amount(names: &ResourceNames, slot: usize, v: f64) -> String {
         1 => " MB",
         _ => "",
     };
-    let v = if (v - v.round()).abs() < 1e-9 { format!("{}", v.round()) } else { format!("{v:.2}") };
+    let v = if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round())
+    } else {
+        format!("{v:.2}")
+    };
     format!("{v}{unit} {}", names.name(slot))
 }
 
 fn queue_message(gate: &QueueGate, names: &ResourceNames) -> String {
     match gate {
-        QueueGate::OverLimit { queue, slot, limit, allocated, requested } => format!(
+        QueueGate::OverLimit {
+            queue,
+            slot,
+            limit,
+            allocated,
+            requested,
+        } => format!(
             "queue {queue} would exceed its {} limit: limit {}, allocated {}, this gang asks for {}",
             names.name(*slot),
             share_amount(names, *slot, *limit),
             share_amount(names, *slot, *allocated),
             share_amount(names, *slot, *requested)
         ),
-        QueueGate::NonPreemptibleOverQuota { queue, slot, quota, allocated, requested } => format!(
+        QueueGate::NonPreemptibleOverQuota {
+            queue,
+            slot,
+            quota,
+            allocated,
+            requested,
+        } => format!(
             "non-preemptible gangs may only use their queue's quota: queue {queue} has {} quota {}, non-preemptible allocated {}, this gang asks for {}; use a preemptible priority class (e.g. train) to run over quota",
             names.name(*slot),
             share_amount(names, *slot, *quota),
@@ -193,9 +210,10 @@ fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
     if f.pods_needed > 1 {
         let needs = match scarce {
             Some(slot) => format!(
-                "{} pods need {}",
+                "{} pods need {} {}",
                 f.pods_needed,
-                format!("{} {}", names.format_amount(slot, f.request_total.0[slot]), names.name(slot))
+                names.format_amount(slot, f.request_total.0[slot]),
+                names.name(slot)
             ),
             None => format!("{} pods need {}", f.pods_needed, names.format(&f.request_total)),
         };
@@ -225,7 +243,11 @@ fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
     let fits = f.nodes - f.misses.values().sum::<usize>().min(f.nodes);
     text.push_str(&format!("Pod {} fits {fits}/{} nodes", f.failed_pod, f.nodes));
     if !f.misses.is_empty() {
-        let parts: Vec<String> = f.misses.iter().map(|(m, n)| format!("{n} {}", miss_text(m, names))).collect();
+        let parts: Vec<String> = f
+            .misses
+            .iter()
+            .map(|(m, n)| format!("{n} {}", miss_text(m, names)))
+            .collect();
         text.push_str(": ");
         text.push_str(&parts.join(", "));
     }
@@ -258,7 +280,7 @@ mod tests {
             topology: None,
         };
         assert_eq!(
-            Why::NoFit(f).message(&names),
+            Why::NoFit(Box::new(f)).message(&names),
             "8 pods need 8 nvidia.com/gpu, 6 free on 3 nodes: room for 6 of 8 (gang scheduling places all or none). \
              Pod ml/train-6 fits 0/3 nodes: 3 insufficient nvidia.com/gpu."
         );
@@ -280,10 +302,16 @@ mod tests {
             nodes_with_free: 0,
             ..FitFailure::default()
         };
-        let m = Why::NoFit(f).message(&names);
+        let m = Why::NoFit(Box::new(f)).message(&names);
         assert!(m.contains("3 node selector zone=b does not match"), "{m}");
         assert!(m.contains("1 insufficient nvidia.com/gpu"), "{m}");
-        let gate = QueueGate::OverLimit { queue: "team-a".into(), slot: GPU, limit: 4.0, allocated: 4.0, requested: 2.0 };
+        let gate = QueueGate::OverLimit {
+            queue: "team-a".into(),
+            slot: GPU,
+            limit: 4.0,
+            allocated: 4.0,
+            requested: 2.0,
+        };
         assert_eq!(
             Why::Queue(gate).message(&names),
             "queue team-a would exceed its nvidia.com/gpu limit: limit 4 nvidia.com/gpu, allocated 4 nvidia.com/gpu, this gang asks for 2 nvidia.com/gpu"

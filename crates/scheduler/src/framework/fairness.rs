@@ -78,7 +78,14 @@ impl Fairness {
     }
 
     /// Applies an allocation change.
-    pub fn change(&mut self, cluster: &Cluster, queue: QueueId, share: &Resources, preemptible: bool, sign: i64) {
+    pub fn change(
+        &mut self,
+        cluster: &Cluster,
+        queue: QueueId,
+        share: &Resources,
+        preemptible: bool,
+        sign: i64,
+    ) {
         self.roll(cluster, queue, share, preemptible, sign);
     }
 
@@ -86,7 +93,13 @@ impl Fairness {
     ///
     /// # Errors
     /// The first queue rule it would break.
-    pub fn gate(&self, cluster: &Cluster, queue: QueueId, request: &Resources, preemptible: bool) -> Result<(), QueueGate> {
+    pub fn gate(
+        &self,
+        cluster: &Cluster,
+        queue: QueueId,
+        request: &Resources,
+        preemptible: bool,
+    ) -> Result<(), QueueGate> {
         let mut cur = Some(queue);
         while let Some(q) = cur {
             let spec = cluster.queue(q);
@@ -98,7 +111,13 @@ impl Fairness {
                 let allocated = to_share_units(slot, self.allocated[q.index()].0[slot]);
                 let requested = to_share_units(slot, request.0[slot]);
                 if limit >= 0.0 && allocated + requested > limit + 1e-9 {
-                    return Err(QueueGate::OverLimit { queue: spec.name.to_string(), slot, limit, allocated, requested });
+                    return Err(QueueGate::OverLimit {
+                        queue: spec.name.to_string(),
+                        slot,
+                        limit,
+                        allocated,
+                        requested,
+                    });
                 }
                 let quota = spec.resources[slot].quota;
                 let np = to_share_units(slot, self.allocated_non_preemptible[q.index()].0[slot]);
@@ -119,11 +138,22 @@ impl Fairness {
 
     /// Order between two sibling queues for their best gangs' requests (less = served first).
     #[must_use]
-    pub fn compare(&self, cluster: &Cluster, a: QueueId, _a_req: &Resources, b: QueueId, _b_req: &Resources) -> Ordering {
+    pub fn compare(
+        &self,
+        cluster: &Cluster,
+        a: QueueId,
+        _a_req: &Resources,
+        b: QueueId,
+        _b_req: &Resources,
+    ) -> Ordering {
         let (qa, qb) = (cluster.queue(a), cluster.queue(b));
         qb.priority
             .cmp(&qa.priority)
-            .then(self.allocated[a.index()].gpu().cmp(&self.allocated[b.index()].gpu()))
+            .then(
+                self.allocated[a.index()]
+                    .gpu()
+                    .cmp(&self.allocated[b.index()].gpu()),
+            )
             .then(qa.created.cmp(&qb.created))
             .then(qa.name.cmp(&qb.name))
     }

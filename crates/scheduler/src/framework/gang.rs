@@ -72,12 +72,19 @@ pub enum NotReady {
 impl std::fmt::Display for NotReady {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::MissingPods { needed, existing, gated } if *gated > 0 => write!(
+            Self::MissingPods {
+                needed,
+                existing,
+                gated,
+            } if *gated > 0 => write!(
                 f,
                 "waiting for pods: the gang needs {needed}, {existing} exist and {gated} of them have scheduling gates"
             ),
             Self::MissingPods { needed, existing, .. } => {
-                write!(f, "waiting for pods: the gang needs {needed}, {existing} exist so far")
+                write!(
+                    f,
+                    "waiting for pods: the gang needs {needed}, {existing} exist so far"
+                )
             }
         }
     }
@@ -94,7 +101,9 @@ pub fn index_hierarchy(cluster: &mut Cluster) -> (ChildIndex, Vec<GroupId>) {
     let ids: Vec<GroupId> = cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
     for id in &ids {
         let group = cluster.group_mut(*id);
-        group.problems.retain(|p| !matches!(p, GroupProblem::ParentNotFound(_) | GroupProblem::Cycle(_)));
+        group
+            .problems
+            .retain(|p| !matches!(p, GroupProblem::ParentNotFound(_) | GroupProblem::Cycle(_)));
     }
     for id in &ids {
         let group = cluster.group(*id);
@@ -102,9 +111,16 @@ pub fn index_hierarchy(cluster: &mut Cluster) -> (ChildIndex, Vec<GroupId>) {
             roots.push(*id);
             continue;
         };
-        let parent_key = GroupKey { kind: GroupKind::Kai, namespace: group.key.namespace.clone(), name: parent.clone() };
+        let parent_key = GroupKey {
+            kind: GroupKind::Kai,
+            namespace: group.key.namespace.clone(),
+            name: parent.clone(),
+        };
         if cluster.group_id(&parent_key).is_none() {
-            cluster.group_mut(*id).problems.push(GroupProblem::ParentNotFound(parent.to_string()));
+            cluster
+                .group_mut(*id)
+                .problems
+                .push(GroupProblem::ParentNotFound(parent.to_string()));
             roots.push(*id);
             continue;
         }
@@ -114,14 +130,25 @@ pub fn index_hierarchy(cluster: &mut Cluster) -> (ChildIndex, Vec<GroupId>) {
         let mut cycle = None;
         while let Some(g) = cur {
             if seen.contains(&g) {
-                let names: Vec<String> = seen.iter().map(|s| cluster.group(*s).key.name.to_string()).collect();
-                cycle = Some(format!("parentPodGroup {} -> {}", names.join(" -> "), cluster.group(g).key.name));
+                let names: Vec<String> = seen
+                    .iter()
+                    .map(|s| cluster.group(*s).key.name.to_string())
+                    .collect();
+                cycle = Some(format!(
+                    "parentPodGroup {} -> {}",
+                    names.join(" -> "),
+                    cluster.group(g).key.name
+                ));
                 break;
             }
             seen.push(g);
             let next = cluster.group(g).parent_name.clone().filter(|p| !p.is_empty());
             cur = next.and_then(|n| {
-                cluster.group_id(&GroupKey { kind: GroupKind::Kai, namespace: parent_key.namespace.clone(), name: n })
+                cluster.group_id(&GroupKey {
+                    kind: GroupKind::Kai,
+                    namespace: parent_key.namespace.clone(),
+                    name: n,
+                })
             });
         }
         if let Some(cycle) = cycle {
@@ -170,7 +197,11 @@ impl Gang {
             topology: group.topology.clone(),
             group: id,
         });
-        let child_groups = if depth < 16 { children.get(&group.key).cloned().unwrap_or_default() } else { Vec::new() };
+        let child_groups = if depth < 16 {
+            children.get(&group.key).cloned().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         if !child_groups.is_empty() {
             // A parent of other PodGroups: minMember counts satisfied children (seed 000, step 5).
             let mut kids = Vec::new();
@@ -180,7 +211,11 @@ impl Gang {
             let own = self.leaf_for_members(cluster, id, "own-pods", 0, &group.tasks);
             kids.extend(own);
             let n = u32::try_from(kids.len()).unwrap_or(u32::MAX);
-            let min = if group.min_member == 0 || group.min_member > n { n } else { group.min_member };
+            let min = if group.min_member == 0 || group.min_member > n {
+                n
+            } else {
+                group.min_member
+            };
             self.nodes[index].min = min;
             self.nodes[index].max = None;
             self.nodes[index].children = kids;
@@ -241,7 +276,10 @@ impl Gang {
                 self.nodes[i].min = n;
             }
         }
-        let required = top.iter().filter(|c| self.nodes[**c].min > 0 || !self.nodes[**c].is_leaf()).count();
+        let required = top
+            .iter()
+            .filter(|c| self.nodes[**c].min > 0 || !self.nodes[**c].is_leaf())
+            .count();
         self.nodes[index].children = top;
         self.nodes[index].min = u32::try_from(required).unwrap_or(u32::MAX);
         self.nodes[index].max = None;
@@ -272,14 +310,22 @@ impl Gang {
     }
 
     fn live_tasks(&self, cluster: &Cluster, members: &[TaskId]) -> Vec<TaskId> {
-        members.iter().copied().filter(|t| !cluster.task(*t).status.is_finished()).collect()
+        members
+            .iter()
+            .copied()
+            .filter(|t| !cluster.task(*t).status.is_finished())
+            .collect()
     }
 
     /// Active pods of a node's subtree.
     #[must_use]
     pub fn active(&self, cluster: &Cluster, node: usize) -> u32 {
         let n = &self.nodes[node];
-        let own = n.tasks.iter().filter(|t| cluster.task(**t).status.is_active_allocated()).count();
+        let own = n
+            .tasks
+            .iter()
+            .filter(|t| cluster.task(**t).status.is_active_allocated())
+            .count();
         let own = u32::try_from(own).unwrap_or(u32::MAX);
         n.children.iter().map(|c| self.active(cluster, *c)).sum::<u32>() + own
     }
@@ -309,7 +355,8 @@ impl Gang {
 
     /// Pending members.
     pub fn pending<'a>(&'a self, cluster: &'a Cluster) -> impl Iterator<Item = TaskId> + 'a {
-        self.tasks().filter(|t| cluster.task(*t).status == TaskStatus::Pending && cluster.task(*t).ours)
+        self.tasks()
+            .filter(|t| cluster.task(*t).status == TaskStatus::Pending && cluster.task(*t).ours)
     }
 
     /// Whether enough pods exist for the gang to be tried (KAI's readiness: existing non-gated pods
@@ -330,7 +377,11 @@ impl Gang {
         if self.coverable(cluster, 0) {
             Ok(())
         } else {
-            Err(NotReady::MissingPods { needed, existing, gated })
+            Err(NotReady::MissingPods {
+                needed,
+                existing,
+                gated,
+            })
         }
     }
 
@@ -338,7 +389,11 @@ impl Gang {
     fn coverable(&self, cluster: &Cluster, node: usize) -> bool {
         let n = &self.nodes[node];
         if n.is_leaf() {
-            let usable = n.tasks.iter().filter(|t| cluster.task(**t).status != TaskStatus::Gated).count();
+            let usable = n
+                .tasks
+                .iter()
+                .filter(|t| cluster.task(**t).status != TaskStatus::Gated)
+                .count();
             u32::try_from(usable).unwrap_or(u32::MAX) >= n.min
         } else {
             let ok = n.children.iter().filter(|c| self.coverable(cluster, **c)).count();
@@ -363,7 +418,11 @@ impl Gang {
     /// shortfall of each unsatisfied part; for a satisfied (elastic) unit, one more pod from the least
     /// filled leaf below its maximum. Pods come in `order` (task order) within a leaf.
     #[must_use]
-    pub fn tasks_to_allocate(&self, cluster: &Cluster, order: &dyn Fn(TaskId, TaskId) -> std::cmp::Ordering) -> Vec<TaskId> {
+    pub fn tasks_to_allocate(
+        &self,
+        cluster: &Cluster,
+        order: &dyn Fn(TaskId, TaskId) -> std::cmp::Ordering,
+    ) -> Vec<TaskId> {
         let mut out = Vec::new();
         if self.is_satisfied(cluster) {
             // Elastic growth: one pod from the leaf with the lowest fill ratio that may still grow.
@@ -373,18 +432,28 @@ impl Gang {
                     continue;
                 }
                 let active = self.active(cluster, i);
-                if n.max.is_some_and(|m| active >= m) || !n.tasks.iter().any(|t| self.is_candidate(cluster, *t)) {
+                if n.max.is_some_and(|m| active >= m)
+                    || !n.tasks.iter().any(|t| self.is_candidate(cluster, *t))
+                {
                     continue;
                 }
                 // Ratio active/min scaled; a leaf with min 0 counts as very full so minimums go first.
-                let ratio = if n.min == 0 { u64::MAX / 2 + u64::from(active) } else { u64::from(active) * 1000 / u64::from(n.min) };
+                let ratio = if n.min == 0 {
+                    u64::MAX / 2 + u64::from(active)
+                } else {
+                    u64::from(active) * 1000 / u64::from(n.min)
+                };
                 if best.is_none_or(|(r, _)| ratio < r) {
                     best = Some((ratio, i));
                 }
             }
             if let Some((_, leaf)) = best {
-                let mut pending: Vec<TaskId> =
-                    self.nodes[leaf].tasks.iter().copied().filter(|t| self.is_candidate(cluster, *t)).collect();
+                let mut pending: Vec<TaskId> = self.nodes[leaf]
+                    .tasks
+                    .iter()
+                    .copied()
+                    .filter(|t| self.is_candidate(cluster, *t))
+                    .collect();
                 pending.sort_by(|a, b| order(*a, *b));
                 out.extend(pending.first());
             }
@@ -412,7 +481,12 @@ impl Gang {
         }
         if n.is_leaf() {
             let missing = n.min.saturating_sub(self.active(cluster, node)) as usize;
-            let mut pending: Vec<TaskId> = n.tasks.iter().copied().filter(|t| self.is_candidate(cluster, *t)).collect();
+            let mut pending: Vec<TaskId> = n
+                .tasks
+                .iter()
+                .copied()
+                .filter(|t| self.is_candidate(cluster, *t))
+                .collect();
             pending.sort_by(|a, b| order(*a, *b));
             out.extend(pending.into_iter().take(missing));
             return;
@@ -420,7 +494,12 @@ impl Gang {
         let satisfied = n.children.iter().filter(|c| self.satisfied(cluster, **c)).count();
         let mut needed = (n.min as usize).saturating_sub(satisfied);
         // Unsatisfied children, the closest to satisfied first, then by name for determinism.
-        let mut candidates: Vec<usize> = n.children.iter().copied().filter(|c| !self.satisfied(cluster, *c)).collect();
+        let mut candidates: Vec<usize> = n
+            .children
+            .iter()
+            .copied()
+            .filter(|c| !self.satisfied(cluster, *c))
+            .collect();
         candidates.sort_by_key(|c| {
             let missing = self.required_pods(*c).saturating_sub(self.active(cluster, *c));
             (missing, self.nodes[*c].name.clone())
@@ -437,7 +516,11 @@ impl Gang {
     /// The pods to evict when this unit is a victim (KAI's `GetTasksToEvict`): one surplus pod of an
     /// elastic leaf above its minimum if there is one, else every active pod (the whole gang goes).
     #[must_use]
-    pub fn tasks_to_evict(&self, cluster: &Cluster, order: &dyn Fn(TaskId, TaskId) -> std::cmp::Ordering) -> Vec<TaskId> {
+    pub fn tasks_to_evict(
+        &self,
+        cluster: &Cluster,
+        order: &dyn Fn(TaskId, TaskId) -> std::cmp::Ordering,
+    ) -> Vec<TaskId> {
         for (i, n) in self.nodes.iter().enumerate() {
             if n.is_leaf() && self.active(cluster, i) > n.min {
                 let mut active: Vec<TaskId> = n
@@ -453,6 +536,8 @@ impl Gang {
                 }
             }
         }
-        self.tasks().filter(|t| cluster.task(*t).status.is_allocated()).collect()
+        self.tasks()
+            .filter(|t| cluster.task(*t).status.is_allocated())
+            .collect()
     }
 }

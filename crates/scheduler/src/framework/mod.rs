@@ -19,7 +19,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::model::{Assumed, Cluster, GpuRequest, GroupId, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId, TaskStatus};
+use crate::model::{
+    Assumed, Cluster, GpuRequest, GroupId, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId,
+    TaskStatus,
+};
 use decisions::{Bind, Decisions, Evict, EvictionCause};
 use explain::Why;
 use fairness::Fairness;
@@ -123,7 +126,10 @@ impl<'c> Session<'c> {
         for t in lapsed {
             cluster.clear_assumed(t);
         }
-        let gangs: Vec<Gang> = roots.iter().map(|r| Gang::build(cluster, &children, *r)).collect();
+        let gangs: Vec<Gang> = roots
+            .iter()
+            .map(|r| Gang::build(cluster, &children, *r))
+            .collect();
         let mut gang_of = HashMap::new();
         for (i, g) in gangs.iter().enumerate() {
             for group in &g.groups {
@@ -177,9 +183,15 @@ impl<'c> Session<'c> {
             let nodes = self.nodes_of(task);
             self.cluster.undo_placement(op.undo);
             if let Some((queue, share, preemptible, sign)) = op.share {
-                self.fairness.change(self.cluster, queue, &share, preemptible, -sign);
+                self.fairness
+                    .change(self.cluster, queue, &share, preemptible, -sign);
             }
-            if self.cluster.tasks.get(task.0).is_none_or(|t| t.assumed != Assumed::Evicting) {
+            if self
+                .cluster
+                .tasks
+                .get(task.0)
+                .is_none_or(|t| t.assumed != Assumed::Evicting)
+            {
                 self.evictions.remove(&task);
             }
             self.reindex(nodes);
@@ -201,12 +213,15 @@ impl<'c> Session<'c> {
     fn change(&mut self, task: TaskId, assumed: Assumed, gpu_groups: Option<Vec<Arc<str>>>) {
         let before_node = self.nodes_of(task);
         let before_allocated = self.cluster.task(task).status.is_allocated();
-        self.touched.entry(task).or_insert_with(|| self.cluster.task(task).assumed.clone());
+        self.touched
+            .entry(task)
+            .or_insert_with(|| self.cluster.task(task).assumed.clone());
         let undo = self.cluster.set_assumed(task, assumed, gpu_groups);
         let after_allocated = self.cluster.task(task).status.is_allocated();
         let share = self.share_change(task, before_allocated, after_allocated);
         if let Some((queue, share_req, preemptible, sign)) = share {
-            self.fairness.change(self.cluster, queue, &share_req, preemptible, sign);
+            self.fairness
+                .change(self.cluster, queue, &share_req, preemptible, sign);
         }
         self.journal.push(Op { undo, share });
         self.reindex(before_node);
@@ -216,7 +231,12 @@ impl<'c> Session<'c> {
         }
     }
 
-    fn share_change(&self, task: TaskId, before: bool, after: bool) -> Option<(QueueId, Resources, bool, i64)> {
+    fn share_change(
+        &self,
+        task: TaskId,
+        before: bool,
+        after: bool,
+    ) -> Option<(QueueId, Resources, bool, i64)> {
         if before == after {
             return None;
         }
@@ -234,9 +254,13 @@ impl<'c> Session<'c> {
         let t = self.cluster.task(task);
         let mut r = t.request;
         match t.gpu {
-            GpuRequest::Fraction { milli, devices } => r.0[crate::model::resources::GPU] = i64::from(milli * devices),
+            GpuRequest::Fraction { milli, devices } => {
+                r.0[crate::model::resources::GPU] = i64::from(milli * devices)
+            }
             GpuRequest::Memory { devices, .. } => {
-                let milli = t.node.map_or(1000, |n| Cluster::share_milli(t.gpu, self.cluster.node(n)));
+                let milli = t
+                    .node
+                    .map_or(1000, |n| Cluster::share_milli(t.gpu, self.cluster.node(n)));
                 r.0[crate::model::resources::GPU] = i64::from(milli * devices);
             }
             GpuRequest::None | GpuRequest::Whole(_) => {}
@@ -253,7 +277,8 @@ impl<'c> Session<'c> {
     /// Reserves a pod on a node whose resources are still being freed.
     pub fn pipeline(&mut self, task: TaskId, node: NodeId, gpu_groups: Vec<Arc<str>>) {
         self.stats.placements += 1;
-        let until = self.now + i64::try_from(self.config.plugins.pipelining.reservation_ttl.as_millis()).unwrap_or(i64::MAX);
+        let until = self.now
+            + i64::try_from(self.config.plugins.pipelining.reservation_ttl.as_millis()).unwrap_or(i64::MAX);
         self.change(task, Assumed::Pipelined { node, until }, Some(gpu_groups));
     }
 
@@ -264,7 +289,14 @@ impl<'c> Session<'c> {
 
     /// Evicts a running pod.
     pub fn evict(&mut self, task: TaskId, cause: EvictionCause, for_gang: Option<GroupId>, message: String) {
-        self.evictions.insert(task, EvictionNote { cause, for_gang, message });
+        self.evictions.insert(
+            task,
+            EvictionNote {
+                cause,
+                for_gang,
+                message,
+            },
+        );
         self.change(task, Assumed::Evicting, None);
     }
 
@@ -299,7 +331,9 @@ impl<'c> Session<'c> {
         let mut touched: Vec<(TaskId, Assumed)> = self.touched.drain().collect();
         touched.sort_by_key(|(t, _)| *t);
         for (task, before) in touched {
-            let Some(t) = self.cluster.tasks.get(task.0) else { continue };
+            let Some(t) = self.cluster.tasks.get(task.0) else {
+                continue;
+            };
             let group_key = t.group.map(|g| self.cluster.group(g).key.clone());
             match (&before, &t.assumed) {
                 (b, Assumed::Binding { node }) if !matches!(b, Assumed::Binding { .. }) => {
@@ -316,7 +350,9 @@ impl<'c> Session<'c> {
                 (b, Assumed::Evicting) if *b != Assumed::Evicting => {
                     let note = self.evictions.remove(&task);
                     let (cause, for_gang, message) = note
-                        .map_or((EvictionCause::Preempt, None, String::new()), |n| (n.cause, n.for_gang, n.message));
+                        .map_or((EvictionCause::Preempt, None, String::new()), |n| {
+                            (n.cause, n.for_gang, n.message)
+                        });
                     decisions.evictions.push(Evict {
                         uid: t.uid.clone(),
                         namespace: t.namespace.clone(),

@@ -26,23 +26,36 @@ pub fn job_key(ssn: &Session<'_>, gang: usize) -> (i32, u8, i64, String) {
     let cluster = &*ssn.cluster;
     let elastic = if !g.is_satisfied(cluster) {
         0
-    } else if g.tasks().filter(|t| cluster.task(*t).status.is_active_allocated()).count()
+    } else if g
+        .tasks()
+        .filter(|t| cluster.task(*t).status.is_active_allocated())
+        .count()
         == g.required_pods(0) as usize
     {
         1
     } else {
         2
     };
-    (-g.priority, elastic, g.created, cluster.group(g.root).key.to_string())
+    (
+        -g.priority,
+        elastic,
+        g.created,
+        cluster.group(g.root).key.to_string(),
+    )
 }
 
 impl JobQueues {
     /// Queues the given gangs (those with a resolved queue).
     #[must_use]
     pub fn new(ssn: &Session<'_>, gangs: impl Iterator<Item = usize>, reverse: bool) -> Self {
-        let mut q = Self { reverse, ..Self::default() };
-        let mut keyed: Vec<((i32, u8, i64, String), usize)> =
-            gangs.filter(|g| ssn.gangs[*g].queue.is_some()).map(|g| (job_key(ssn, g), g)).collect();
+        let mut q = Self {
+            reverse,
+            ..Self::default()
+        };
+        let mut keyed: Vec<((i32, u8, i64, String), usize)> = gangs
+            .filter(|g| ssn.gangs[*g].queue.is_some())
+            .map(|g| (job_key(ssn, g), g))
+            .collect();
         keyed.sort();
         if reverse {
             keyed.reverse();
@@ -57,7 +70,9 @@ impl JobQueues {
 
     /// Puts a gang back (elastic growth) in its place.
     pub fn push(&mut self, ssn: &Session<'_>, gang: usize) {
-        let Some(queue) = ssn.gangs[gang].queue else { return };
+        let Some(queue) = ssn.gangs[gang].queue else {
+            return;
+        };
         self.requests.insert(gang, pending_request(ssn, gang));
         let key = job_key(ssn, gang);
         let leaf = self.leaves.entry(queue).or_default();
@@ -114,7 +129,11 @@ impl JobQueues {
                     if self.reverse {
                         ord = ord.reverse();
                     }
-                    if ord == Ordering::Less { Some((*q, candidate)) } else { Some((bq, bc)) }
+                    if ord == Ordering::Less {
+                        Some((*q, candidate))
+                    } else {
+                        Some((bq, bc))
+                    }
                 }
             };
         }
@@ -126,10 +145,17 @@ impl JobQueues {
 fn pending_request(ssn: &Session<'_>, gang: usize) -> Resources {
     let g = &ssn.gangs[gang];
     let cluster = &*ssn.cluster;
-    let active = g.tasks().filter(|t| cluster.task(*t).status.is_active_allocated()).count();
+    let active = g
+        .tasks()
+        .filter(|t| cluster.task(*t).status.is_active_allocated())
+        .count();
     let missing = (g.required_pods(0) as usize).saturating_sub(active).max(1);
     let mut total = Resources::ZERO;
-    for t in g.tasks().filter(|t| cluster.task(*t).status == TaskStatus::Pending).take(missing) {
+    for t in g
+        .tasks()
+        .filter(|t| cluster.task(*t).status == TaskStatus::Pending)
+        .take(missing)
+    {
         total.add(&ssn.share_request(t));
     }
     total

@@ -110,7 +110,8 @@ impl Eligibility {
             }
             bits
         });
-        bits.get(node.index() / 64).is_some_and(|w| w & (1 << (node.index() % 64)) != 0)
+        bits.get(node.index() / 64)
+            .is_some_and(|w| w & (1 << (node.index() % 64)) != 0)
     }
 
     /// Forgets everything (nodes changed).
@@ -127,7 +128,10 @@ impl NodeIndex {
     /// Builds the index over every node.
     #[must_use]
     pub fn build(cluster: &Cluster) -> Self {
-        let mut index = Self { keys: vec![None; cluster.nodes.capacity()], ..Self::default() };
+        let mut index = Self {
+            keys: vec![None; cluster.nodes.capacity()],
+            ..Self::default()
+        };
         for (i, _) in cluster.nodes.iter() {
             index.update(cluster, NodeId(i));
         }
@@ -149,7 +153,9 @@ impl NodeIndex {
         }
         self.shared.remove(&id);
         self.later.remove(&id);
-        let Some(node) = cluster.nodes.get(id.0) else { return };
+        let Some(node) = cluster.nodes.get(id.0) else {
+            return;
+        };
         let free = free_now(node);
         let has_gpu = node.allocatable.gpu() > 0;
         let key = (free.gpu() / 1000 * 1000, free.cpu(), has_gpu);
@@ -186,19 +192,26 @@ impl NodeIndex {
         }
         let elig = &mut self.eligibility;
         // 1. Its own reservation.
-        if let Some(n) = nominated_node.filter(|n| domain.is_none_or(|d| d.contains(n))) {
-            if let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) {
-                return Some(p);
-            }
+        if let Some(n) = nominated_node.filter(|n| domain.is_none_or(|d| d.contains(n)))
+            && let Ok(p) = check(elig, cluster, task, policy, n, own_nominated)
+        {
+            return Some(p);
         }
         if let Some(domain) = domain {
             return find_in(elig, cluster, task, policy, domain.iter().copied(), own_nominated);
         }
         // 2. A shared device with room for the fraction.
-        if task.gpu.is_shared() {
-            if let Some(p) = find_shared(elig, cluster, task, policy, self.shared.iter().copied(), own_nominated) {
-                return Some(p);
-            }
+        if task.gpu.is_shared()
+            && let Some(p) = find_shared(
+                elig,
+                cluster,
+                task,
+                policy,
+                self.shared.iter().copied(),
+                own_nominated,
+            )
+        {
+            return Some(p);
         }
         // 3-5. Free now, in strategy order: a range walk that usually stops at the first node.
         let wants_gpu = !matches!(task.gpu, GpuRequest::None);
@@ -213,7 +226,9 @@ impl NodeIndex {
             let range = self.gpu_nodes.range((need, NodeId(0))..).map(|(_, n)| *n);
             let found = match policy.gpu {
                 PlacementStrategy::Binpack => first_fit(elig, cluster, task, policy, range, own_nominated),
-                PlacementStrategy::Spread => first_fit(elig, cluster, task, policy, range.rev(), own_nominated),
+                PlacementStrategy::Spread => {
+                    first_fit(elig, cluster, task, policy, range.rev(), own_nominated)
+                }
             };
             if found.is_some() {
                 return found;
@@ -223,8 +238,12 @@ impl NodeIndex {
             for set in [&self.cpu_nodes, &self.gpu_nodes_cpu] {
                 let range = set.range((need, NodeId(0))..).map(|(_, n)| *n);
                 let found = match policy.cpu {
-                    PlacementStrategy::Binpack => first_fit(elig, cluster, task, policy, range, own_nominated),
-                    PlacementStrategy::Spread => first_fit(elig, cluster, task, policy, range.rev(), own_nominated),
+                    PlacementStrategy::Binpack => {
+                        first_fit(elig, cluster, task, policy, range, own_nominated)
+                    }
+                    PlacementStrategy::Spread => {
+                        first_fit(elig, cluster, task, policy, range.rev(), own_nominated)
+                    }
                 };
                 if found.is_some() {
                     return found;
@@ -232,8 +251,15 @@ impl NodeIndex {
             }
         }
         // 3. Free later: only nodes with releasing or reserved resources can offer more than now.
-        find_in(elig, cluster, task, policy, self.later.iter().copied(), own_nominated)
-            .filter(|p| p.mode == Mode::Pipeline)
+        find_in(
+            elig,
+            cluster,
+            task,
+            policy,
+            self.later.iter().copied(),
+            own_nominated,
+        )
+        .filter(|p| p.mode == Mode::Pipeline)
     }
 
     /// Whether a node can take the pod, and how.
@@ -253,7 +279,10 @@ impl NodeIndex {
 
     /// Nodes currently in the index (for summaries).
     pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.gpu_nodes.iter().chain(self.cpu_nodes.iter()).map(|(_, n)| *n)
+        self.gpu_nodes
+            .iter()
+            .chain(self.cpu_nodes.iter())
+            .map(|(_, n)| *n)
     }
 }
 
@@ -267,7 +296,9 @@ fn find_shared(
 ) -> Option<Placement> {
     let mut best: Option<(i64, NodeId, Placement)> = None;
     for n in candidates {
-        let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) else { continue };
+        let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) else {
+            continue;
+        };
         if p.mode != Mode::Allocate {
             continue;
         }
@@ -286,7 +317,10 @@ fn find_shared(
             PlacementStrategy::Binpack => fullness,
             PlacementStrategy::Spread => -fullness,
         };
-        if best.as_ref().is_none_or(|(s, id, _)| score > *s || (score == *s && n < *id)) {
+        if best
+            .as_ref()
+            .is_none_or(|(s, id, _)| score > *s || (score == *s && n < *id))
+        {
             best = Some((score, n, p));
         }
     }
@@ -305,10 +339,10 @@ fn first_fit(
         if !elig.check(cluster, task.constraints, n) {
             continue;
         }
-        if let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) {
-            if p.mode == Mode::Allocate {
-                return Some(p);
-            }
+        if let Ok(p) = check(elig, cluster, task, policy, n, own_nominated)
+            && p.mode == Mode::Allocate
+        {
+            return Some(p);
         }
     }
     None
@@ -327,7 +361,9 @@ fn find_in(
     let strategy = if wants_gpu { policy.gpu } else { policy.cpu };
     let mut best: Option<((u8, u8, i64, NodeId), Placement)> = None;
     for n in nodes {
-        let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) else { continue };
+        let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) else {
+            continue;
+        };
         let node = cluster.node(n);
         let free = free_now(node);
         let amount = if wants_gpu { free.gpu() / 1000 } else { free.cpu() };
@@ -356,10 +392,18 @@ fn check(
 ) -> Result<Placement, NodeMiss> {
     let node = cluster.node(n);
     if !elig.check(cluster, task.constraints, n) {
-        let miss = cluster.constraints.get(task.constraints).check(node.facts()).err();
+        let miss = cluster
+            .constraints
+            .get(task.constraints)
+            .check(node.facts())
+            .err();
         return Err(NodeMiss::Static(miss.unwrap_or(StaticMiss::NotReady)));
     }
-    let own = if node.nominated.is_zero() { Resources::ZERO } else { own_nominated(n) };
+    let own = if node.nominated.is_zero() {
+        Resources::ZERO
+    } else {
+        own_nominated(n)
+    };
     let (now, later) = node.available(&own);
     match task.gpu {
         GpuRequest::Fraction { .. } | GpuRequest::Memory { .. } => {
@@ -373,9 +417,17 @@ fn check(
         }
         _ => {
             if task.request.fits_in(&now) {
-                Ok(Placement { node: n, mode: Mode::Allocate, gpu_groups: Vec::new() })
+                Ok(Placement {
+                    node: n,
+                    mode: Mode::Allocate,
+                    gpu_groups: Vec::new(),
+                })
             } else if task.request.fits_in(&later) {
-                Ok(Placement { node: n, mode: Mode::Pipeline, gpu_groups: Vec::new() })
+                Ok(Placement {
+                    node: n,
+                    mode: Mode::Pipeline,
+                    gpu_groups: Vec::new(),
+                })
             } else {
                 let slot = task.request.shortfalls(&later).next().unwrap_or(CPU);
                 Err(NodeMiss::Insufficient(slot))
@@ -427,7 +479,11 @@ fn shared_fit(
     for i in 0..fresh {
         groups.push(new_group_id(&node.name, task, i));
     }
-    Ok(Placement { node: n, mode, gpu_groups: groups })
+    Ok(Placement {
+        node: n,
+        mode,
+        gpu_groups: groups,
+    })
 }
 
 /// A new shared-GPU group id: stable for the same pod and node (so a retried decision reuses it), and
@@ -443,5 +499,13 @@ fn new_group_id(node: &str, task: &Task, device: usize) -> Arc<str> {
     let b = h.finish();
     // UUID-shaped, like KAI's group ids.
     let s = format!("{a:016x}{b:016x}");
-    format!("{}-{}-{}-{}-{}", &s[0..8], &s[8..12], &s[12..16], &s[16..20], &s[20..32]).into()
+    format!(
+        "{}-{}-{}-{}-{}",
+        &s[0..8],
+        &s[8..12],
+        &s[12..16],
+        &s[16..20],
+        &s[20..32]
+    )
+    .into()
 }

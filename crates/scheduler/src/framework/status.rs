@@ -9,7 +9,9 @@ use api::{PodGroupPhase, PodGroupStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::Session;
-use super::decisions::{Decisions, Event, EventObject, EventType, GroupAnnotations, GroupStatus, PodCondition, QueueStatus};
+use super::decisions::{
+    Decisions, Event, EventObject, EventType, GroupAnnotations, GroupStatus, PodCondition, QueueStatus,
+};
 use super::explain::Why;
 use crate::model::resources::{GPU, PODS};
 use crate::model::{Cluster, Group, GroupId, GroupKind, Millis, Resources, TaskStatus};
@@ -45,7 +47,12 @@ pub fn rfc3339(ms: Millis) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// Fingerprint of a status, timestamps and transition ids excluded.
@@ -116,11 +123,21 @@ pub fn counts(cluster: &Cluster, group: &Group) -> Counts {
 
 /// The phase of a PodGroup from its counts and the gang's state.
 #[must_use]
-pub fn phase(c: Counts, min: u32, gang_satisfied: bool, timed_out: bool, has_children: bool) -> PodGroupPhase {
+pub fn phase(
+    c: Counts,
+    min: u32,
+    gang_satisfied: bool,
+    timed_out: bool,
+    has_children: bool,
+) -> PodGroupPhase {
     let total = c.running + c.bound + c.pipelined + c.pending + c.succeeded + c.failed + c.releasing;
     let finished = c.succeeded + c.failed;
     if total > 0 && finished == total && !has_children {
-        return if c.succeeded >= min.min(total) { PodGroupPhase::Finished } else { PodGroupPhase::Failed };
+        return if c.succeeded >= min.min(total) {
+            PodGroupPhase::Finished
+        } else {
+            PodGroupPhase::Failed
+        };
     }
     let running_needed = if has_children { 1 } else { min.max(1) };
     if c.running + c.succeeded >= running_needed && gang_satisfied {
@@ -189,16 +206,22 @@ pub fn timeouts(ssn: &mut Session<'_>) {
             continue;
         }
         let since = *group.waiting_since.get_or_insert(group.created.max(0).min(now));
-        if let Some(timeout) = group.schedule_timeout_secs {
-            if group.timed_out || now - since >= timeout.saturating_mul(1000) {
-                group.timed_out = true;
-                let last = ssn
-                    .outcomes
-                    .get(&g)
-                    .and_then(|o| o.why.first())
-                    .map_or_else(|| "no room".to_owned(), |w| w.message(&ssn.cluster.names));
-                ssn.outcomes.entry(g).or_default().why.insert(0, Why::TimedOut { after_secs: timeout, last });
-            }
+        if let Some(timeout) = group.schedule_timeout_secs
+            && (group.timed_out || now - since >= timeout.saturating_mul(1000))
+        {
+            group.timed_out = true;
+            let last = ssn
+                .outcomes
+                .get(&g)
+                .and_then(|o| o.why.first())
+                .map_or_else(|| "no room".to_owned(), |w| w.message(&ssn.cluster.names));
+            ssn.outcomes.entry(g).or_default().why.insert(
+                0,
+                Why::TimedOut {
+                    after_secs: timeout,
+                    last,
+                },
+            );
         }
     }
 }
@@ -222,11 +245,21 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
         Some(g) => {
             let gang = &ssn.gangs[g];
             let node = gang.nodes.iter().position(|n| n.group == id).unwrap_or(0);
-            (gang.satisfied(cluster, node), gang.root == id, gang.nodes[node].children.iter().any(|c| gang.nodes[*c].group != id))
+            (
+                gang.satisfied(cluster, node),
+                gang.root == id,
+                gang.nodes[node]
+                    .children
+                    .iter()
+                    .any(|c| gang.nodes[*c].group != id),
+            )
         }
         None => (false, true, false),
     };
-    let outcome = gang_index.and_then(|g| ssn.outcomes.get(&g)).cloned().unwrap_or_default();
+    let outcome = gang_index
+        .and_then(|g| ssn.outcomes.get(&g))
+        .cloned()
+        .unwrap_or_default();
     let phase = phase(c, group.min_member, satisfied, group.timed_out, has_children);
     let previous = group.observed.status.clone();
     let mut status = PodGroupStatus {
@@ -252,62 +285,90 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
     }
     status.resources_status = Some(api::podgroup::PodGroupResourcesStatus {
         allocated: quantities(cluster, &allocated),
-        allocated_non_preemptible: if group.preemptible { BTreeMap::new() } else { quantities(cluster, &allocated) },
+        allocated_non_preemptible: if group.preemptible {
+            BTreeMap::new()
+        } else {
+            quantities(cluster, &allocated)
+        },
         requested: quantities(cluster, &requested),
     });
     let prev = previous.as_ref();
-    let scheduled = matches!(phase, PodGroupPhase::Scheduled | PodGroupPhase::Running | PodGroupPhase::Finished);
+    let scheduled = matches!(
+        phase,
+        PodGroupPhase::Scheduled | PodGroupPhase::Running | PodGroupPhase::Finished
+    );
     status.conditions.push(condition(
         prev,
         condition::SCHEDULED,
         if scheduled { "True" } else { "False" },
         if scheduled { "Scheduled" } else { "NotScheduled" },
         if scheduled {
-            format!("{} of minMember {} pods placed", c.running + c.bound + c.succeeded, group.min_member)
+            format!(
+                "{} of minMember {} pods placed",
+                c.running + c.bound + c.succeeded,
+                group.min_member
+            )
         } else {
-            format!("{} of minMember {} pods placed", c.running + c.bound, group.min_member)
+            format!(
+                "{} of minMember {} pods placed",
+                c.running + c.bound,
+                group.min_member
+            )
         },
         now,
     ));
     for p in &group.problems {
-        let type_ = if p.is_blocking() { condition::INVALID } else { condition::WARNING };
+        let type_ = if p.is_blocking() {
+            condition::INVALID
+        } else {
+            condition::WARNING
+        };
         if status.conditions.iter().any(|c| c.type_ == type_) {
             continue;
         }
-        status.conditions.push(condition(prev, type_, "True", p.reason(), p.to_string(), now));
+        status
+            .conditions
+            .push(condition(prev, type_, "True", p.reason(), p.to_string(), now));
     }
     // Why it waits: the outcome of this cycle (root) or of its gang (child groups).
     let gang_waiting = is_root
-        && gang_index.is_some_and(|g| !ssn.gangs[g].is_satisfied(cluster) && ssn.gangs[g].pending(cluster).next().is_some());
+        && gang_index.is_some_and(|g| {
+            !ssn.gangs[g].is_satisfied(cluster) && ssn.gangs[g].pending(cluster).next().is_some()
+        });
     let waiting = !scheduled && (c.pending + c.pipelined > 0 || gang_waiting);
     let whys: Vec<&Why> = outcome.why.iter().collect();
     let message = whys.first().map(|w| w.message(&cluster.names));
-    if waiting {
-        if let (Some(why), Some(message)) = (whys.first(), message.as_ref()) {
-            status.conditions.push(condition(prev, condition::UNSCHEDULABLE, "True", why.reason(), message.clone(), now));
-            if c.running + c.bound == 0 {
-                status.scheduling_conditions.push(SchedulingCondition {
-                    type_: "UnschedulableOnNodePool".to_owned(),
-                    node_pool: Some("default".to_owned()),
-                    reason: Some("Unschedulable".to_owned()),
-                    message: Some(message.clone()),
-                    reasons: whys
-                        .iter()
-                        .map(|w| UnschedulableExplanation {
-                            reason: Some(w.reason().to_owned()),
-                            message: Some(w.message(&cluster.names)),
-                            details: None,
-                        })
-                        .collect(),
-                    transition_id: Some("0".to_owned()),
-                    last_transition_time: prev
-                        .and_then(|p| p.scheduling_conditions.first())
-                        .filter(|s| s.message.as_ref() == Some(message))
-                        .and_then(|s| s.last_transition_time.clone())
-                        .or_else(|| Some(rfc3339(now))),
-                    status: Some("True".to_owned()),
-                });
-            }
+    if waiting && let (Some(why), Some(message)) = (whys.first(), message.as_ref()) {
+        status.conditions.push(condition(
+            prev,
+            condition::UNSCHEDULABLE,
+            "True",
+            why.reason(),
+            message.clone(),
+            now,
+        ));
+        if c.running + c.bound == 0 {
+            status.scheduling_conditions.push(SchedulingCondition {
+                type_: "UnschedulableOnNodePool".to_owned(),
+                node_pool: Some("default".to_owned()),
+                reason: Some("Unschedulable".to_owned()),
+                message: Some(message.clone()),
+                reasons: whys
+                    .iter()
+                    .map(|w| UnschedulableExplanation {
+                        reason: Some(w.reason().to_owned()),
+                        message: Some(w.message(&cluster.names)),
+                        details: None,
+                    })
+                    .collect(),
+                transition_id: Some("0".to_owned()),
+                last_transition_time: prev
+                    .and_then(|p| p.scheduling_conditions.first())
+                    .filter(|s| s.message.as_ref() == Some(message))
+                    .and_then(|s| s.last_transition_time.clone())
+                    .or_else(|| Some(rfc3339(now))),
+                status: Some("True".to_owned()),
+            });
         }
     }
     if group.timed_out {
@@ -325,7 +386,12 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
     let key = group.key.clone();
     let uid = group.uid.clone();
     let volcano = key.kind == GroupKind::Volcano;
-    let object = EventObject::PodGroup { namespace: key.namespace.clone(), name: key.name.clone(), uid, volcano };
+    let object = EventObject::PodGroup {
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+        uid,
+        volcano,
+    };
     // Events: placed; newly unschedulable with a new reason; problems.
     if outcome.placed && is_root {
         let nodes: std::collections::BTreeSet<String> = ssn.gangs[gang_index.unwrap_or_default()]
@@ -333,7 +399,11 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
             .filter_map(|t| cluster.task(t).node.map(|n| cluster.node(n).name.to_string()))
             .collect();
         let nodes: Vec<String> = nodes.into_iter().collect();
-        let how = if phase == PodGroupPhase::PreScheduling { "reserved (waiting for evictions)" } else { "placed" };
+        let how = if phase == PodGroupPhase::PreScheduling {
+            "reserved (waiting for evictions)"
+        } else {
+            "placed"
+        };
         decisions.events.push(Event {
             object: object.clone(),
             type_: EventType::Normal,
@@ -341,14 +411,21 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
             message: format!(
                 "gang {how} by {}: {} pods on {} node{}: {}",
                 outcome.placed_by.unwrap_or("allocate"),
-                ssn.gangs[gang_index.unwrap_or_default()].tasks().filter(|t| cluster.task(*t).node.is_some()).count(),
+                ssn.gangs[gang_index.unwrap_or_default()]
+                    .tasks()
+                    .filter(|t| cluster.task(*t).node.is_some())
+                    .count(),
                 nodes.len(),
                 if nodes.len() == 1 { "" } else { "s" },
                 nodes.join(", ")
             ),
         });
     }
-    let event_print = if waiting { message.as_deref().map_or(0, fingerprint_str) } else { 0 };
+    let event_print = if waiting {
+        message.as_deref().map_or(0, fingerprint_str)
+    } else {
+        0
+    };
     let old_event_print = group.observed.event_fingerprint;
     if waiting && event_print != old_event_print && event_print != 0 {
         decisions.events.push(Event {
@@ -360,28 +437,37 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
     }
     // Pod conditions for waiting pods.
     let mut pod_updates = Vec::new();
-    if waiting && group.mark_unschedulable {
-        if let Some(m) = &message {
-            let print = fingerprint_str(m);
-            for t in &group.tasks {
-                let task = cluster.task(*t);
-                if task.status == TaskStatus::Pending && task.ours && task.condition_fingerprint != print {
-                    pod_updates.push((*t, print));
-                    decisions.pod_conditions.push(PodCondition {
-                        uid: task.uid.clone(),
-                        namespace: task.namespace.clone(),
-                        name: task.name.clone(),
-                        message: format!("gang {}: {m}", group.key.name),
-                    });
-                }
+    if waiting
+        && group.mark_unschedulable
+        && let Some(m) = &message
+    {
+        let print = fingerprint_str(m);
+        for t in &group.tasks {
+            let task = cluster.task(*t);
+            if task.status == TaskStatus::Pending && task.ours && task.condition_fingerprint != print {
+                pod_updates.push((*t, print));
+                decisions.pod_conditions.push(PodCondition {
+                    uid: task.uid.clone(),
+                    namespace: task.namespace.clone(),
+                    name: task.name.clone(),
+                    message: format!("gang {}: {m}", group.key.name),
+                });
             }
         }
     }
     // Annotations: last start when the gang starts.
     let started = outcome.placed && is_root && group.last_start.is_none_or(|_| c.running == 0);
-    let annotations = started.then(|| GroupAnnotations { key: key.clone(), last_start: Some(now), stale_since: group.stale_since });
+    let annotations = started.then(|| GroupAnnotations {
+        key: key.clone(),
+        last_start: Some(now),
+        stale_since: group.stale_since,
+    });
     let changed = fingerprint != group.observed.fingerprint;
-    let status_update = changed.then(|| GroupStatus { key: key.clone(), status: status.clone(), fingerprint });
+    let status_update = changed.then(|| GroupStatus {
+        key: key.clone(),
+        status: status.clone(),
+        fingerprint,
+    });
     // Remember what is being written so the next cycle does not write it again before the echo.
     let group = ssn.cluster.group_mut(id);
     if waiting {
@@ -406,12 +492,21 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
 }
 
 fn report_queues(ssn: &mut Session<'_>, decisions: &mut Decisions) {
-    let ids: Vec<crate::model::QueueId> = ssn.cluster.queues.iter().map(|(i, _)| crate::model::QueueId(i)).collect();
+    let ids: Vec<crate::model::QueueId> = ssn
+        .cluster
+        .queues
+        .iter()
+        .map(|(i, _)| crate::model::QueueId(i))
+        .collect();
     for id in ids {
         let cluster = &*ssn.cluster;
         let queue = cluster.queue(id);
         let mut status = api::QueueStatus {
-            child_queues: queue.children.iter().map(|c| cluster.queue(*c).name.to_string()).collect(),
+            child_queues: queue
+                .children
+                .iter()
+                .map(|c| cluster.queue(*c).name.to_string())
+                .collect(),
             allocated: quantities(cluster, &ssn.fairness.allocated(id)),
             requested: quantities(cluster, &ssn.fairness.requested(id)),
             ..api::QueueStatus::default()
@@ -433,7 +528,11 @@ fn report_queues(ssn: &mut Session<'_>, decisions: &mut Decisions) {
             if let Some(q) = ssn.cluster.queues.get_mut(id.0) {
                 q.observed_fingerprint = fingerprint;
             }
-            decisions.queue_statuses.push(QueueStatus { name, status, fingerprint });
+            decisions.queue_statuses.push(QueueStatus {
+                name,
+                status,
+                fingerprint,
+            });
         }
     }
 }
@@ -451,14 +550,46 @@ mod tests {
 
     #[test]
     fn phases_follow_the_seed_table() {
-        let c = |running, bound, pending, succeeded, failed| Counts { running, bound, pipelined: 0, pending, succeeded, failed, releasing: 0 };
-        assert_eq!(phase(c(0, 0, 4, 0, 0), 4, false, false, false), PodGroupPhase::Pending);
-        assert_eq!(phase(c(0, 4, 0, 0, 0), 4, true, false, false), PodGroupPhase::Scheduled);
-        assert_eq!(phase(c(4, 0, 0, 0, 0), 4, true, false, false), PodGroupPhase::Running);
-        assert_eq!(phase(c(0, 0, 0, 4, 0), 4, false, false, false), PodGroupPhase::Finished);
-        assert_eq!(phase(c(0, 0, 0, 1, 3), 4, false, false, false), PodGroupPhase::Failed);
-        assert_eq!(phase(c(0, 0, 8, 0, 0), 8, false, true, false), PodGroupPhase::Failed);
-        let pipelined = Counts { pipelined: 4, ..Counts::default() };
-        assert_eq!(phase(pipelined, 4, true, false, false), PodGroupPhase::PreScheduling);
+        let c = |running, bound, pending, succeeded, failed| Counts {
+            running,
+            bound,
+            pipelined: 0,
+            pending,
+            succeeded,
+            failed,
+            releasing: 0,
+        };
+        assert_eq!(
+            phase(c(0, 0, 4, 0, 0), 4, false, false, false),
+            PodGroupPhase::Pending
+        );
+        assert_eq!(
+            phase(c(0, 4, 0, 0, 0), 4, true, false, false),
+            PodGroupPhase::Scheduled
+        );
+        assert_eq!(
+            phase(c(4, 0, 0, 0, 0), 4, true, false, false),
+            PodGroupPhase::Running
+        );
+        assert_eq!(
+            phase(c(0, 0, 0, 4, 0), 4, false, false, false),
+            PodGroupPhase::Finished
+        );
+        assert_eq!(
+            phase(c(0, 0, 0, 1, 3), 4, false, false, false),
+            PodGroupPhase::Failed
+        );
+        assert_eq!(
+            phase(c(0, 0, 8, 0, 0), 8, false, true, false),
+            PodGroupPhase::Failed
+        );
+        let pipelined = Counts {
+            pipelined: 4,
+            ..Counts::default()
+        };
+        assert_eq!(
+            phase(pipelined, 4, true, false, false),
+            PodGroupPhase::PreScheduling
+        );
     }
 }

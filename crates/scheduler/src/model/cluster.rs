@@ -133,30 +133,40 @@ impl Cluster {
     /// A node by id.
     #[must_use]
     pub fn node(&self, id: NodeId) -> &Node {
-        self.nodes.get(id.0).expect("invariant: node ids in the model are live")
+        self.nodes
+            .get(id.0)
+            .expect("invariant: node ids in the model are live")
     }
 
     /// A task by id.
     #[must_use]
     pub fn task(&self, id: TaskId) -> &Task {
-        self.tasks.get(id.0).expect("invariant: task ids in the model are live")
+        self.tasks
+            .get(id.0)
+            .expect("invariant: task ids in the model are live")
     }
 
     /// A gang by id.
     #[must_use]
     pub fn group(&self, id: GroupId) -> &Group {
-        self.groups.get(id.0).expect("invariant: group ids in the model are live")
+        self.groups
+            .get(id.0)
+            .expect("invariant: group ids in the model are live")
     }
 
     /// A gang by id, mutably.
     pub fn group_mut(&mut self, id: GroupId) -> &mut Group {
-        self.groups.get_mut(id.0).expect("invariant: group ids in the model are live")
+        self.groups
+            .get_mut(id.0)
+            .expect("invariant: group ids in the model are live")
     }
 
     /// A queue by id.
     #[must_use]
     pub fn queue(&self, id: QueueId) -> &Queue {
-        self.queues.get(id.0).expect("invariant: queue ids in the model are live")
+        self.queues
+            .get(id.0)
+            .expect("invariant: queue ids in the model are live")
     }
 
     /// A node id by name.
@@ -225,7 +235,11 @@ impl Cluster {
         let api_node = task.api.node_name.as_deref().and_then(|n| self.node_id(n));
         match task.assumed {
             Assumed::None => {
-                let node = if task.api.status.holds_node() { api_node } else { None };
+                let node = if task.api.status.holds_node() {
+                    api_node
+                } else {
+                    None
+                };
                 (task.api.status, node)
             }
             Assumed::Binding { node } => (TaskStatus::Binding, Some(node)),
@@ -237,11 +251,16 @@ impl Cluster {
     /// Adds (`sign = 1`) or removes (`-1`) a task's contribution to its node.
     fn contribute(&mut self, id: TaskId, sign: i64) {
         let task = self.tasks.get(id.0).expect("invariant: live task");
-        let (Some(node_id), status) = (task.node, task.status) else { return };
+        let (Some(node_id), status) = (task.node, task.status) else {
+            return;
+        };
         let request = task.request.times(sign);
         let gpu = task.gpu;
         let groups = task.gpu_groups.clone();
-        let node = self.nodes.get_mut(node_id.0).expect("invariant: task nodes are live");
+        let node = self
+            .nodes
+            .get_mut(node_id.0)
+            .expect("invariant: task nodes are live");
         match status {
             TaskStatus::Pipelined => node.nominated.add(&request),
             s if s.holds_node() => {
@@ -328,10 +347,19 @@ impl Cluster {
 
     /// Sets a task's assumed placement (and shared-GPU groups), keeping node accounting exact.
     /// Returns what to pass to [`Self::undo_placement`].
-    pub fn set_assumed(&mut self, id: TaskId, assumed: Assumed, gpu_groups: Option<Vec<Arc<str>>>) -> PlacementUndo {
+    pub fn set_assumed(
+        &mut self,
+        id: TaskId,
+        assumed: Assumed,
+        gpu_groups: Option<Vec<Arc<str>>>,
+    ) -> PlacementUndo {
         self.contribute(id, -1);
         let task = self.tasks.get_mut(id.0).expect("invariant: live task");
-        let undo = PlacementUndo { task: id, assumed: task.assumed.clone(), gpu_groups: task.gpu_groups.clone() };
+        let undo = PlacementUndo {
+            task: id,
+            assumed: task.assumed.clone(),
+            gpu_groups: task.gpu_groups.clone(),
+        };
         task.assumed = assumed;
         if let Some(groups) = gpu_groups {
             task.gpu_groups = groups;
@@ -370,7 +398,10 @@ impl Cluster {
     pub fn apply_node(&mut self, update: NodeUpdate) {
         self.epochs.capacity += 1;
         if let Some(id) = self.node_id(&update.name) {
-            let node = self.nodes.get_mut(id.0).expect("invariant: indexed nodes are live");
+            let node = self
+                .nodes
+                .get_mut(id.0)
+                .expect("invariant: indexed nodes are live");
             let memory_changed = node.gpu_memory_mib != update.gpu_memory_mib;
             node.labels = update.labels;
             node.taints = update.taints;
@@ -407,13 +438,16 @@ impl Cluster {
 
     /// Removes a node; tasks on it stay, unattached, until they go too.
     pub fn remove_node(&mut self, name: &str) {
-        let Some(id) = self.node_index.remove(name) else { return };
+        let Some(id) = self.node_index.remove(name) else {
+            return;
+        };
         let tasks = self.node(id).tasks.clone();
         for t in &tasks {
             self.contribute(*t, -1);
             let task = self.tasks.get_mut(t.0).expect("invariant: node tasks are live");
             task.node = None;
-            if matches!(task.assumed, Assumed::Binding { node } | Assumed::Pipelined { node, .. } if node == id) {
+            if matches!(task.assumed, Assumed::Binding { node } | Assumed::Pipelined { node, .. } if node == id)
+            {
                 task.assumed = Assumed::None;
             }
             let (status, _) = self.effective(self.task(*t));
@@ -433,7 +467,10 @@ impl Cluster {
         if let Some(id) = self.task_id(&update.uid) {
             self.contribute(id, -1);
             let old_group_key = self.task(id).group_key.clone();
-            let task = self.tasks.get_mut(id.0).expect("invariant: indexed tasks are live");
+            let task = self
+                .tasks
+                .get_mut(id.0)
+                .expect("invariant: indexed tasks are live");
             task.subgroup = update.subgroup;
             task.request = update.request;
             task.gpu = update.gpu;
@@ -507,32 +544,37 @@ impl Cluster {
 
     fn track_unattached(&mut self, id: TaskId) {
         let task = self.task(id);
-        if task.node.is_none() && task.api.status.holds_node() {
-            if let Some(n) = task.api.node_name.clone() {
-                let list = self.unattached.entry(n).or_default();
-                if !list.contains(&id) {
-                    list.push(id);
-                }
+        if task.node.is_none()
+            && task.api.status.holds_node()
+            && let Some(n) = task.api.node_name.clone()
+        {
+            let list = self.unattached.entry(n).or_default();
+            if !list.contains(&id) {
+                list.push(id);
             }
         }
     }
 
     /// Removes a pod.
     pub fn remove_pod(&mut self, uid: &str) {
-        let Some(id) = self.task_index.remove(uid) else { return };
+        let Some(id) = self.task_index.remove(uid) else {
+            return;
+        };
         self.contribute(id, -1);
         self.unlink_group(id);
-        if let Some(n) = self.task(id).api.node_name.clone() {
-            if let Some(list) = self.unattached.get_mut(&n) {
-                list.retain(|t| *t != id);
-            }
+        if let Some(n) = self.task(id).api.node_name.clone()
+            && let Some(list) = self.unattached.get_mut(&n)
+        {
+            list.retain(|t| *t != id);
         }
         self.tasks.remove(id.0);
         self.epochs.capacity += 1;
     }
 
     fn link_group(&mut self, id: TaskId) {
-        let Some(key) = self.task(id).group_key.clone() else { return };
+        let Some(key) = self.task(id).group_key.clone() else {
+            return;
+        };
         if let Some(g) = self.group_id(&key) {
             let group = self.group_mut(g);
             group.tasks.push(id);
@@ -551,12 +593,12 @@ impl Cluster {
             let group = self.group_mut(g);
             group.tasks.retain(|t| *t != id);
             group.version += 1;
-        } else if let Some(key) = key {
-            if let Some(list) = self.orphans.get_mut(&key) {
-                list.retain(|t| *t != id);
-                if list.is_empty() {
-                    self.orphans.remove(&key);
-                }
+        } else if let Some(key) = key
+            && let Some(list) = self.orphans.get_mut(&key)
+        {
+            list.retain(|t| *t != id);
+            if list.is_empty() {
+                self.orphans.remove(&key);
             }
         }
     }
@@ -592,7 +634,10 @@ impl Cluster {
         let id = GroupId(self.groups.insert(group));
         self.group_index.insert(key.clone(), id);
         for task in self.orphans.remove(&key).unwrap_or_default() {
-            self.tasks.get_mut(task.0).expect("invariant: orphans are live").group = Some(id);
+            self.tasks
+                .get_mut(task.0)
+                .expect("invariant: orphans are live")
+                .group = Some(id);
             self.group_mut(id).tasks.push(task);
         }
         self.resolve_group(id);
@@ -600,10 +645,15 @@ impl Cluster {
 
     /// Removes a gang; its pods become orphans waiting for it to come back.
     pub fn remove_group(&mut self, key: &GroupKey) {
-        let Some(id) = self.group_index.remove(key) else { return };
+        let Some(id) = self.group_index.remove(key) else {
+            return;
+        };
         let tasks = std::mem::take(&mut self.group_mut(id).tasks);
         for t in &tasks {
-            self.tasks.get_mut(t.0).expect("invariant: members are live").group = None;
+            self.tasks
+                .get_mut(t.0)
+                .expect("invariant: members are live")
+                .group = None;
         }
         if !tasks.is_empty() {
             self.orphans.insert(key.clone(), tasks);
@@ -616,7 +666,10 @@ impl Cluster {
     /// Adds or updates a queue and re-resolves the tree.
     pub fn apply_queue(&mut self, queue: Queue) {
         if let Some(id) = self.queue_id(&queue.name) {
-            let old = self.queues.get_mut(id.0).expect("invariant: indexed queues are live");
+            let old = self
+                .queues
+                .get_mut(id.0)
+                .expect("invariant: indexed queues are live");
             let fingerprint = old.observed_fingerprint;
             *old = queue;
             old.observed_fingerprint = fingerprint;
@@ -641,7 +694,11 @@ impl Cluster {
         self.priority_classes.insert(name.to_owned(), value);
         if global_default {
             self.global_default_priority = Some((name.to_owned(), value));
-        } else if self.global_default_priority.as_ref().is_some_and(|(n, _)| n == name) {
+        } else if self
+            .global_default_priority
+            .as_ref()
+            .is_some_and(|(n, _)| n == name)
+        {
             self.global_default_priority = None;
         }
         self.resolve_all_groups();
@@ -650,7 +707,11 @@ impl Cluster {
     /// Removes a priority class.
     pub fn remove_priority_class(&mut self, name: &str) {
         self.priority_classes.remove(name);
-        if self.global_default_priority.as_ref().is_some_and(|(n, _)| n == name) {
+        if self
+            .global_default_priority
+            .as_ref()
+            .is_some_and(|(n, _)| n == name)
+        {
             self.global_default_priority = None;
         }
         self.resolve_all_groups();
@@ -705,7 +766,11 @@ impl Cluster {
                 if path.contains(&p) {
                     let names: Vec<String> = path.iter().map(|q| self.queue(*q).name.to_string()).collect();
                     let cycle = format!("{} -> {}", names.join(" -> "), self.queue(p).name);
-                    self.queues.get_mut(id.0).expect("invariant").problems.push(QueueProblem::Cycle(cycle));
+                    self.queues
+                        .get_mut(id.0)
+                        .expect("invariant")
+                        .problems
+                        .push(QueueProblem::Cycle(cycle));
                     break;
                 }
                 path.push(p);
@@ -714,12 +779,11 @@ impl Cluster {
         }
         for id in &ids {
             let q = self.queue(*id);
-            if q.problems.is_empty() {
-                if let Some(p) = q.parent {
-                    if self.queue(p).problems.is_empty() {
-                        self.queues.get_mut(p.0).expect("invariant").children.push(*id);
-                    }
-                }
+            if q.problems.is_empty()
+                && let Some(p) = q.parent
+                && self.queue(p).problems.is_empty()
+            {
+                self.queues.get_mut(p.0).expect("invariant").children.push(*id);
             }
         }
         // A queue under an invalid ancestor is invalid too.
@@ -733,7 +797,11 @@ impl Cluster {
                 }
                 if !self.queue(p).problems.is_empty() && self.queue(*id).problems.is_empty() {
                     let why = format!("ancestor queue {:?} is invalid", self.queue(p).name);
-                    self.queues.get_mut(id.0).expect("invariant").problems.push(QueueProblem::ParentNotFound(why));
+                    self.queues
+                        .get_mut(id.0)
+                        .expect("invariant")
+                        .problems
+                        .push(QueueProblem::ParentNotFound(why));
                     break;
                 }
                 cur = self.queue(p).parent;
@@ -775,8 +843,17 @@ impl Cluster {
                 None
             }
             Some(q) if !self.queue(q).problems.is_empty() => {
-                let why = self.queue(q).problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-                problems.push(GroupProblem::QueueInvalid(format!("{:?}: {why}", group.queue_name)));
+                let why = self
+                    .queue(q)
+                    .problems
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                problems.push(GroupProblem::QueueInvalid(format!(
+                    "{:?}: {why}",
+                    group.queue_name
+                )));
                 None
             }
             Some(q) if !self.queue(q).is_leaf() => {
@@ -785,7 +862,10 @@ impl Cluster {
             }
             Some(q) => Some(q),
         };
-        let default_priority = self.global_default_priority.as_ref().map_or(api::keys::DEFAULT_PRIORITY, |d| d.1);
+        let default_priority = self
+            .global_default_priority
+            .as_ref()
+            .map_or(api::keys::DEFAULT_PRIORITY, |d| d.1);
         let priority = match (&group.priority_class, group.explicit_priority) {
             (Some(pc), explicit) => match self.priority_class(pc) {
                 Some(v) => v,
@@ -797,8 +877,13 @@ impl Cluster {
             (None, Some(p)) => p,
             (None, None) => default_priority,
         };
-        let preemptible = group.explicit_preemptible.unwrap_or(priority < api::keys::NON_PREEMPTIBLE_PRIORITY);
-        let topology = group.topology_spec.as_ref().map(|spec| self.resolve_topology(spec));
+        let preemptible = group
+            .explicit_preemptible
+            .unwrap_or(priority < api::keys::NON_PREEMPTIBLE_PRIORITY);
+        let topology = group
+            .topology_spec
+            .as_ref()
+            .map(|spec| self.resolve_topology(spec));
         let subgroup_topologies: Vec<Option<Result<TopologyRequirement, String>>> = group
             .subgroup_topology_specs
             .iter()
@@ -836,21 +921,33 @@ impl Cluster {
 
     /// Resolves (topology name, required level, preferred level). A level may be given as a level's
     /// node label key or as its last path segment (`rack` for `example.com/rack`).
-    fn resolve_topology(&self, spec: &(String, Option<String>, Option<String>)) -> Result<TopologyRequirement, String> {
+    fn resolve_topology(&self, spec: &super::group::TopologySpec) -> Result<TopologyRequirement, String> {
         let (name, required, preferred) = spec;
         let levels = self
             .topology(name)
             .ok_or_else(|| format!("topology {name:?} does not exist"))?
             .to_vec();
         let find = |level: &Option<String>| -> Result<Option<usize>, String> {
-            let Some(level) = level.as_deref().filter(|l| !l.is_empty()) else { return Ok(None) };
+            let Some(level) = level.as_deref().filter(|l| !l.is_empty()) else {
+                return Ok(None);
+            };
             levels
                 .iter()
                 .position(|l| l == level || l.rsplit(['/', '.']).next() == Some(level))
                 .map(Some)
-                .ok_or_else(|| format!("level {level:?} is not a level of topology {name:?} ({})", levels.join(", ")))
+                .ok_or_else(|| {
+                    format!(
+                        "level {level:?} is not a level of topology {name:?} ({})",
+                        levels.join(", ")
+                    )
+                })
         };
-        Ok(TopologyRequirement { topology: name.as_str().into(), required: find(required)?, preferred: find(preferred)?, levels })
+        Ok(TopologyRequirement {
+            topology: name.as_str().into(),
+            required: find(required)?,
+            preferred: find(preferred)?,
+            levels,
+        })
     }
 
     // -----------------------------------------------------------------------------------------
@@ -867,7 +964,14 @@ impl Cluster {
         for (i, task) in self.tasks.iter() {
             let (status, node) = self.effective(task);
             if (status, node) != (task.status, task.node) {
-                return Err(format!("task {} effective {:?}/{:?} stored {:?}/{:?}", task.key(), status, node, task.status, task.node));
+                return Err(format!(
+                    "task {} effective {:?}/{:?} stored {:?}/{:?}",
+                    task.key(),
+                    status,
+                    node,
+                    task.status,
+                    task.node
+                ));
             }
             let Some(node) = task.node else { continue };
             let e = expected.entry(node).or_default();
@@ -882,7 +986,11 @@ impl Cluster {
                 _ => continue,
             }
             if !self.node(node).tasks.contains(&TaskId(i)) {
-                return Err(format!("task {} missing from node {}", task.key(), self.node(node).name));
+                return Err(format!(
+                    "task {} missing from node {}",
+                    task.key(),
+                    self.node(node).name
+                ));
             }
             if task.gpu.is_shared() {
                 let milli = Self::share_milli(task.gpu, self.node(node));
@@ -917,7 +1025,11 @@ impl Cluster {
         for (i, group) in self.groups.iter() {
             for t in &group.tasks {
                 if self.task(*t).group != Some(GroupId(i)) {
-                    return Err(format!("group {} lists task {} that points elsewhere", group.key, self.task(*t).key()));
+                    return Err(format!(
+                        "group {} lists task {} that points elsewhere",
+                        group.key,
+                        self.task(*t).key()
+                    ));
                 }
             }
         }

@@ -185,7 +185,10 @@ impl Constraints {
             }
         }
         if !self.affinity_terms.is_empty()
-            && !self.affinity_terms.iter().any(|term| term.iter().all(|r| r.matches(node.name, node.labels)))
+            && !self
+                .affinity_terms
+                .iter()
+                .any(|term| term.iter().all(|r| r.matches(node.name, node.labels)))
         {
             return Err(StaticMiss::NodeAffinity);
         }
@@ -216,7 +219,10 @@ pub struct ConstraintsTable {
 impl Default for ConstraintsTable {
     fn default() -> Self {
         let none = Constraints::default();
-        Self { entries: vec![none.clone()], index: HashMap::from([(none, ConstraintsId(0))]) }
+        Self {
+            entries: vec![none.clone()],
+            index: HashMap::from([(none, ConstraintsId(0))]),
+        }
     }
 }
 
@@ -257,28 +263,53 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
     }
 
     fn facts<'a>(labels: &'a BTreeMap<String, String>, taints: &'a [Taint]) -> NodeFacts<'a> {
-        NodeFacts { name: "n1", labels, taints, ready: true, unschedulable: false }
+        NodeFacts {
+            name: "n1",
+            labels,
+            taints,
+            ready: true,
+            unschedulable: false,
+        }
     }
 
     fn req(key: &str, op: Operator) -> Requirement {
-        Requirement { key: key.to_owned(), field: false, op }
+        Requirement {
+            key: key.to_owned(),
+            field: false,
+            op,
+        }
     }
 
     #[test]
     fn selector_affinity_and_taints() {
         let l = labels(&[("zone", "a"), ("gpu", "a100"), ("cores", "64")]);
-        let gpu_taint =
-            [Taint { key: "nvidia.com/gpu".into(), value: "present".into(), effect: TaintEffect::NoSchedule }];
+        let gpu_taint = [Taint {
+            key: "nvidia.com/gpu".into(),
+            value: "present".into(),
+            effect: TaintEffect::NoSchedule,
+        }];
         let none = Constraints::default();
         assert_eq!(none.check(facts(&l, &[])), Ok(()));
-        assert_eq!(none.check(facts(&l, &gpu_taint)), Err(StaticMiss::Taint("nvidia.com/gpu=present:NoSchedule".into())));
+        assert_eq!(
+            none.check(facts(&l, &gpu_taint)),
+            Err(StaticMiss::Taint("nvidia.com/gpu=present:NoSchedule".into()))
+        );
 
-        let selector = Constraints { node_selector: vec![("zone".into(), "b".into())], ..Default::default() };
-        assert_eq!(selector.check(facts(&l, &[])), Err(StaticMiss::NodeSelector("zone=b".into())));
+        let selector = Constraints {
+            node_selector: vec![("zone".into(), "b".into())],
+            ..Default::default()
+        };
+        assert_eq!(
+            selector.check(facts(&l, &[])),
+            Err(StaticMiss::NodeSelector("zone=b".into()))
+        );
 
         let affinity = Constraints {
             affinity_terms: vec![
@@ -289,7 +320,10 @@ mod tests {
         };
         assert_eq!(affinity.check(facts(&l, &[])), Ok(()));
         let strict = Constraints {
-            affinity_terms: vec![vec![req("cores", Operator::Lt(32)), req("gpu", Operator::NotIn(vec!["h100".into()]))]],
+            affinity_terms: vec![vec![
+                req("cores", Operator::Lt(32)),
+                req("gpu", Operator::NotIn(vec!["h100".into()])),
+            ]],
             ..Default::default()
         };
         assert_eq!(strict.check(facts(&l, &[])), Err(StaticMiss::NodeAffinity));
@@ -313,7 +347,11 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(tolerant.check(facts(&l, &gpu_taint)), Ok(()));
-        let soft = [Taint { key: "x".into(), value: String::new(), effect: TaintEffect::PreferNoSchedule }];
+        let soft = [Taint {
+            key: "x".into(),
+            value: String::new(),
+            effect: TaintEffect::PreferNoSchedule,
+        }];
         assert_eq!(none.check(facts(&l, &soft)), Ok(()));
     }
 
@@ -327,15 +365,25 @@ mod tests {
         f.ready = true;
         f.unschedulable = true;
         assert_eq!(none.check(f), Err(StaticMiss::Unschedulable));
-        let tolerate_all =
-            Constraints { tolerations: vec![Toleration { key: String::new(), exists: true, value: String::new(), effect: None }], ..Default::default() };
+        let tolerate_all = Constraints {
+            tolerations: vec![Toleration {
+                key: String::new(),
+                exists: true,
+                value: String::new(),
+                effect: None,
+            }],
+            ..Default::default()
+        };
         assert_eq!(tolerate_all.check(f), Ok(()));
     }
 
     #[test]
     fn interning_shares_entries() {
         let mut t = ConstraintsTable::default();
-        let a = Constraints { node_selector: vec![("a".into(), "1".into())], ..Default::default() };
+        let a = Constraints {
+            node_selector: vec![("a".into(), "1".into())],
+            ..Default::default()
+        };
         let id1 = t.intern(a.clone());
         let id2 = t.intern(a);
         assert_eq!(id1, id2);

@@ -45,6 +45,9 @@ pub struct TopologyRequirement {
     pub preferred: Option<usize>,
 }
 
+/// A topology constraint as written: topology name, required level, preferred level.
+pub type TopologySpec = (String, Option<String>, Option<String>);
+
 /// A sub-group as declared on the PodGroup (`spec.subGroups`), validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubGroupDecl {
@@ -147,22 +150,36 @@ impl GroupProblem {
 impl std::fmt::Display for GroupProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::QueueNotFound(q) => write!(f, "queue {q:?} does not exist; create it or set spec.queue to an existing leaf queue"),
-            Self::QueueNotLeaf(q) => write!(f, "queue {q:?} has child queues; only leaf queues take workloads"),
+            Self::QueueNotFound(q) => write!(
+                f,
+                "queue {q:?} does not exist; create it or set spec.queue to an existing leaf queue"
+            ),
+            Self::QueueNotLeaf(q) => {
+                write!(f, "queue {q:?} has child queues; only leaf queues take workloads")
+            }
             Self::QueueInvalid(why) => write!(f, "queue is invalid: {why}"),
             Self::PriorityClassNotFound(p) => {
-                write!(f, "priority class {p:?} does not exist; scheduling with the default priority")
+                write!(
+                    f,
+                    "priority class {p:?} does not exist; scheduling with the default priority"
+                )
             }
             Self::MaxBelowMin { min, max } => write!(f, "maxMember {max} is below minMember {min}"),
             Self::DuplicateSubGroup(s) => write!(f, "sub-group {s:?} is declared twice"),
             Self::UnknownSubGroupParent { subgroup, parent } => {
-                write!(f, "sub-group {subgroup:?} names parent {parent:?}, which is not declared")
+                write!(
+                    f,
+                    "sub-group {subgroup:?} names parent {parent:?}, which is not declared"
+                )
             }
             Self::Cycle(path) | Self::SubGroupCycle(path) => write!(f, "cycle: {path}"),
             Self::ParentNotFound(p) => write!(f, "parentPodGroup {p:?} does not exist in this namespace"),
             Self::Topology(why) => write!(f, "topology constraint: {why}"),
             Self::MinMemberUnreachable { min, possible } => {
-                write!(f, "minMember {min} can never be met: the gang can have at most {possible} pods")
+                write!(
+                    f,
+                    "minMember {min} can never be met: the gang can have at most {possible} pods"
+                )
             }
         }
     }
@@ -211,9 +228,9 @@ pub struct Group {
     /// Gang-level topology.
     pub topology: Option<TopologyRequirement>,
     /// Topology as written (name, required level, preferred level), resolved against Topology objects.
-    pub topology_spec: Option<(String, Option<String>, Option<String>)>,
+    pub topology_spec: Option<TopologySpec>,
     /// Sub-group topology as written, by sub-group index.
-    pub subgroup_topology_specs: Vec<Option<(String, Option<String>, Option<String>)>>,
+    pub subgroup_topology_specs: Vec<Option<TopologySpec>>,
     /// Seconds it may wait unplaced before it fails.
     pub schedule_timeout_secs: Option<i64>,
     /// Whether pods get Unschedulable conditions.
@@ -295,7 +312,11 @@ impl Group {
             && self.mark_unschedulable == other.mark_unschedulable
             && self.min_resources == other.min_resources
             && self.created == other.created
-            && self.problems.iter().filter(|p| !p.is_resolution()).eq(other.problems.iter().filter(|p| !p.is_resolution()))
+            && self
+                .problems
+                .iter()
+                .filter(|p| !p.is_resolution())
+                .eq(other.problems.iter().filter(|p| !p.is_resolution()))
     }
 
     /// The first problem that stops scheduling, if any.

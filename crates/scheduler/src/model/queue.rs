@@ -21,7 +21,11 @@ pub struct QueueResourceSpec {
 impl Default for QueueResourceSpec {
     /// Unset: no quota, no limit, weight 1.
     fn default() -> Self {
-        Self { quota: 0.0, limit: -1.0, weight: 1.0 }
+        Self {
+            quota: 0.0,
+            limit: -1.0,
+            weight: 1.0,
+        }
     }
 }
 
@@ -84,7 +88,11 @@ impl Queue {
             children: Vec::new(),
             priority: 100,
             created: 0,
-            resources: [QueueResourceSpec { quota: -1.0, limit: -1.0, weight: 1.0 }; MAX_RESOURCES],
+            resources: [QueueResourceSpec {
+                quota: -1.0,
+                limit: -1.0,
+                weight: 1.0,
+            }; MAX_RESOURCES],
             preempt_min_runtime_ms: None,
             reclaim_min_runtime_ms: None,
             problems: Vec::new(),

@@ -110,7 +110,10 @@ impl Resources {
     /// True when every slot of `self` is at most the same slot of `capacity`.
     #[must_use]
     pub fn fits_in(&self, capacity: &Self) -> bool {
-        self.0.iter().zip(capacity.0.iter()).all(|(need, have)| need <= have)
+        self.0
+            .iter()
+            .zip(capacity.0.iter())
+            .all(|(need, have)| need <= have)
     }
 
     /// Slots where `self` exceeds `capacity`.
@@ -136,7 +139,11 @@ impl Resources {
 
     /// Non-zero slots, for display.
     pub fn nonzero(&self) -> impl Iterator<Item = (usize, i64)> + '_ {
-        self.0.iter().enumerate().filter(|(_, v)| **v != 0).map(|(i, v)| (i, *v))
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v != 0)
+            .map(|(i, v)| (i, *v))
     }
 }
 
@@ -167,8 +174,10 @@ pub struct ResourceNames {
 
 impl Default for ResourceNames {
     fn default() -> Self {
-        let names: Vec<String> =
-            ["cpu", "memory", api::keys::GPU_RESOURCE, "pods"].iter().map(|s| (*s).to_owned()).collect();
+        let names: Vec<String> = ["cpu", "memory", api::keys::GPU_RESOURCE, "pods"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
         let slots = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
         Self { slots, names }
     }
@@ -232,7 +241,11 @@ impl ResourceNames {
             .filter(|(slot, _)| *slot != PODS)
             .map(|(slot, v)| format!("{} {}", self.name(slot), self.format_amount(slot, v)))
             .collect();
-        if parts.is_empty() { "nothing".to_owned() } else { parts.join(", ") }
+        if parts.is_empty() {
+            "nothing".to_owned()
+        } else {
+            parts.join(", ")
+        }
     }
 }
 

@@ -37,13 +37,19 @@ impl TaskStatus {
     /// Holds resources on its node as used (not as a reservation).
     #[must_use]
     pub fn holds_node(self) -> bool {
-        matches!(self, Self::Binding | Self::Bound | Self::Running | Self::Releasing)
+        matches!(
+            self,
+            Self::Binding | Self::Bound | Self::Running | Self::Releasing
+        )
     }
 
     /// Counts towards its gang's minimum (KAI's "active allocated").
     #[must_use]
     pub fn is_active_allocated(self) -> bool {
-        matches!(self, Self::Pipelined | Self::Binding | Self::Bound | Self::Running)
+        matches!(
+            self,
+            Self::Pipelined | Self::Binding | Self::Bound | Self::Running
+        )
     }
 
     /// Placed and not going away (allocated against queue quota).
