@@ -28,7 +28,7 @@ fn assert_stable(s: &mut Sim) {
             r.decisions.evictions
         );
     }
-    s.cluster.check_invariants().unwrap();
+    s.cluster.check_invariants().expect("model invariants");
 }
 
 #[test]
@@ -315,5 +315,5 @@ fn a_bind_already_in_flight_is_not_decided_twice() {
         second.decisions.binds.is_empty(),
         "assumed binds are not decided again"
     );
-    s.cluster.check_invariants().unwrap();
+    s.cluster.check_invariants().expect("model invariants");
 }
