@@ -7,6 +7,7 @@
 //! Must not: do I/O or read clocks anywhere but the I/O edges and the binary.
 
 pub mod actions;
+pub mod cache;
 pub mod config;
 pub mod cycle;
 pub mod framework;

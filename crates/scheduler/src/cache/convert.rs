@@ -1,0 +1,852 @@
+//! Kubernetes objects to model updates: pure functions, so every rule about reading pods, nodes,
+//! PodGroups and queues is unit-tested without a cluster. Malformed input never panics: it becomes a
+//! problem on the object that the status writer reports.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use api::keys;
+use api::quantity;
+use k8s_openapi::api::core::v1::{Container, Node, NodeSelectorRequirement, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::model::constraints::{Constraints, Operator, Requirement, Taint, TaintEffect, Toleration};
+use crate::model::group::{GroupProblem, SubGroupDecl};
+use crate::model::queue::{QueueProblem, QueueResourceSpec};
+use crate::model::resources::{CPU, GPU, MEMORY, PODS, ResourceNames};
+use crate::model::{
+    ApiView, GpuRequest, Group, GroupKey, GroupKind, Millis, NodeUpdate, PodUpdate, Queue, Resources,
+    TaskStatus,
+};
+
+/// Milliseconds of a Kubernetes timestamp.
+#[must_use]
+pub fn millis(t: Option<&Time>) -> Millis {
+    t.map_or(0, |t| t.0.as_millisecond())
+}
+
+/// Parses an RFC 3339 timestamp (scheduler-owned annotations).
+#[must_use]
+pub fn parse_rfc3339(s: &str) -> Option<Millis> {
+    s.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_millisecond())
+}
+
+/// Bonus that puts Ray heads and Kubeflow masters/launchers first in their gang.
+const LEADER_ORDER: i32 = 1_000_000;
+
+/// Which annotation named the gang, for conflict messages.
+fn group_key_of(pod: &Pod, namespace: &Arc<str>) -> (Option<GroupKey>, Option<String>) {
+    let ann = pod.metadata.annotations.as_ref();
+    let get = |k: &str| {
+        ann.and_then(|a| a.get(k))
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    };
+    let kai = get(keys::POD_GROUP_NAME);
+    let seed = get(keys::POD_GROUP_SEED);
+    let volcano = get(keys::VOLCANO_GROUP_NAME);
+    let key = |kind, name: &str| GroupKey {
+        kind,
+        namespace: namespace.clone(),
+        name: name.into(),
+    };
+    let mut problem = None;
+    if let (Some(a), Some(b)) = (kai, seed) {
+        if a != b {
+            problem = Some(format!(
+                "conflicting group annotations: {}={a} and {}={b}; remove one",
+                keys::POD_GROUP_NAME,
+                keys::POD_GROUP_SEED
+            ));
+        }
+    }
+    if let Some(v) = volcano {
+        if let Some(k) = kai.or(seed).filter(|k| *k != v) {
+            problem = Some(format!(
+                "conflicting group annotations: {}={k} and {}={v}; remove one",
+                keys::POD_GROUP_NAME,
+                keys::VOLCANO_GROUP_NAME
+            ));
+        }
+        return (Some(key(GroupKind::Volcano, v)), problem);
+    }
+    (kai.or(seed).map(|n| key(GroupKind::Kai, n)), problem)
+}
+
+fn add_quantities(
+    names: &mut ResourceNames,
+    total: &mut Resources,
+    list: Option<&BTreeMap<String, Quantity>>,
+    skip: &HashSet<String>,
+    problems: &mut Vec<String>,
+) {
+    for (name, q) in list.into_iter().flatten() {
+        if skip.contains(name) {
+            continue;
+        }
+        let Some(slot) = names.slot(name) else {
+            problems.push(format!("too many distinct resource kinds; cannot track {name}"));
+            continue;
+        };
+        let amount = match slot {
+            CPU | GPU => quantity::milli_value(&q.0),
+            _ => quantity::value(&q.0),
+        };
+        match amount {
+            Ok(v) if v >= 0 => total.0[slot] += v,
+            Ok(_) => problems.push(format!("negative request for {name}: {}", q.0)),
+            Err(e) => problems.push(format!("resource {name}: {e}")),
+        }
+    }
+}
+
+/// A container's effective request: requests, with limits standing in where a request is missing (as
+/// Kubernetes defaults them).
+fn container_request(names: &mut ResourceNames, c: &Container, problems: &mut Vec<String>) -> Resources {
+    let mut r = Resources::ZERO;
+    let res = c.resources.as_ref();
+    let requests = res.and_then(|r| r.requests.as_ref());
+    let limits = res.and_then(|r| r.limits.as_ref());
+    add_quantities(names, &mut r, requests, &HashSet::new(), problems);
+    let requested: HashSet<String> = requests.map(|m| m.keys().cloned().collect()).unwrap_or_default();
+    add_quantities(names, &mut r, limits, &requested, problems);
+    r
+}
+
+/// What the scheduler reads from a pod.
+#[must_use]
+pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpdate {
+    let meta = &pod.metadata;
+    let namespace: Arc<str> = meta.namespace.as_deref().unwrap_or("default").into();
+    let spec = pod.spec.as_ref();
+    let mut problems = Vec::new();
+    let (group_key, conflict) = group_key_of(pod, &namespace);
+    problems.extend(conflict);
+    // Requests: sum of containers, at least the largest init container, plus overhead.
+    let mut request = Resources::ZERO;
+    let mut init_max = Resources::ZERO;
+    if let Some(spec) = spec {
+        for c in &spec.containers {
+            request.add(&container_request(names, c, &mut problems));
+        }
+        for c in spec.init_containers.iter().flatten() {
+            init_max = init_max.max(&container_request(names, c, &mut problems));
+        }
+        request = request.max(&init_max);
+        add_quantities(
+            names,
+            &mut request,
+            spec.overhead.as_ref(),
+            &HashSet::new(),
+            &mut problems,
+        );
+    }
+    request.0[PODS] = 1;
+    // GPUs: whole devices from the resource, fractions and memory from annotations.
+    let ann = meta.annotations.as_ref();
+    let get = |k: &str| ann.and_then(|a| a.get(k)).map(String::as_str);
+    let whole = request.0[GPU];
+    let devices = match get(keys::GPU_FRACTION_NUM_DEVICES)
+        .map(|v| quantity::positive_count("gpu-fraction-num-devices", v))
+    {
+        None => 1,
+        Some(Ok(n)) => n,
+        Some(Err(e)) => {
+            problems.push(e.to_string());
+            1
+        }
+    };
+    let mut gpu = if whole > 0 {
+        if whole % 1000 != 0 {
+            problems.push(format!(
+                "{} must be a whole number, got {}",
+                keys::GPU_RESOURCE,
+                whole as f64 / 1000.0
+            ));
+        }
+        GpuRequest::Whole(u32::try_from(whole / 1000).unwrap_or(u32::MAX))
+    } else {
+        GpuRequest::None
+    };
+    if let Some(f) = get(keys::GPU_FRACTION) {
+        match quantity::gpu_fraction_milli(f) {
+            Ok(1000) if devices == 1 && whole == 0 => {
+                // A fraction of 1 is a whole GPU.
+                request.0[GPU] = 1000;
+                gpu = GpuRequest::Whole(1);
+            }
+            Ok(milli) if whole == 0 => gpu = GpuRequest::Fraction { milli, devices },
+            Ok(_) => problems.push(format!(
+                "pod asks for both {} and the {} annotation; use one",
+                keys::GPU_RESOURCE,
+                keys::GPU_FRACTION
+            )),
+            Err(e) => problems.push(e.to_string()),
+        }
+    } else if let Some(m) = get(keys::GPU_MEMORY) {
+        match quantity::positive_count("gpu-memory", m) {
+            Ok(mib) if whole == 0 => gpu = GpuRequest::Memory { mib, devices },
+            Ok(_) => problems.push(format!(
+                "pod asks for both {} and the {} annotation; use one",
+                keys::GPU_RESOURCE,
+                keys::GPU_MEMORY
+            )),
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    let labels = meta.labels.as_ref();
+    let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    let mut gpu_groups: Vec<Arc<str>> = Vec::new();
+    if let Some(g) = label(keys::GPU_GROUP).filter(|g| !g.is_empty()) {
+        gpu_groups.push(g.into());
+    }
+    for (k, v) in labels.into_iter().flatten() {
+        if k.starts_with(&format!("{}/", keys::GPU_GROUP))
+            && !v.is_empty()
+            && !gpu_groups.iter().any(|g| &**g == v)
+        {
+            gpu_groups.push(v.as_str().into());
+        }
+    }
+    let mut task_order = match label(keys::TASK_PRIORITY_LABEL).map(str::parse::<i32>) {
+        None => 0,
+        Some(Ok(v)) => v.clamp(-LEADER_ORDER + 1, LEADER_ORDER - 1),
+        Some(Err(_)) => {
+            problems.push(format!("label {} must be an integer", keys::TASK_PRIORITY_LABEL));
+            0
+        }
+    };
+    if label("ray.io/node-type") == Some("head")
+        || matches!(
+            label("training.kubeflow.org/job-role"),
+            Some("master" | "launcher")
+        )
+        || matches!(
+            label("training.kubeflow.org/replica-type"),
+            Some("master" | "launcher")
+        )
+    {
+        task_order += LEADER_ORDER;
+    }
+    let node_name: Option<Arc<str>> = spec
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+        .map(Into::into);
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending");
+    let deleting = meta.deletion_timestamp.is_some();
+    let gated = spec
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty());
+    let status = match (phase, deleting, node_name.is_some()) {
+        ("Succeeded", _, _) => TaskStatus::Succeeded,
+        ("Failed", _, _) => TaskStatus::Failed,
+        (_, true, _) => TaskStatus::Releasing,
+        ("Running" | "Unknown", false, true) => TaskStatus::Running,
+        (_, false, true) => TaskStatus::Bound,
+        _ if gated => TaskStatus::Gated,
+        _ => TaskStatus::Pending,
+    };
+    problems.sort();
+    problems.dedup();
+    PodUpdate {
+        uid: meta.uid.as_deref().unwrap_or_default().into(),
+        namespace,
+        name: meta.name.as_deref().unwrap_or_default().into(),
+        ours: spec.and_then(|s| s.scheduler_name.as_deref()) == Some(scheduler_name),
+        group_key,
+        subgroup: label(keys::SUBGROUP_NAME)
+            .filter(|s| !s.is_empty())
+            .map(Into::into),
+        request,
+        gpu,
+        constraints: constraints(spec),
+        api: ApiView { status, node_name },
+        gpu_groups,
+        task_order,
+        created: millis(meta.creation_timestamp.as_ref()),
+        problem: (!problems.is_empty()).then(|| problems.join("; ").into()),
+    }
+}
+
+fn requirement(r: &NodeSelectorRequirement, field: bool) -> Requirement {
+    let values = r.values.clone().unwrap_or_default();
+    let first_int = values.first().and_then(|v| v.parse::<i64>().ok());
+    let op = match r.operator.as_str() {
+        "In" => Operator::In(values),
+        "NotIn" => Operator::NotIn(values),
+        "Exists" => Operator::Exists,
+        "DoesNotExist" => Operator::DoesNotExist,
+        "Gt" => first_int.map_or(Operator::In(Vec::new()), Operator::Gt),
+        "Lt" => first_int.map_or(Operator::In(Vec::new()), Operator::Lt),
+        // An operator we do not know matches nothing, as the API server would reject it anyway.
+        _ => Operator::In(Vec::new()),
+    };
+    Requirement {
+        key: r.key.clone(),
+        field,
+        op,
+    }
+}
+
+fn constraints(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Constraints {
+    let Some(spec) = spec else {
+        return Constraints::default();
+    };
+    let mut node_selector: Vec<(String, String)> = spec
+        .node_selector
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    node_selector.sort();
+    let terms = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+        .map(|s| s.node_selector_terms.clone())
+        .unwrap_or_default();
+    let affinity_terms = terms
+        .iter()
+        .map(|t| {
+            let mut reqs: Vec<Requirement> = t
+                .match_expressions
+                .iter()
+                .flatten()
+                .map(|r| requirement(r, false))
+                .collect();
+            reqs.extend(t.match_fields.iter().flatten().map(|r| requirement(r, true)));
+            reqs
+        })
+        .collect();
+    let tolerations = spec
+        .tolerations
+        .iter()
+        .flatten()
+        .map(|t| Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            exists: t.operator.as_deref() == Some("Exists"),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.as_deref().and_then(effect),
+        })
+        .collect();
+    Constraints {
+        node_selector,
+        affinity_terms,
+        tolerations,
+    }
+}
+
+fn effect(s: &str) -> Option<TaintEffect> {
+    match s {
+        "NoSchedule" => Some(TaintEffect::NoSchedule),
+        "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
+        "NoExecute" => Some(TaintEffect::NoExecute),
+        _ => None,
+    }
+}
+
+/// Whether a pod of another scheduler matters to the model (it holds node resources).
+#[must_use]
+pub fn foreign_pod_holds_node(update: &PodUpdate) -> bool {
+    update.api.node_name.is_some() && !update.api.status.is_finished()
+}
+
+/// What the scheduler reads from a node.
+#[must_use]
+pub fn node(names: &mut ResourceNames, node: &Node) -> NodeUpdate {
+    let meta = &node.metadata;
+    let spec = node.spec.as_ref();
+    let status = node.status.as_ref();
+    let mut allocatable = Resources::ZERO;
+    let mut ignored = Vec::new();
+    add_quantities(
+        names,
+        &mut allocatable,
+        status.and_then(|s| s.allocatable.as_ref()),
+        &HashSet::new(),
+        &mut ignored,
+    );
+    // Whole devices only.
+    allocatable.0[GPU] = allocatable.0[GPU] / 1000 * 1000;
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let taints = spec
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            Some(Taint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: effect(&t.effect)?,
+            })
+        })
+        .collect();
+    let labels: BTreeMap<String, String> = meta.labels.clone().unwrap_or_default();
+    let gpu_memory_mib = labels
+        .get(keys::NODE_GPU_MEMORY)
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|v| {
+            // Values above 1 TiB are bytes (some exporters), as KAI reads them.
+            let mib = if v > 1 << 20 { v >> 20 } else { v };
+            u32::try_from(mib).unwrap_or(u32::MAX)
+        });
+    NodeUpdate {
+        name: meta.name.as_deref().unwrap_or_default().into(),
+        labels,
+        taints,
+        ready,
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        allocatable,
+        gpu_memory_mib,
+    }
+}
+
+fn annotation_time(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<Millis> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .and_then(|v| parse_rfc3339(v))
+}
+
+fn non_empty(s: Option<&String>) -> Option<String> {
+    s.filter(|s| !s.is_empty()).cloned()
+}
+
+/// What the scheduler reads from a KAI PodGroup.
+#[must_use]
+pub fn pod_group(pg: &api::PodGroup, default_queue: &str) -> Group {
+    let meta = &pg.metadata;
+    let key = GroupKey {
+        kind: GroupKind::Kai,
+        namespace: meta.namespace.as_deref().unwrap_or("default").into(),
+        name: meta.name.as_deref().unwrap_or_default().into(),
+    };
+    let spec = &pg.spec;
+    let queue = non_empty(spec.queue.as_ref()).unwrap_or_else(|| default_queue.to_owned());
+    let min = spec.effective_min_member();
+    let mut group = Group::new(key, &queue, min);
+    group.uid = meta.uid.as_deref().unwrap_or_default().into();
+    group.priority_class = non_empty(spec.priority_class_name.as_ref()).map(Into::into);
+    group.explicit_priority = spec.priority;
+    group.explicit_preemptible = spec.preemptibility.map(|p| p == api::Preemptibility::Preemptible);
+    group.max_member = spec.max_member.and_then(|m| u32::try_from(m).ok());
+    group.parent_name = non_empty(spec.parent_pod_group.as_ref()).map(Into::into);
+    group.schedule_timeout_secs = spec.schedule_timeout_seconds.filter(|s| *s > 0);
+    group.mark_unschedulable = spec.mark_unschedulable.unwrap_or(true);
+    group.created = millis(meta.creation_timestamp.as_ref());
+    group.last_start = annotation_time(meta, keys::LAST_START_TIMESTAMP);
+    group.stale_since = annotation_time(meta, keys::STALE_TIMESTAMP);
+    if let Some(max) = group.max_member {
+        if max < min {
+            group.problems.push(GroupProblem::MaxBelowMin { min, max });
+        }
+    }
+    group.topology_spec = spec.topology_constraint.as_ref().and_then(topology_spec);
+    // Sub-groups: names unique, parents declared, no cycles.
+    let mut seen = HashSet::new();
+    for s in &spec.sub_groups {
+        if !seen.insert(s.name.clone()) {
+            group
+                .problems
+                .push(GroupProblem::DuplicateSubGroup(s.name.clone()));
+        }
+    }
+    for s in &spec.sub_groups {
+        let parent = s.parent.as_ref().filter(|p| !p.is_empty());
+        let parent_index = parent.and_then(|p| spec.sub_groups.iter().position(|x| &x.name == p));
+        if let (Some(p), None) = (parent, parent_index) {
+            group.problems.push(GroupProblem::UnknownSubGroupParent {
+                subgroup: s.name.clone(),
+                parent: p.clone(),
+            });
+        }
+        group.subgroups.push(SubGroupDecl {
+            name: s.name.as_str().into(),
+            min_member: s.min_member.and_then(|m| u32::try_from(m).ok()).unwrap_or(0),
+            parent: parent_index,
+            topology: None,
+        });
+        group
+            .subgroup_topology_specs
+            .push(s.topology_constraint.as_ref().and_then(topology_spec));
+    }
+    for (i, _) in group.subgroups.iter().enumerate() {
+        let mut path = vec![i];
+        let mut cur = group.subgroups[i].parent;
+        while let Some(p) = cur {
+            if path.contains(&p) {
+                let names: Vec<&str> = path.iter().map(|x| &*group.subgroups[*x].name).collect();
+                group.problems.push(GroupProblem::SubGroupCycle(format!(
+                    "sub-groups {} -> {}",
+                    names.join(" -> "),
+                    group.subgroups[p].name
+                )));
+                break;
+            }
+            path.push(p);
+            cur = group.subgroups[p].parent;
+        }
+    }
+    if group
+        .problems
+        .iter()
+        .any(|p| matches!(p, GroupProblem::SubGroupCycle(_)))
+    {
+        // Break the cycle so the tree can still be built (the gang waits on the problem anyway).
+        for s in &mut group.subgroups {
+            s.parent = None;
+        }
+    }
+    if let Some(status) = &pg.status {
+        group.observed.fingerprint = crate::framework::status::status_fingerprint(status);
+        group.observed.status = Some(status.clone());
+    }
+    group.problems.sort();
+    group.problems.dedup();
+    group
+}
+
+fn topology_spec(t: &api::podgroup::TopologyConstraint) -> Option<crate::model::group::TopologySpec> {
+    if t.is_empty() {
+        return None;
+    }
+    Some((
+        t.topology.clone().unwrap_or_default(),
+        non_empty(t.required_topology_level.as_ref()),
+        non_empty(t.preferred_topology_level.as_ref()),
+    ))
+}
+
+/// What the scheduler reads from a Volcano PodGroup. Volcano's default queue `default` maps to ours.
+#[must_use]
+pub fn volcano_pod_group(names: &mut ResourceNames, pg: &api::VolcanoPodGroup, default_queue: &str) -> Group {
+    let meta = &pg.metadata;
+    let key = GroupKey {
+        kind: GroupKind::Volcano,
+        namespace: meta.namespace.as_deref().unwrap_or("default").into(),
+        name: meta.name.as_deref().unwrap_or_default().into(),
+    };
+    let spec = &pg.spec;
+    let queue = match spec.queue.as_deref() {
+        None | Some("" | "default") => default_queue.to_owned(),
+        Some(q) => q.to_owned(),
+    };
+    let min = spec
+        .min_member
+        .and_then(|m| u32::try_from(m).ok())
+        .unwrap_or(1)
+        .max(1);
+    let mut group = Group::new(key, &queue, min);
+    group.uid = meta.uid.as_deref().unwrap_or_default().into();
+    group.priority_class = non_empty(spec.priority_class_name.as_ref()).map(Into::into);
+    group.created = millis(meta.creation_timestamp.as_ref());
+    if !spec.min_resources.is_empty() {
+        let mut r = Resources::ZERO;
+        let mut problems = Vec::new();
+        add_quantities(
+            names,
+            &mut r,
+            Some(&spec.min_resources),
+            &HashSet::new(),
+            &mut problems,
+        );
+        group.min_resources = Some(r);
+    }
+    group
+}
+
+/// What the scheduler reads from a Queue.
+#[must_use]
+pub fn queue(names: &mut ResourceNames, q: &api::Queue) -> Queue {
+    let meta = &q.metadata;
+    let mut queue = Queue::new(meta.name.as_deref().unwrap_or_default());
+    let spec = &q.spec;
+    queue.parent_name = non_empty(spec.parent_queue.as_ref()).map(Into::into);
+    queue.priority = spec.priority.unwrap_or(100);
+    queue.created = millis(meta.creation_timestamp.as_ref());
+    let read = |r: Option<&api::ResourceQuota>| {
+        let r = r.copied().unwrap_or_default();
+        QueueResourceSpec {
+            quota: r.quota.unwrap_or(0.0),
+            limit: r.limit.unwrap_or(-1.0),
+            weight: r.over_quota_weight.unwrap_or(1.0).max(0.0),
+        }
+    };
+    // Slots the queue does not mention: no quota, no limit, weight 1.
+    for slot in 0..queue.resources.len() {
+        queue.resources[slot] = QueueResourceSpec::default();
+    }
+    if let Some(res) = &spec.resources {
+        queue.resources[CPU] = read(res.cpu.as_ref());
+        queue.resources[GPU] = read(res.gpu.as_ref());
+        queue.resources[MEMORY] = read(res.memory.as_ref());
+        for (name, r) in &res.extended {
+            if let Some(slot) = names.slot(name) {
+                queue.resources[slot] = read(Some(r));
+            }
+        }
+    }
+    let runtime = |v: Option<&String>, field: &str, problems: &mut Vec<QueueProblem>| {
+        v.filter(|s| !s.is_empty())
+            .and_then(|s| match crate::config::parse_duration(s) {
+                Ok(d) => Some(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                Err(e) => {
+                    problems.push(QueueProblem::BadDuration(format!("{field}: {e}")));
+                    None
+                }
+            })
+    };
+    let mut problems = Vec::new();
+    queue.preempt_min_runtime_ms = runtime(
+        spec.preempt_min_runtime.as_ref(),
+        "preemptMinRuntime",
+        &mut problems,
+    );
+    queue.reclaim_min_runtime_ms = runtime(
+        spec.reclaim_min_runtime.as_ref(),
+        "reclaimMinRuntime",
+        &mut problems,
+    );
+    queue.problems = problems;
+    queue
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_yaml(y: &str) -> Pod {
+        serde_yaml::from_str(y).expect("pod yaml")
+    }
+
+    #[test]
+    fn reads_requests_gpus_and_group_annotations() {
+        let mut names = ResourceNames::default();
+        let p = pod_yaml(
+            r#"
+metadata:
+  name: w-0
+  namespace: ml
+  uid: u1
+  annotations: {scheduling.run.ai/pod-group: pytorch-ddp-training}
+  labels: {kai.scheduler/subgroup-name: worker}
+spec:
+  schedulerName: kai-scheduler
+  initContainers:
+  - {name: init, image: x, resources: {requests: {cpu: "8"}}}
+  containers:
+  - {name: a, image: x, resources: {limits: {nvidia.com/gpu: 2, cpu: "2"}, requests: {cpu: "1", memory: 1Gi}}}
+  - {name: b, image: x, resources: {requests: {cpu: 500m, example.com/fpga: "1"}}}
+"#,
+        );
+        let u = pod(&mut names, &p, "kai-scheduler");
+        assert!(u.ours);
+        assert_eq!(
+            u.group_key.as_ref().map(|k| (&*k.name, k.kind)),
+            Some(("pytorch-ddp-training", GroupKind::Kai))
+        );
+        assert_eq!(u.subgroup.as_deref(), Some("worker"));
+        // cpu: max(1 + 0.5, init 8) = 8; gpu from limits; memory from requests.
+        assert_eq!(u.request.cpu(), 8000);
+        assert_eq!(u.request.gpu(), 2000);
+        assert_eq!(u.request.memory(), 1 << 30);
+        assert_eq!(u.gpu, GpuRequest::Whole(2));
+        assert_eq!(u.request.0[names.get("example.com/fpga").unwrap()], 1);
+        assert_eq!(u.api.status, TaskStatus::Pending);
+        assert!(u.problem.is_none());
+    }
+
+    #[test]
+    fn bad_annotations_become_problems_not_panics() {
+        let mut names = ResourceNames::default();
+        for (fraction, expected) in [
+            (
+                "abc",
+                "gpu-fraction \"abc\" must be a number greater than 0 and at most 1",
+            ),
+            ("0", "gpu-fraction \"0\" must be"),
+            ("1.5", "gpu-fraction \"1.5\" must be"),
+            ("-1", "gpu-fraction \"-1\" must be"),
+        ] {
+            let p = pod_yaml(&format!(
+                "metadata: {{name: p, uid: u, annotations: {{gpu-fraction: \"{fraction}\", pod-group-name: g}}}}\nspec: {{containers: [{{name: a, image: x}}]}}"
+            ));
+            let u = pod(&mut names, &p, "kai-scheduler");
+            let problem = u.problem.expect("problem");
+            assert!(problem.starts_with(expected), "{fraction}: {problem}");
+        }
+        let p = pod_yaml(
+            "metadata: {name: p, uid: u, annotations: {pod-group-name: a, scheduling.run.ai/pod-group: b}}\nspec: {containers: [{name: a, image: x}]}",
+        );
+        let u = pod(&mut names, &p, "kai-scheduler");
+        assert!(u.problem.unwrap().contains("conflicting group annotations"));
+        let p = pod_yaml(
+            "metadata: {name: p, uid: u, annotations: {gpu-fraction: \"0.5\", gpu-fraction-num-devices: \"2\"}}\nspec: {containers: [{name: a, image: x}]}",
+        );
+        assert_eq!(
+            pod(&mut names, &p, "kai-scheduler").gpu,
+            GpuRequest::Fraction {
+                milli: 500,
+                devices: 2
+            }
+        );
+    }
+
+    #[test]
+    fn pod_status_mapping() {
+        let mut names = ResourceNames::default();
+        let cases = [
+            ("{nodeName: n1}", "{phase: Running}", false, TaskStatus::Running),
+            ("{nodeName: n1}", "{phase: Pending}", false, TaskStatus::Bound),
+            ("{nodeName: n1}", "{phase: Running}", true, TaskStatus::Releasing),
+            ("{}", "{phase: Pending}", false, TaskStatus::Pending),
+            (
+                "{schedulingGates: [{name: wait}]}",
+                "{phase: Pending}",
+                false,
+                TaskStatus::Gated,
+            ),
+            (
+                "{nodeName: n1}",
+                "{phase: Succeeded}",
+                false,
+                TaskStatus::Succeeded,
+            ),
+        ];
+        for (spec_extra, status, deleting, expected) in cases {
+            let deletion = if deleting {
+                ", deletionTimestamp: \"2026-01-01T00:00:00Z\""
+            } else {
+                ""
+            };
+            let spec = spec_extra.trim_start_matches('{').trim_end_matches('}');
+            let sep = if spec.is_empty() { "" } else { ", " };
+            let y = format!(
+                "metadata: {{name: p, uid: u{deletion}}}\nspec: {{containers: [{{name: a, image: x}}]{sep}{spec}}}\nstatus: {status}"
+            );
+            assert_eq!(
+                pod(&mut names, &pod_yaml(&y), "kai-scheduler").api.status,
+                expected,
+                "{y}"
+            );
+        }
+    }
+
+    #[test]
+    fn volcano_annotation_wins_and_conflicts_are_reported() {
+        let mut names = ResourceNames::default();
+        let p = pod_yaml(
+            "metadata: {name: p, uid: u, namespace: n, annotations: {scheduling.k8s.io/group-name: vg, pod-group-name: vg}}\nspec: {containers: [{name: a, image: x}]}",
+        );
+        let u = pod(&mut names, &p, "kai-scheduler");
+        assert_eq!(u.group_key.map(|k| k.kind), Some(GroupKind::Volcano));
+        assert!(u.problem.is_none());
+    }
+
+    #[test]
+    fn reads_nodes() {
+        let mut names = ResourceNames::default();
+        let n: Node = serde_yaml::from_str(
+            r#"
+metadata: {name: n1, labels: {nvidia.com/gpu.memory: "81920", zone: a}}
+spec: {unschedulable: true, taints: [{key: k, value: v, effect: NoSchedule}]}
+status:
+  allocatable: {cpu: "64", memory: 256Gi, nvidia.com/gpu: "8", pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+"#,
+        )
+        .unwrap();
+        let u = node(&mut names, &n);
+        assert_eq!(u.allocatable.cpu(), 64_000);
+        assert_eq!(u.allocatable.gpu(), 8000);
+        assert_eq!(u.allocatable.pods(), 110);
+        assert!(u.ready && u.unschedulable);
+        assert_eq!(u.gpu_memory_mib, Some(81920));
+        assert_eq!(u.taints.len(), 1);
+    }
+
+    #[test]
+    fn reads_podgroups_and_reports_definition_problems() {
+        let pg: api::PodGroup = serde_yaml::from_str(
+            r#"
+apiVersion: scheduling.run.ai/v2
+kind: PodGroup
+metadata: {name: g, namespace: n, annotations: {kai.scheduler/last-start-timestamp: "2026-01-01T00:00:00Z"}}
+spec:
+  minMember: 4
+  maxMember: 2
+  subGroups:
+  - {name: a, parent: b}
+  - {name: b, parent: a}
+  - {name: c, parent: missing}
+  - {name: c}
+"#,
+        )
+        .unwrap();
+        let g = pod_group(&pg, "default-queue");
+        assert_eq!(&*g.queue_name, "default-queue");
+        assert_eq!(g.last_start, Some(1_767_225_600_000));
+        let reasons: Vec<String> = g.problems.iter().map(ToString::to_string).collect();
+        assert!(
+            reasons.iter().any(|r| r == "maxMember 2 is below minMember 4"),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons.iter().any(|r| r.contains("declared twice")),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons.iter().any(|r| r.contains("names parent \"missing\"")),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.starts_with("cycle: sub-groups a -> b -> a")),
+            "{reasons:?}"
+        );
+    }
+
+    #[test]
+    fn reads_queues_with_kai_units_and_defaults() {
+        let mut names = ResourceNames::default();
+        let q: api::Queue = serde_yaml::from_str(
+            "metadata: {name: team-a}\nspec: {parentQueue: department-1, resources: {gpu: {quota: 2, limit: 4}, cpu: {quota: -1, limit: -1, overQuotaWeight: 1}}, preemptMinRuntime: soon}",
+        )
+        .unwrap();
+        let m = queue(&mut names, &q);
+        assert_eq!(m.parent_name.as_deref(), Some("department-1"));
+        assert_eq!(m.priority, 100);
+        assert_eq!(
+            m.resources[GPU],
+            QueueResourceSpec {
+                quota: 2.0,
+                limit: 4.0,
+                weight: 1.0
+            }
+        );
+        assert_eq!(
+            m.resources[MEMORY],
+            QueueResourceSpec {
+                quota: 0.0,
+                limit: -1.0,
+                weight: 1.0
+            }
+        );
+        assert!(matches!(&m.problems[0], QueueProblem::BadDuration(d) if d.contains("preemptMinRuntime")));
+    }
+}
