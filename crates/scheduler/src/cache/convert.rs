@@ -54,14 +54,14 @@ fn group_key_of(pod: &Pod, namespace: &Arc<str>) -> (Option<GroupKey>, Option<St
         name: name.into(),
     };
     let mut problem = None;
-    if let (Some(a), Some(b)) = (kai, seed) {
-        if a != b {
-            problem = Some(format!(
-                "conflicting group annotations: {}={a} and {}={b}; remove one",
-                keys::POD_GROUP_NAME,
-                keys::POD_GROUP_SEED
-            ));
-        }
+    if let (Some(a), Some(b)) = (kai, seed)
+        && a != b
+    {
+        problem = Some(format!(
+            "conflicting group annotations: {}={a} and {}={b}; remove one",
+            keys::POD_GROUP_NAME,
+            keys::POD_GROUP_SEED
+        ));
     }
     if let Some(v) = volcano {
         if let Some(k) = kai.or(seed).filter(|k| *k != v) {
@@ -450,10 +450,10 @@ pub fn pod_group(pg: &api::PodGroup, default_queue: &str) -> Group {
     group.created = millis(meta.creation_timestamp.as_ref());
     group.last_start = annotation_time(meta, keys::LAST_START_TIMESTAMP);
     group.stale_since = annotation_time(meta, keys::STALE_TIMESTAMP);
-    if let Some(max) = group.max_member {
-        if max < min {
-            group.problems.push(GroupProblem::MaxBelowMin { min, max });
-        }
+    if let Some(max) = group.max_member
+        && max < min
+    {
+        group.problems.push(GroupProblem::MaxBelowMin { min, max });
     }
     group.topology_spec = spec.topology_constraint.as_ref().and_then(topology_spec);
     // Sub-groups: names unique, parents declared, no cycles.
