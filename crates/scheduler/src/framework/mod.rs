@@ -110,6 +110,8 @@ pub struct SessionStats {
     pub gangs_skipped_unchanged: u64,
     /// Placements attempted (pods).
     pub placements: u64,
+    /// Gangs left waiting with a reason at the end of the cycle.
+    pub gangs_waiting: u64,
 }
 
 impl<'c> Session<'c> {
@@ -366,6 +368,7 @@ impl<'c> Session<'c> {
                 _ => {}
             }
         }
+        self.stats.gangs_waiting = self.outcomes.values().filter(|o| !o.why.is_empty()).count() as u64;
         status::report(&mut self, &mut decisions);
         (decisions, self.stats)
     }

@@ -234,6 +234,66 @@ pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         report_group(ssn, id, now, decisions);
     }
     report_queues(ssn, decisions);
+    report_pods_without_gang(ssn, decisions);
+}
+
+/// How long a pod may wait for its PodGroup before it is told why (the podgrouper usually creates it
+/// within a second).
+const ORPHAN_GRACE_MS: Millis = 10_000;
+
+/// Pods that cannot be scheduled on their own account: no PodGroup, a missing PodGroup, or a bad
+/// annotation. Each gets a `PodScheduled=False` condition saying so (and an event for bad input).
+fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
+    let now = ssn.now;
+    let mut updates = Vec::new();
+    for (i, t) in ssn.cluster.tasks.iter() {
+        if !t.ours || t.status != TaskStatus::Pending {
+            continue;
+        }
+        let message = if let Some(problem) = &t.problem {
+            format!("pod cannot be scheduled: {problem}")
+        } else if now - t.created < ORPHAN_GRACE_MS {
+            continue;
+        } else if let Some(key) = &t.group_key {
+            if t.group.is_some() {
+                continue;
+            }
+            let kind = match key.kind {
+                GroupKind::Kai => "PodGroup (scheduling.run.ai)",
+                GroupKind::Volcano => "PodGroup (scheduling.volcano.sh)",
+            };
+            format!("{kind} {} does not exist; create it or fix the pod's group annotation", key)
+        } else {
+            format!(
+                "no PodGroup yet: waiting for the podgrouper to create one (or set the {} annotation)",
+                api::keys::POD_GROUP_NAME
+            )
+        };
+        let print = fingerprint_str(&message);
+        if t.condition_fingerprint == print {
+            continue;
+        }
+        if t.problem.is_some() {
+            decisions.events.push(Event {
+                object: EventObject::Pod { namespace: t.namespace.clone(), name: t.name.clone(), uid: t.uid.clone() },
+                type_: EventType::Warning,
+                reason: api::keys::EVENT_UNSCHEDULABLE,
+                message: message.clone(),
+            });
+        }
+        decisions.pod_conditions.push(PodCondition {
+            uid: t.uid.clone(),
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+            message,
+        });
+        updates.push((i, print));
+    }
+    for (i, print) in updates {
+        if let Some(t) = ssn.cluster.tasks.get_mut(i) {
+            t.condition_fingerprint = print;
+        }
+    }
 }
 
 fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut Decisions) {

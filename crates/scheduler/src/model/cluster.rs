@@ -204,6 +204,18 @@ impl Cluster {
         self.topologies.get(name).map(Vec::as_slice)
     }
 
+    /// Names of known priority classes.
+    #[must_use]
+    pub fn priority_class_names(&self) -> Vec<String> {
+        self.priority_classes.keys().cloned().collect()
+    }
+
+    /// Names of known topologies.
+    #[must_use]
+    pub fn topology_names(&self) -> Vec<String> {
+        self.topologies.keys().cloned().collect()
+    }
+
     /// The value of a priority class.
     #[must_use]
     pub fn priority_class(&self, name: &str) -> Option<i32> {
@@ -388,6 +400,16 @@ impl Cluster {
             let _ = self.set_assumed(id, Assumed::None, groups);
             self.epochs.capacity += 1;
         }
+    }
+
+    /// Drops every assumption (after losing leadership: a new term starts from what the API says).
+    pub fn clear_all_assumed(&mut self) {
+        let ids: Vec<TaskId> =
+            self.tasks.iter().filter(|(_, t)| t.assumed != Assumed::None).map(|(i, _)| TaskId(i)).collect();
+        for t in ids {
+            self.clear_assumed(t);
+        }
+        self.memo.clear();
     }
 
     // -----------------------------------------------------------------------------------------

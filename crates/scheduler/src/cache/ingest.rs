@@ -1,0 +1,170 @@
+//! Applies watch events to the model. Runs inside the scheduling loop, which owns the model, between
+//! cycles; a (re)list is reconciled by deleting what the list no longer contains.
+
+use std::collections::HashSet;
+
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::ResourceExt;
+
+use super::convert;
+use super::watch::{Change, Event, Kind, key, pod_key};
+use crate::model::{Cluster, GroupKey, GroupKind};
+
+/// Event ingestion state.
+#[derive(Debug)]
+pub struct Ingest {
+    /// `spec.schedulerName` of our pods.
+    pub scheduler_name: String,
+    /// Queue of PodGroups that name none.
+    pub default_queue: String,
+    listed: HashSet<Kind>,
+}
+
+impl Ingest {
+    /// New ingestion for a scheduler name and default queue.
+    #[must_use]
+    pub fn new(scheduler_name: &str, default_queue: &str) -> Self {
+        Self { scheduler_name: scheduler_name.to_owned(), default_queue: default_queue.to_owned(), listed: HashSet::new() }
+    }
+
+    /// Whether every kind has been listed once (the model is complete).
+    #[must_use]
+    pub fn synced(&self, kinds: &[Kind]) -> bool {
+        kinds.iter().all(|k| self.listed.contains(k))
+    }
+
+    /// Applies one event.
+    pub fn apply(&mut self, cluster: &mut Cluster, event: Event) {
+        match event {
+            Event::Pod(c) => self.pod(cluster, c),
+            Event::Node(c) => match c {
+                Change::Apply(n) => {
+                    let u = convert::node(&mut cluster.names, &n);
+                    cluster.apply_node(u);
+                }
+                Change::Delete(n) => cluster.remove_node(&n.name_any()),
+                Change::Listed(keys) => {
+                    let gone: Vec<String> = cluster
+                        .nodes
+                        .iter()
+                        .map(|(_, n)| n.name.to_string())
+                        .filter(|n| !keys.contains(n))
+                        .collect();
+                    for n in gone {
+                        cluster.remove_node(&n);
+                    }
+                    self.listed.insert(Kind::Node);
+                }
+            },
+            Event::PodGroup(c) => match c {
+                Change::Apply(pg) => cluster.apply_group(convert::pod_group(&pg, &self.default_queue)),
+                Change::Delete(pg) => cluster.remove_group(&group_key(GroupKind::Kai, &key(&pg))),
+                Change::Listed(keys) => {
+                    remove_groups(cluster, GroupKind::Kai, &keys);
+                    self.listed.insert(Kind::PodGroup);
+                }
+            },
+            Event::VolcanoPodGroup(c) => match c {
+                Change::Apply(pg) => {
+                    let g = convert::volcano_pod_group(&mut cluster.names, &pg, &self.default_queue);
+                    cluster.apply_group(g);
+                }
+                Change::Delete(pg) => cluster.remove_group(&group_key(GroupKind::Volcano, &key(&pg))),
+                Change::Listed(keys) => {
+                    remove_groups(cluster, GroupKind::Volcano, &keys);
+                    self.listed.insert(Kind::VolcanoPodGroup);
+                }
+            },
+            Event::Queue(c) => match c {
+                Change::Apply(q) => {
+                    let q = convert::queue(&mut cluster.names, &q);
+                    cluster.apply_queue(q);
+                }
+                Change::Delete(q) => cluster.remove_queue(&q.name_any()),
+                Change::Listed(keys) => {
+                    let gone: Vec<String> =
+                        cluster.queues.iter().map(|(_, q)| q.name.to_string()).filter(|q| !keys.contains(q)).collect();
+                    for q in gone {
+                        cluster.remove_queue(&q);
+                    }
+                    self.listed.insert(Kind::Queue);
+                }
+            },
+            Event::PriorityClass(c) => match c {
+                Change::Apply(pc) => priority_class(cluster, &pc),
+                Change::Delete(pc) => cluster.remove_priority_class(&pc.name_any()),
+                Change::Listed(keys) => {
+                    for name in cluster.priority_class_names() {
+                        if !keys.contains(&name) {
+                            cluster.remove_priority_class(&name);
+                        }
+                    }
+                    self.listed.insert(Kind::PriorityClass);
+                }
+            },
+            Event::Topology(c) => match c {
+                Change::Apply(t) => {
+                    let levels = t.spec.levels.iter().map(|l| l.node_label.clone()).collect();
+                    cluster.apply_topology(&t.name_any(), levels);
+                }
+                Change::Delete(t) => cluster.remove_topology(&t.name_any()),
+                Change::Listed(keys) => {
+                    for name in cluster.topology_names() {
+                        if !keys.contains(&name) {
+                            cluster.remove_topology(&name);
+                        }
+                    }
+                    self.listed.insert(Kind::Topology);
+                }
+            },
+        }
+    }
+
+    fn pod(&mut self, cluster: &mut Cluster, change: Change<k8s_openapi::api::core::v1::Pod>) {
+        match change {
+            Change::Apply(p) => {
+                let u = convert::pod(&mut cluster.names, &p, &self.scheduler_name);
+                // Pods of other schedulers matter only while they hold a node.
+                if u.ours || convert::foreign_pod_holds_node(&u) {
+                    cluster.apply_pod(u);
+                } else {
+                    cluster.remove_pod(&u.uid);
+                }
+            }
+            Change::Delete(p) => cluster.remove_pod(&pod_key(&p)),
+            Change::Listed(keys) => {
+                let gone: Vec<String> = cluster
+                    .tasks
+                    .iter()
+                    .map(|(_, t)| t.uid.to_string())
+                    .filter(|uid| !keys.contains(uid))
+                    .collect();
+                for uid in gone {
+                    cluster.remove_pod(&uid);
+                }
+                self.listed.insert(Kind::Pod);
+            }
+        }
+    }
+}
+
+fn group_key(kind: GroupKind, key: &str) -> GroupKey {
+    let (ns, name) = key.split_once('/').unwrap_or(("", key));
+    GroupKey { kind, namespace: ns.into(), name: name.into() }
+}
+
+fn remove_groups(cluster: &mut Cluster, kind: GroupKind, keys: &HashSet<String>) {
+    let gone: Vec<GroupKey> = cluster
+        .groups
+        .iter()
+        .map(|(_, g)| g.key.clone())
+        .filter(|k| k.kind == kind && !keys.contains(&format!("{}/{}", k.namespace, k.name)))
+        .collect();
+    for k in gone {
+        cluster.remove_group(&k);
+    }
+}
+
+fn priority_class(cluster: &mut Cluster, pc: &PriorityClass) {
+    cluster.apply_priority_class(&pc.name_any(), pc.value, pc.global_default.unwrap_or(false));
+}
