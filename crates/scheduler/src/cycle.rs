@@ -35,5 +35,10 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
     }
     crate::framework::status::timeouts(&mut ssn);
     let (decisions, stats) = ssn.close();
-    CycleResult { decisions, stats, open, actions: timings }
+    CycleResult {
+        decisions,
+        stats,
+        open,
+        actions: timings,
+    }
 }

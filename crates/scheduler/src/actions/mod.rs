@@ -1,6 +1,10 @@
 //! The actions of a cycle, run in the configured order over one session.
 
 pub mod allocate;
+pub mod consolidate;
+pub mod preempt;
+pub mod stale;
+pub mod victims;
 
 use crate::config::ActionKind;
 use crate::framework::Session;
@@ -9,9 +13,9 @@ use crate::framework::Session;
 pub fn run(ssn: &mut Session<'_>, action: ActionKind) {
     match action {
         ActionKind::Allocate => allocate::allocate(ssn),
-        ActionKind::Consolidation
-        | ActionKind::Reclaim
-        | ActionKind::Preempt
-        | ActionKind::StaleGangEviction => {}
+        ActionKind::Consolidation => consolidate::consolidate(ssn),
+        ActionKind::Reclaim => {}
+        ActionKind::Preempt => preempt::preempt(ssn),
+        ActionKind::StaleGangEviction => stale::stale_gangs(ssn),
     }
 }

@@ -24,7 +24,11 @@ impl Ingest {
     /// New ingestion for a scheduler name and default queue.
     #[must_use]
     pub fn new(scheduler_name: &str, default_queue: &str) -> Self {
-        Self { scheduler_name: scheduler_name.to_owned(), default_queue: default_queue.to_owned(), listed: HashSet::new() }
+        Self {
+            scheduler_name: scheduler_name.to_owned(),
+            default_queue: default_queue.to_owned(),
+            listed: HashSet::new(),
+        }
     }
 
     /// Whether every kind has been listed once (the model is complete).
@@ -82,8 +86,12 @@ impl Ingest {
                 }
                 Change::Delete(q) => cluster.remove_queue(&q.name_any()),
                 Change::Listed(keys) => {
-                    let gone: Vec<String> =
-                        cluster.queues.iter().map(|(_, q)| q.name.to_string()).filter(|q| !keys.contains(q)).collect();
+                    let gone: Vec<String> = cluster
+                        .queues
+                        .iter()
+                        .map(|(_, q)| q.name.to_string())
+                        .filter(|q| !keys.contains(q))
+                        .collect();
                     for q in gone {
                         cluster.remove_queue(&q);
                     }
@@ -150,7 +158,11 @@ impl Ingest {
 
 fn group_key(kind: GroupKind, key: &str) -> GroupKey {
     let (ns, name) = key.split_once('/').unwrap_or(("", key));
-    GroupKey { kind, namespace: ns.into(), name: name.into() }
+    GroupKey {
+        kind,
+        namespace: ns.into(),
+        name: name.into(),
+    }
 }
 
 fn remove_groups(cluster: &mut Cluster, kind: GroupKind, keys: &HashSet<String>) {

@@ -81,8 +81,14 @@ pub fn pod_key(pod: &Pod) -> String {
 }
 
 /// Runs one watch until the channel closes, forwarding changes wrapped by `wrap`.
-async fn run<K>(api: Api<K>, config: watcher::Config, tx: mpsc::Sender<Event>, kind: Kind, wrap: fn(Change<K>) -> Event, key_of: fn(&K) -> String)
-where
+async fn run<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    tx: mpsc::Sender<Event>,
+    kind: Kind,
+    wrap: fn(Change<K>) -> Event,
+    key_of: fn(&K) -> String,
+) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let mut stream = watcher(api, config).boxed();
@@ -132,23 +138,57 @@ pub struct Offered {
 /// model is complete.
 pub fn start(client: &Client, offered: Offered, capacity: usize) -> (mpsc::Receiver<Event>, Vec<Kind>) {
     let (tx, rx) = mpsc::channel(capacity);
-    let mut kinds = vec![Kind::Pod, Kind::Node, Kind::PodGroup, Kind::Queue, Kind::PriorityClass];
+    let mut kinds = vec![
+        Kind::Pod,
+        Kind::Node,
+        Kind::PodGroup,
+        Kind::Queue,
+        Kind::PriorityClass,
+    ];
     let cfg = || watcher::Config::default().page_size(500);
     tokio::spawn(
-        run(Api::<Pod>::all(client.clone()), cfg(), tx.clone(), Kind::Pod, Event::Pod, pod_key)
-            .instrument(info_span!("watch", kind = "pods")),
+        run(
+            Api::<Pod>::all(client.clone()),
+            cfg(),
+            tx.clone(),
+            Kind::Pod,
+            Event::Pod,
+            pod_key,
+        )
+        .instrument(info_span!("watch", kind = "pods")),
     );
     tokio::spawn(
-        run(Api::<Node>::all(client.clone()), cfg(), tx.clone(), Kind::Node, Event::Node, key::<Node>)
-            .instrument(info_span!("watch", kind = "nodes")),
+        run(
+            Api::<Node>::all(client.clone()),
+            cfg(),
+            tx.clone(),
+            Kind::Node,
+            Event::Node,
+            key::<Node>,
+        )
+        .instrument(info_span!("watch", kind = "nodes")),
     );
     tokio::spawn(
-        run(Api::<api::PodGroup>::all(client.clone()), cfg(), tx.clone(), Kind::PodGroup, Event::PodGroup, key::<api::PodGroup>)
-            .instrument(info_span!("watch", kind = "podgroups")),
+        run(
+            Api::<api::PodGroup>::all(client.clone()),
+            cfg(),
+            tx.clone(),
+            Kind::PodGroup,
+            Event::PodGroup,
+            key::<api::PodGroup>,
+        )
+        .instrument(info_span!("watch", kind = "podgroups")),
     );
     tokio::spawn(
-        run(Api::<api::Queue>::all(client.clone()), cfg(), tx.clone(), Kind::Queue, Event::Queue, key::<api::Queue>)
-            .instrument(info_span!("watch", kind = "queues")),
+        run(
+            Api::<api::Queue>::all(client.clone()),
+            cfg(),
+            tx.clone(),
+            Kind::Queue,
+            Event::Queue,
+            key::<api::Queue>,
+        )
+        .instrument(info_span!("watch", kind = "queues")),
     );
     tokio::spawn(
         run(
@@ -178,8 +218,15 @@ pub fn start(client: &Client, offered: Offered, capacity: usize) -> (mpsc::Recei
     if offered.topology {
         kinds.push(Kind::Topology);
         tokio::spawn(
-            run(Api::<api::Topology>::all(client.clone()), cfg(), tx, Kind::Topology, Event::Topology, key::<api::Topology>)
-                .instrument(info_span!("watch", kind = "topologies")),
+            run(
+                Api::<api::Topology>::all(client.clone()),
+                cfg(),
+                tx,
+                Kind::Topology,
+                Event::Topology,
+                key::<api::Topology>,
+            )
+            .instrument(info_span!("watch", kind = "topologies")),
         );
     }
     (rx, kinds)

@@ -9,7 +9,7 @@ use std::cmp::Ordering;
 use super::explain::QueueGate;
 use super::gang::Gang;
 use crate::config::ProportionArgs;
-use crate::model::resources::{CPU, GPU, MAX_RESOURCES, MEMORY, PODS};
+use crate::model::resources::{GPU, MAX_RESOURCES, MEMORY, PODS};
 use crate::model::{Cluster, QueueId, Resources};
 
 /// Converts a model amount to share units (GPU devices, CPU millicores, memory MB, others as is).
@@ -121,7 +121,7 @@ impl Fairness {
                 }
                 let quota = spec.resources[slot].quota;
                 let np = to_share_units(slot, self.allocated_non_preemptible[q.index()].0[slot]);
-                if !preemptible && quota >= 0.0 && np + requested > quota + 1e-9 && slot != CPU {
+                if !preemptible && quota >= 0.0 && np + requested > quota + 1e-9 {
                     return Err(QueueGate::NonPreemptibleOverQuota {
                         queue: spec.name.to_string(),
                         slot,

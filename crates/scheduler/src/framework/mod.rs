@@ -31,10 +31,16 @@ use placement::{NodeIndex, PlacementPolicy};
 
 /// One journal entry.
 #[derive(Clone, Debug)]
-struct Op {
-    undo: PlacementUndo,
-    /// Queue accounting change applied with it: (queue, share request, preemptible, +1/-1).
-    share: Option<(QueueId, Resources, bool, i64)>,
+enum Op {
+    /// A pod's placement changed.
+    Place {
+        undo: PlacementUndo,
+        /// Queue accounting change applied with it: (queue, share request, preemptible, +1/-1).
+        share: Option<(QueueId, Resources, bool, i64)>,
+    },
+    /// Room held on a node for a pod that does not exist yet (a moved victim's replacement); only
+    /// ever inside a scenario that is rolled back.
+    Phantom { node: NodeId, request: Resources },
 }
 
 /// Why a pod was evicted, kept for the eviction decision.
@@ -99,6 +105,8 @@ pub struct Session<'c> {
     pub stats: SessionStats,
     /// The model's capacity epoch when the session opened (memo key).
     pub epoch_at_open: u64,
+    /// Gangs whose scheduler-owned annotations changed this cycle.
+    pub annotations_changed: std::collections::HashSet<GroupId>,
 }
 
 /// Counts of what a session did.
@@ -150,6 +158,7 @@ impl<'c> Session<'c> {
         let epoch_at_open = cluster.epochs.capacity;
         Self {
             epoch_at_open,
+            annotations_changed: std::collections::HashSet::new(),
             cluster,
             config,
             now,
@@ -180,11 +189,20 @@ impl<'c> Session<'c> {
     /// Undoes everything after `checkpoint`, newest first.
     pub fn rollback(&mut self, checkpoint: usize) {
         while self.journal.len() > checkpoint {
-            let op = self.journal.pop().expect("invariant: length checked");
-            let task = op.undo.task;
+            let (undo, share) = match self.journal.pop().expect("invariant: length checked") {
+                Op::Place { undo, share } => (undo, share),
+                Op::Phantom { node, request } => {
+                    if let Some(n) = self.cluster.nodes.get_mut(node.0) {
+                        n.nominated.sub(&request);
+                    }
+                    self.index.update(self.cluster, node);
+                    continue;
+                }
+            };
+            let task = undo.task;
             let nodes = self.nodes_of(task);
-            self.cluster.undo_placement(op.undo);
-            if let Some((queue, share, preemptible, sign)) = op.share {
+            self.cluster.undo_placement(undo);
+            if let Some((queue, share, preemptible, sign)) = share {
                 self.fairness
                     .change(self.cluster, queue, &share, preemptible, -sign);
             }
@@ -225,7 +243,7 @@ impl<'c> Session<'c> {
             self.fairness
                 .change(self.cluster, queue, &share_req, preemptible, sign);
         }
-        self.journal.push(Op { undo, share });
+        self.journal.push(Op::Place { undo, share });
         self.reindex(before_node);
         let after = self.nodes_of(task);
         if after != before_node {
@@ -284,6 +302,19 @@ impl<'c> Session<'c> {
         self.change(task, Assumed::Pipelined { node, until }, Some(gpu_groups));
     }
 
+    /// Holds room on a node for a pod that does not exist yet. Must be rolled back before the session
+    /// closes (it is not a decision).
+    pub fn reserve_phantom(&mut self, node: NodeId, request: &Resources) {
+        if let Some(n) = self.cluster.nodes.get_mut(node.0) {
+            n.nominated.add(request);
+        }
+        self.index.update(self.cluster, node);
+        self.journal.push(Op::Phantom {
+            node,
+            request: *request,
+        });
+    }
+
     /// Drops a pod's reservation (before its gang is tried again).
     pub fn unreserve(&mut self, task: TaskId) {
         self.change(task, Assumed::None, None);
@@ -300,6 +331,12 @@ impl<'c> Session<'c> {
             },
         );
         self.change(task, Assumed::Evicting, None);
+    }
+
+    /// Sets or clears when a gang was first seen running below its minimum.
+    pub fn set_stale_since(&mut self, group: GroupId, since: Option<Millis>) {
+        self.cluster.group_mut(group).stale_since = since;
+        self.annotations_changed.insert(group);
     }
 
     /// Record why a gang is not placed.

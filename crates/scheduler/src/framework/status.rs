@@ -262,7 +262,10 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
                 GroupKind::Kai => "PodGroup (scheduling.run.ai)",
                 GroupKind::Volcano => "PodGroup (scheduling.volcano.sh)",
             };
-            format!("{kind} {} does not exist; create it or fix the pod's group annotation", key)
+            format!(
+                "{kind} {} does not exist; create it or fix the pod's group annotation",
+                key
+            )
         } else {
             format!(
                 "no PodGroup yet: waiting for the podgrouper to create one (or set the {} annotation)",
@@ -275,7 +278,11 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         }
         if t.problem.is_some() {
             decisions.events.push(Event {
-                object: EventObject::Pod { namespace: t.namespace.clone(), name: t.name.clone(), uid: t.uid.clone() },
+                object: EventObject::Pod {
+                    namespace: t.namespace.clone(),
+                    name: t.name.clone(),
+                    uid: t.uid.clone(),
+                },
                 type_: EventType::Warning,
                 reason: api::keys::EVENT_UNSCHEDULABLE,
                 message: message.clone(),

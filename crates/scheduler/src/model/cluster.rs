@@ -404,8 +404,12 @@ impl Cluster {
 
     /// Drops every assumption (after losing leadership: a new term starts from what the API says).
     pub fn clear_all_assumed(&mut self) {
-        let ids: Vec<TaskId> =
-            self.tasks.iter().filter(|(_, t)| t.assumed != Assumed::None).map(|(i, _)| TaskId(i)).collect();
+        let ids: Vec<TaskId> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.assumed != Assumed::None)
+            .map(|(i, _)| TaskId(i))
+            .collect();
         for t in ids {
             self.clear_assumed(t);
         }

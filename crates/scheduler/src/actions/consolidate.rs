@@ -1,0 +1,70 @@
+//! consolidation: defragmentation. A waiting preemptible gang that fits nowhere as the cluster stands,
+//! although the cluster has enough free room in total, gets room by moving other preemptible gangs:
+//! a scenario is accepted only if every moved pod has somewhere else to go, so nothing is killed for
+//! good.
+
+use super::victims::{self, Request, Unit};
+use crate::config::PlacementStrategy;
+use crate::framework::Session;
+use crate::framework::decisions::EvictionCause;
+use crate::framework::explain::Why;
+use crate::model::Resources;
+
+/// Runs consolidation.
+pub fn consolidate(ssn: &mut Session<'_>) {
+    let placement = ssn.config.plugins.nodeplacement;
+    // Spreading on purpose leaves fragments; moving pods to undo that would fight the policy (as KAI).
+    if placement.gpu == PlacementStrategy::Spread || placement.cpu == PlacementStrategy::Spread {
+        return;
+    }
+    let max = ssn.config.plugins.consolidation.max_preemptees as usize;
+    if max == 0 {
+        return;
+    }
+    for g in super::preempt::waiting_for_room(ssn) {
+        if ssn.outcomes.get(&g).is_some_and(|o| o.placed) || !ssn.gangs[g].preemptible {
+            continue;
+        }
+        // Only worth it when the cluster has the room in total.
+        let mut need = Resources::ZERO;
+        for t in ssn.gangs[g].pending(ssn.cluster) {
+            need.add(&ssn.cluster.task(t).request);
+        }
+        let mut free = Resources::ZERO;
+        for (_, n) in ssn.cluster.nodes.iter() {
+            if n.ready && !n.unschedulable {
+                free.add(&n.available(&Resources::ZERO).1.max(&Resources::ZERO));
+            }
+        }
+        if !need.fits_in(&free) {
+            continue;
+        }
+        let mut victim_gangs: Vec<usize> = (0..ssn.gangs.len())
+            .filter(|v| {
+                let h = &ssn.gangs[*v];
+                *v != g && h.preemptible && h.tasks().any(|t| ssn.cluster.task(t).status.is_allocated())
+            })
+            .collect();
+        victim_gangs.sort_by_key(|v| (ssn.gangs[*v].priority, -ssn.gangs[*v].created));
+        let mut candidates: Vec<Unit> = Vec::new();
+        for v in victim_gangs {
+            candidates.extend(victims::units_of(ssn, v, true));
+        }
+        let target = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
+        let request = Request {
+            gang: g,
+            candidates,
+            cause: EvictionCause::Consolidation,
+            victims_must_move: true,
+            max_victim_gangs: max,
+            validate: &|_, _| Ok(()),
+            message: &|_, _| {
+                format!("moved to make room for {target} (consolidation); it is recreated elsewhere")
+            },
+        };
+        if victims::solve(ssn, &request).is_ok() {
+            ssn.mark_placed(g, "consolidation");
+            ssn.explain(g, Why::Pipelined);
+        }
+    }
+}

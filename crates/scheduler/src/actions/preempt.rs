@@ -1,0 +1,64 @@
+//! preempt: inside a queue, a waiting gang evicts strictly lower-priority preemptible work, the fewest
+//! victims needed, whole gangs or surplus elastic members only. The freed room is reserved for it and it
+//! is bound in a later cycle, once the victims are gone.
+
+use super::victims::{self, Request, Unit};
+use crate::framework::Session;
+use crate::framework::decisions::EvictionCause;
+use crate::framework::explain::Why;
+
+/// Gangs that allocate could not place because no node had room (the only ones eviction can help).
+pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
+    let mut gangs: Vec<usize> = ssn
+        .outcomes
+        .iter()
+        .filter(|(_, o)| !o.placed && matches!(o.why.first(), Some(Why::NoFit(_))))
+        .map(|(g, _)| *g)
+        .collect();
+    gangs.sort_by_key(|g| crate::framework::ordering::job_key(ssn, *g));
+    gangs
+}
+
+/// Runs preempt.
+pub fn preempt(ssn: &mut Session<'_>) {
+    for g in waiting_for_room(ssn) {
+        if ssn.outcomes.get(&g).is_some_and(|o| o.placed) {
+            continue;
+        }
+        let (queue, priority) = (ssn.gangs[g].queue, ssn.gangs[g].priority);
+        let mut victim_gangs: Vec<usize> = (0..ssn.gangs.len())
+            .filter(|v| {
+                let h = &ssn.gangs[*v];
+                *v != g
+                    && h.queue == queue
+                    && h.preemptible
+                    && h.priority < priority
+                    && h.tasks().any(|t| ssn.cluster.task(t).status.is_allocated())
+            })
+            .collect();
+        if victim_gangs.is_empty() {
+            continue;
+        }
+        // Lowest priority first, then the newest.
+        victim_gangs.sort_by_key(|v| (ssn.gangs[*v].priority, -ssn.gangs[*v].created));
+        let mut candidates: Vec<Unit> = Vec::new();
+        for v in victim_gangs {
+            let protected = victims::protected_by_min_runtime(ssn, v, false);
+            candidates.extend(victims::units_of(ssn, v, !protected));
+        }
+        let preemptor = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
+        let request = Request {
+            gang: g,
+            candidates,
+            cause: EvictionCause::Preempt,
+            victims_must_move: false,
+            max_victim_gangs: usize::MAX,
+            validate: &|_, _| Ok(()),
+            message: &|_, _| format!("preempted by higher priority workload {preemptor}"),
+        };
+        if victims::solve(ssn, &request).is_ok() {
+            ssn.mark_placed(g, "preempt");
+            ssn.explain(g, Why::Pipelined);
+        }
+    }
+}

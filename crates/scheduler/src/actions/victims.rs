@@ -1,0 +1,343 @@
+//! The victim search shared by preempt, reclaim and consolidation.
+//!
+//! A victim *unit* is what may be evicted at once: one surplus pod of an elastic gang (above its minimum),
+//! or a whole gang (never a part that would leave it below its minimum). The solver places the waiting
+//! gang pod by pod; for a pod that fits nowhere, it picks the node where the fewest units (earliest in
+//! the caller's victim order) free enough room, evicts them, and reserves the pod there. Victims freed on
+//! several nodes help the next pods too. The outcome is validated by the caller's rule (fair share, ...)
+//! and then trimmed: units whose eviction turned out unnecessary are given back.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::framework::Session;
+use crate::framework::decisions::EvictionCause;
+use crate::framework::own_nominated;
+use crate::framework::placement::Mode;
+use crate::model::{GroupId, NodeId, Resources, TaskId, TaskStatus};
+
+/// Something that may be evicted at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unit {
+    /// The victim gang (index into the session's gangs).
+    pub gang: usize,
+    /// The pods evicted together.
+    pub tasks: Vec<TaskId>,
+    /// Whether this takes the whole gang (rather than one surplus pod).
+    pub whole: bool,
+}
+
+/// What the solver needs from an action.
+pub struct Request<'a> {
+    /// The waiting gang.
+    pub gang: usize,
+    /// Victims, in the order they should go (least valuable first).
+    pub candidates: Vec<Unit>,
+    /// Why they go (events).
+    pub cause: EvictionCause,
+    /// Victims must find a new place (consolidation): a scenario that would kill one is rejected.
+    pub victims_must_move: bool,
+    /// At most this many victim gangs.
+    pub max_victim_gangs: usize,
+    /// The action's rule on the chosen victims (fair share, ...).
+    pub validate: &'a dyn Fn(&Session<'_>, &[Unit]) -> Result<(), String>,
+    /// Text for the eviction events.
+    pub message: &'a dyn Fn(&Session<'_>, &Unit) -> String,
+}
+
+/// Units of a victim gang: its surplus pods one by one (last in task order first), then the whole gang
+/// (unless `allow_whole` is false, e.g. a gang protected by its minimum runtime).
+#[must_use]
+pub fn units_of(ssn: &Session<'_>, gang: usize, allow_whole: bool) -> Vec<Unit> {
+    let g = &ssn.gangs[gang];
+    let cluster = &*ssn.cluster;
+    let mut units = Vec::new();
+    for (i, node) in g.nodes.iter().enumerate() {
+        if !node.children.is_empty() {
+            continue;
+        }
+        let active = g.active(cluster, i);
+        let surplus = active.saturating_sub(node.min) as usize;
+        if surplus == 0 {
+            continue;
+        }
+        let mut evictable: Vec<TaskId> = node
+            .tasks
+            .iter()
+            .copied()
+            .filter(|t| cluster.task(*t).status.is_allocated() && cluster.task(*t).ours)
+            .collect();
+        evictable.sort_by(|a, b| super::allocate::task_order(cluster, *b, *a));
+        for t in evictable.into_iter().take(surplus) {
+            units.push(Unit {
+                gang,
+                tasks: vec![t],
+                whole: false,
+            });
+        }
+    }
+    if allow_whole {
+        let all: Vec<TaskId> = g
+            .tasks()
+            .filter(|t| cluster.task(*t).status.is_allocated() && cluster.task(*t).ours)
+            .collect();
+        if !all.is_empty() {
+            units.push(Unit {
+                gang,
+                tasks: all,
+                whole: true,
+            });
+        }
+    }
+    units
+}
+
+/// Whether a victim gang is protected by its queue's minimum runtime for this kind of eviction.
+#[must_use]
+pub fn protected_by_min_runtime(ssn: &Session<'_>, gang: usize, reclaim: bool) -> bool {
+    let g = &ssn.gangs[gang];
+    let Some(start) = ssn.cluster.group(g.root).last_start else {
+        return false;
+    };
+    let defaults = &ssn.config.plugins.minruntime;
+    let default = if reclaim {
+        defaults.default_reclaim_min_runtime
+    } else {
+        defaults.default_preempt_min_runtime
+    };
+    let mut min = None;
+    let mut q = g.queue;
+    while let (Some(id), None) = (q, min) {
+        let queue = ssn.cluster.queue(id);
+        min = if reclaim {
+            queue.reclaim_min_runtime_ms
+        } else {
+            queue.preempt_min_runtime_ms
+        };
+        q = queue.parent;
+    }
+    let min = min.unwrap_or_else(|| i64::try_from(default.as_millis()).unwrap_or(i64::MAX));
+    min > 0 && ssn.now - start < min
+}
+
+fn unit_request_on(ssn: &Session<'_>, unit: &Unit, node: NodeId) -> Resources {
+    let mut r = Resources::ZERO;
+    for t in &unit.tasks {
+        let task = ssn.cluster.task(*t);
+        if task.node == Some(node) && task.status.is_allocated() {
+            r.add(&task.request);
+        }
+    }
+    r
+}
+
+/// Tries to make room for a gang. On success the evictions and the gang's reservations stay in the
+/// session and the chosen units are returned; on failure nothing changes.
+///
+/// # Errors
+/// Why no acceptable set of victims was found.
+pub fn solve(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Unit>, String> {
+    let start = ssn.checkpoint();
+    let chosen = match place_with_victims(ssn, req) {
+        Ok(chosen) => chosen,
+        Err(e) => {
+            ssn.rollback(start);
+            return Err(e);
+        }
+    };
+    // Trim: replay without each unit (last chosen first) and keep the smaller set when it still works.
+    let mut chosen = chosen;
+    if chosen.len() > 1 && chosen.len() <= 32 {
+        let mut i = chosen.len();
+        while i > 0 {
+            i -= 1;
+            let mut without = chosen.clone();
+            without.remove(i);
+            ssn.rollback(start);
+            if replay(ssn, req, &without).is_ok() {
+                chosen = without;
+            }
+            ssn.rollback(start);
+            replay(ssn, req, &chosen)
+                .map_err(|_| "internal: replay of an accepted scenario failed".to_owned())?;
+        }
+    }
+    if let Err(e) = (req.validate)(ssn, &chosen) {
+        ssn.rollback(start);
+        return Err(e);
+    }
+    if req.victims_must_move {
+        let before_moves = ssn.checkpoint();
+        let moved = chosen.iter().all(|u| u.tasks.iter().all(|t| relocate(ssn, *t)));
+        ssn.rollback(before_moves);
+        if !moved {
+            ssn.rollback(start);
+            return Err("the pods that would have to move have nowhere else to go".to_owned());
+        }
+    }
+    Ok(chosen)
+}
+
+/// Re-runs a scenario: evict exactly `units`, then place the gang (reservations only).
+fn replay(ssn: &mut Session<'_>, req: &Request<'_>, units: &[Unit]) -> Result<(), ()> {
+    release_own(ssn, req.gang);
+    for u in units {
+        evict_unit(ssn, req, u);
+    }
+    let tasks = tasks_to_place(ssn, req.gang);
+    for t in tasks {
+        let found = {
+            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[req.gang]);
+            let own = |n| own_nominated(cluster, gang, n);
+            ssn.index
+                .find(cluster, cluster.task(t), &ssn.policy, None, &own, None)
+        };
+        match found {
+            Some(p) => ssn.pipeline(t, p.node, p.gpu_groups),
+            None => return Err(()),
+        }
+    }
+    Ok(())
+}
+
+fn release_own(ssn: &mut Session<'_>, gang: usize) {
+    let reserved: Vec<TaskId> = ssn.gangs[gang]
+        .tasks()
+        .filter(|t| ssn.cluster.task(*t).status == TaskStatus::Pipelined)
+        .collect();
+    for t in reserved {
+        ssn.unreserve(t);
+    }
+}
+
+fn tasks_to_place(ssn: &Session<'_>, gang: usize) -> Vec<TaskId> {
+    let cluster = &*ssn.cluster;
+    ssn.gangs[gang].tasks_to_allocate(cluster, &|a, b| super::allocate::task_order(cluster, a, b))
+}
+
+fn evict_unit(ssn: &mut Session<'_>, req: &Request<'_>, unit: &Unit) {
+    let message = (req.message)(ssn, unit);
+    let for_gang: Option<GroupId> = Some(ssn.gangs[req.gang].root);
+    for t in &unit.tasks {
+        if ssn.cluster.task(*t).status.is_allocated() {
+            ssn.evict(*t, req.cause, for_gang, message.clone());
+        }
+    }
+}
+
+fn place_with_victims(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Unit>, String> {
+    release_own(ssn, req.gang);
+    let tasks = tasks_to_place(ssn, req.gang);
+    if tasks.is_empty() {
+        return Err("nothing to place".to_owned());
+    }
+    // Units by the nodes they hold.
+    let mut on_node: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
+    for (i, u) in req.candidates.iter().enumerate() {
+        for t in &u.tasks {
+            if let Some(n) = ssn.cluster.task(*t).node {
+                let list = on_node.entry(n).or_default();
+                if !list.contains(&i) {
+                    list.push(i);
+                }
+            }
+        }
+    }
+    let mut taken = vec![false; req.candidates.len()];
+    let mut chosen: Vec<Unit> = Vec::new();
+    let mut victim_gangs: HashMap<usize, ()> = HashMap::new();
+    for t in tasks {
+        // Room already (idle, or freed by victims chosen for earlier pods)?
+        let found = {
+            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[req.gang]);
+            let own = |n| own_nominated(cluster, gang, n);
+            ssn.index
+                .find(cluster, cluster.task(t), &ssn.policy, None, &own, None)
+        };
+        if let Some(p) = found {
+            ssn.pipeline(t, p.node, p.gpu_groups);
+            continue;
+        }
+        // The node where the fewest (and earliest) units make room.
+        let mut best: Option<((usize, usize, NodeId), Vec<usize>)> = None;
+        for (node, units) in &on_node {
+            let task = ssn.cluster.task(t);
+            if !ssn.index.eligibility.check(ssn.cluster, task.constraints, *node) {
+                continue;
+            }
+            let own = own_nominated(ssn.cluster, &ssn.gangs[req.gang], *node);
+            let (_, mut later) = ssn.cluster.node(*node).available(&own);
+            let need = task.request;
+            let mut picked = Vec::new();
+            for &u in units {
+                if need.fits_in(&later) {
+                    break;
+                }
+                if taken[u]
+                    || (!victim_gangs.contains_key(&req.candidates[u].gang)
+                        && victim_gangs.len() >= req.max_victim_gangs)
+                {
+                    continue;
+                }
+                later.add(&unit_request_on(ssn, &req.candidates[u], *node));
+                picked.push(u);
+            }
+            if !need.fits_in(&later) || picked.is_empty() {
+                continue;
+            }
+            let key = (picked.len(), *picked.last().unwrap_or(&usize::MAX), *node);
+            if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                best = Some((key, picked));
+            }
+        }
+        let Some(((_, _, node), picked)) = best else {
+            return Err(format!(
+                "no set of allowed victims makes room for pod {}",
+                ssn.cluster.task(t).key()
+            ));
+        };
+        for u in picked {
+            taken[u] = true;
+            victim_gangs.insert(req.candidates[u].gang, ());
+            let unit = req.candidates[u].clone();
+            evict_unit(ssn, req, &unit);
+            chosen.push(unit);
+        }
+        let placed = {
+            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[req.gang]);
+            let own = |n| own_nominated(cluster, gang, n);
+            ssn.index.check(cluster, cluster.task(t), &ssn.policy, node, &own)
+        };
+        match placed {
+            Ok(p) => ssn.pipeline(t, p.node, p.gpu_groups),
+            Err(_) => {
+                return Err(format!(
+                    "victims on {} did not make room",
+                    ssn.cluster.node(node).name
+                ));
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+/// Whether an evicted pod could run elsewhere (consolidation moves, never kills).
+fn relocate(ssn: &mut Session<'_>, t: TaskId) -> bool {
+    let task = ssn.cluster.task(t).clone();
+    // A copy of the pod, pending, placed wherever it fits now or once victims are gone.
+    let mut probe = task.clone();
+    probe.status = TaskStatus::Pending;
+    probe.node = None;
+    let found = {
+        let cluster = &*ssn.cluster;
+        let no_own = |_| Resources::ZERO;
+        ssn.index.find(cluster, &probe, &ssn.policy, None, &no_own, None)
+    };
+    match found {
+        // Reserve the room so two moved pods do not count on the same space.
+        Some(p) if p.node != task.node.unwrap_or(NodeId(u32::MAX)) || p.mode == Mode::Allocate => {
+            ssn.reserve_phantom(p.node, &task.request);
+            true
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,191 @@
+//! Scenario tests of preempt, consolidation and stale-gang eviction (KAI's acceptance scenarios 24-31,
+//! 45-47), over several rounds with the simulated cluster in between.
+
+use kai_scheduler::model::TaskStatus;
+use kai_scheduler::sim::{GangSpec, Sim};
+
+fn one_queue(deserved_gpus: f64) -> Sim {
+    let mut s = Sim::new();
+    s.queue("dept", None, -1.0, -1.0, 1.0);
+    s.queue("q0", Some("dept"), deserved_gpus, -1.0, 1.0);
+    s
+}
+
+fn train(name: &str, pods: u32, gpus: u32) -> GangSpec {
+    GangSpec::new(name, "q0", pods).gpus(gpus).priority_class("train")
+}
+
+fn build(name: &str, pods: u32, gpus: u32) -> GangSpec {
+    GangSpec::new(name, "q0", pods).gpus(gpus).priority_class("build")
+}
+
+fn settle(s: &mut Sim, rounds: usize) {
+    s.rounds(rounds);
+    s.cluster.check_invariants().expect("model invariants");
+}
+
+#[test]
+fn s24_build_preempts_a_running_train() {
+    let mut s = one_queue(1.0);
+    s.node("n0", 64_000, 256, 2);
+    s.gang(train("train", 1, 2).running_on(&["n0"]).created(0));
+    s.gang(build("build", 1, 1).created(10));
+    settle(&mut s, 3);
+    assert_eq!(s.count("build", TaskStatus::Running), 1);
+    assert_eq!(s.count("train", TaskStatus::Running), 0);
+    assert_eq!(s.evicted, vec!["ns/train-0".to_owned()]);
+    // No oscillation afterwards.
+    let evictions = s.evicted.len();
+    settle(&mut s, 5);
+    assert_eq!(s.evicted.len(), evictions);
+}
+
+#[test]
+fn s26_all_three_trains_go_for_a_four_gpu_build() {
+    let mut s = one_queue(4.0);
+    s.node("n0", 64_000, 256, 4);
+    s.gang(train("t1", 1, 1).running_on(&["n0"]).created(0));
+    s.gang(train("t2", 1, 2).running_on(&["n0"]).created(1));
+    s.gang(train("t3", 1, 1).running_on(&["n0"]).created(2));
+    s.gang(build("build", 1, 4).created(10));
+    settle(&mut s, 3);
+    assert_eq!(s.count("build", TaskStatus::Running), 1);
+    assert_eq!(s.evicted.len(), 3);
+}
+
+#[test]
+fn s27_s28_no_preemption_when_it_cannot_help() {
+    // Over quota: a non-preemptible build may only use its queue's quota.
+    let mut s = one_queue(3.0);
+    s.node("n0", 64_000, 256, 4);
+    s.gang(train("t1", 1, 1).running_on(&["n0"]).created(0));
+    s.gang(train("t2", 1, 2).running_on(&["n0"]).created(1));
+    s.gang(train("t3", 1, 1).running_on(&["n0"]).created(2));
+    s.gang(build("build", 1, 4).created(10));
+    settle(&mut s, 3);
+    assert!(s.evicted.is_empty());
+    assert!(
+        s.why("build").unwrap().contains("non-preemptible"),
+        "{:?}",
+        s.why("build")
+    );
+    // No node can ever hold 4 GPUs.
+    let mut s = one_queue(4.0);
+    s.node("n0", 64_000, 256, 2).node("n1", 64_000, 256, 2);
+    s.gang(train("t1", 1, 2).running_on(&["n0"]).created(0));
+    s.gang(train("t2", 1, 2).running_on(&["n1"]).created(1));
+    s.gang(build("build", 1, 4).created(10));
+    settle(&mut s, 3);
+    assert!(s.evicted.is_empty());
+}
+
+#[test]
+fn s29_a_running_gang_goes_whole() {
+    let mut s = one_queue(1.0);
+    s.node("n0", 64_000, 256, 2);
+    s.gang(train("gang", 2, 1).running_on(&["n0", "n0"]).created(0));
+    s.gang(build("build", 1, 1).created(10));
+    settle(&mut s, 3);
+    assert_eq!(s.count("build", TaskStatus::Running), 1);
+    assert_eq!(s.evicted.len(), 2, "the whole gang, never half of it");
+    assert_eq!(s.count("gang", TaskStatus::Running), 0);
+}
+
+#[test]
+fn s30_fewest_victims_complete_a_gang() {
+    let mut s = one_queue(2.0);
+    s.node("n0", 64_000, 256, 3);
+    s.gang(train("t1", 1, 1).running_on(&["n0"]).created(0));
+    s.gang(train("t2", 1, 1).running_on(&["n0"]).created(1));
+    s.gang(build("bgang", 2, 1).running_on(&["n0"]).created(10));
+    settle(&mut s, 3);
+    assert_eq!(s.count("bgang", TaskStatus::Running), 2);
+    assert_eq!(
+        s.evicted,
+        vec!["ns/t2-0".to_owned()],
+        "exactly one train, the newest"
+    );
+}
+
+#[test]
+fn s31_never_preempt_up_across_queues_or_between_non_preemptibles() {
+    let mut s = Sim::new();
+    s.queue("dept", None, -1.0, -1.0, 1.0);
+    s.queue("q0", Some("dept"), 2.0, -1.0, 1.0);
+    s.queue("q1", Some("dept"), 2.0, -1.0, 1.0);
+    s.node("n0", 64_000, 256, 2);
+    s.gang(
+        GangSpec::new("inference", "q0", 1)
+            .gpus(1)
+            .priority_class("inference")
+            .running_on(&["n0"]),
+    );
+    s.gang(
+        GangSpec::new("other-queue-train", "q1", 1)
+            .gpus(1)
+            .priority_class("train")
+            .running_on(&["n0"]),
+    );
+    s.gang(
+        GangSpec::new("build", "q0", 1)
+            .gpus(1)
+            .priority_class("build")
+            .created(10),
+    );
+    s.gang(
+        GangSpec::new("low", "q0", 1)
+            .gpus(1)
+            .priority_class("train")
+            .created(11),
+    );
+    settle(&mut s, 3);
+    assert!(s.evicted.is_empty(), "{:?}", s.evicted);
+}
+
+#[test]
+fn s45_consolidation_moves_a_train_to_make_room() {
+    let mut s = one_queue(1.0);
+    s.node("n0", 64_000, 256, 2).node("n1", 64_000, 256, 2);
+    s.gang(train("a", 1, 1).running_on(&["n0"]).created(0));
+    s.gang(train("b", 1, 1).running_on(&["n1"]).created(1));
+    s.gang(train("big", 1, 2).created(10));
+    settle(&mut s, 4);
+    assert_eq!(s.count("big", TaskStatus::Running), 1);
+    assert_eq!(s.evicted.len(), 1, "one move: {:?}", s.evicted);
+    assert_eq!(
+        s.count("a", TaskStatus::Running) + s.count("b", TaskStatus::Running),
+        2,
+        "nothing killed for good"
+    );
+}
+
+#[test]
+fn s46_builds_are_not_moved() {
+    let mut s = one_queue(1.0);
+    s.node("n0", 64_000, 256, 2).node("n1", 64_000, 256, 2);
+    s.gang(build("a", 1, 1).running_on(&["n0"]).created(0));
+    s.gang(build("b", 1, 1).running_on(&["n1"]).created(1));
+    s.gang(train("big", 1, 2).created(10));
+    settle(&mut s, 4);
+    assert!(s.evicted.is_empty());
+    assert_eq!(s.count("big", TaskStatus::Running), 0);
+}
+
+#[test]
+fn s47_a_gang_stuck_below_its_minimum_is_evicted_whole_after_the_grace_period() {
+    let mut s = one_queue(2.0);
+    s.config.plugins.stalegangeviction.grace_period = std::time::Duration::from_secs(2);
+    s.node("n0", 64_000, 256, 2);
+    s.gang(train("other", 1, 1).running_on(&["n0"]).created(0));
+    // One of two members runs; the other cannot fit.
+    s.gang(train("stuck", 2, 1).running_on(&["n0"]).created(5));
+    s.round();
+    assert!(s.evicted.is_empty(), "not before the grace period");
+    settle(&mut s, 4);
+    assert_eq!(s.evicted, vec!["ns/stuck-0".to_owned()]);
+    assert_eq!(
+        s.count("other", TaskStatus::Running),
+        1,
+        "the other job keeps running"
+    );
+}
