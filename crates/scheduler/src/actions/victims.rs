@@ -26,6 +26,9 @@ pub struct Unit {
     pub whole: bool,
 }
 
+/// An action's rule on a chosen set of victims.
+pub type Validator<'a> = &'a dyn Fn(&Session<'_>, &[Unit]) -> Result<(), String>;
+
 /// What the solver needs from an action.
 pub struct Request<'a> {
     /// The waiting gang.
@@ -39,7 +42,7 @@ pub struct Request<'a> {
     /// At most this many victim gangs.
     pub max_victim_gangs: usize,
     /// The action's rule on the chosen victims (fair share, ...).
-    pub validate: &'a dyn Fn(&Session<'_>, &[Unit]) -> Result<(), String>,
+    pub validate: Validator<'a>,
     /// Text for the eviction events.
     pub message: &'a dyn Fn(&Session<'_>, &Unit) -> String,
 }

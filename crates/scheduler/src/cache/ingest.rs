@@ -40,8 +40,8 @@ impl Ingest {
     /// Applies one event.
     pub fn apply(&mut self, cluster: &mut Cluster, event: Event) {
         match event {
-            Event::Pod(c) => self.pod(cluster, c),
-            Event::Node(c) => match c {
+            Event::Pod(c) => self.pod(cluster, *c),
+            Event::Node(c) => match *c {
                 Change::Apply(n) => {
                     let u = convert::node(&mut cluster.names, &n);
                     cluster.apply_node(u);
