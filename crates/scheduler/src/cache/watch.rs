@@ -49,10 +49,10 @@ pub enum Change<K> {
 /// A change of any watched kind.
 #[derive(Debug)]
 pub enum Event {
-    /// Pod.
-    Pod(Change<Pod>),
+    /// Pod (boxed: pods are large and dominate the traffic).
+    Pod(Box<Change<Pod>>),
     /// Node.
-    Node(Change<Node>),
+    Node(Box<Change<Node>>),
     /// KAI PodGroup.
     PodGroup(Change<api::PodGroup>),
     /// Volcano PodGroup.
@@ -152,7 +152,7 @@ pub fn start(client: &Client, offered: Offered, capacity: usize) -> (mpsc::Recei
             cfg(),
             tx.clone(),
             Kind::Pod,
-            Event::Pod,
+            |c| Event::Pod(Box::new(c)),
             pod_key,
         )
         .instrument(info_span!("watch", kind = "pods")),
@@ -163,7 +163,7 @@ pub fn start(client: &Client, offered: Offered, capacity: usize) -> (mpsc::Recei
             cfg(),
             tx.clone(),
             Kind::Node,
-            Event::Node,
+            |c| Event::Node(Box::new(c)),
             key::<Node>,
         )
         .instrument(info_span!("watch", kind = "nodes")),
