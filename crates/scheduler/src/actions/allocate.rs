@@ -7,13 +7,16 @@
 //! still being freed, the whole gang is reserved (pipelined) instead of half bound.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 use crate::framework::explain::{FitFailure, Why};
 use crate::framework::ordering::JobQueues;
 use crate::framework::placement::{Mode, NodeMiss};
+use crate::framework::topology;
 use crate::framework::{Session, own_nominated};
+use crate::model::group::TopologyRequirement;
 use crate::model::resources::{CPU, GPU};
-use crate::model::{Cluster, GpuRequest, Resources, TaskId, TaskStatus};
+use crate::model::{Cluster, GpuRequest, NodeId, Resources, TaskId, TaskStatus};
 
 /// Task order inside a gang: the task-priority label (higher first), then older, then by name.
 #[must_use]
@@ -131,7 +134,7 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
     let checkpoint = ssn.checkpoint();
     let was_satisfied = ssn.gangs[g].is_satisfied(ssn.cluster);
     // Reservations from earlier cycles are released and re-placed, preferring the same node.
-    let mut nominated = std::collections::HashMap::new();
+    let mut nominated = HashMap::new();
     let reserved: Vec<TaskId> = ssn.gangs[g]
         .tasks()
         .filter(|t| ssn.cluster.task(*t).status == TaskStatus::Pipelined)
@@ -173,41 +176,17 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
             });
         }
     }
-    let mut pipelined_any = false;
-    let mut placed = Vec::with_capacity(tasks.len());
-    for (i, t) in tasks.iter().enumerate() {
-        let found = {
-            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[g]);
-            let own = |n| own_nominated(cluster, gang, n);
-            ssn.index.find(
-                cluster,
-                cluster.task(*t),
-                &ssn.policy,
-                None,
-                &own,
-                nominated.get(t).copied(),
-            )
-        };
-        match found {
-            Some(p) if p.mode == Mode::Allocate => ssn.allocate(*t, p.node, p.gpu_groups),
-            Some(p) => {
-                pipelined_any = true;
-                ssn.pipeline(*t, p.node, p.gpu_groups);
+    let pipelined_any = match place_gang(ssn, g, &tasks, &nominated) {
+        Ok(p) => p,
+        Err(mut failure) => {
+            ssn.rollback(checkpoint);
+            if let Some(t) = failure.failed_task {
+                fill_free(ssn, t, &mut failure);
             }
-            None => {
-                let mut failure = node_summary(ssn, g, *t);
-                failure.pods_needed = u32::try_from(tasks.len()).unwrap_or(u32::MAX);
-                failure.pods_placed = u32::try_from(i).unwrap_or(u32::MAX);
-                for task in &tasks {
-                    failure.request_total.add(&ssn.cluster.task(*task).request);
-                }
-                ssn.rollback(checkpoint);
-                fill_free(ssn, *t, &mut failure);
-                return Err(Why::NoFit(Box::new(failure)));
-            }
+            return Err(Why::NoFit(failure));
         }
-        placed.push(*t);
-    }
+    };
+    let placed = tasks;
     // No part of a gang is bound while another part waits for resources being freed.
     if pipelined_any && !was_satisfied {
         for t in &placed {
@@ -230,6 +209,164 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
     Ok(())
 }
 
+/// Places the pods of a gang, honouring its topology constraints: the gang-level domain first (tightest
+/// domain that can hold it), then per sub-group domains inside it. Returns whether any pod is only
+/// reserved (pipelined).
+fn place_gang(
+    ssn: &mut Session<'_>,
+    g: usize,
+    tasks: &[TaskId],
+    nominated: &HashMap<TaskId, NodeId>,
+) -> Result<bool, Box<FitFailure>> {
+    let root = ssn.gangs[g].nodes[0].topology.clone();
+    match root {
+        None => place_leaves(ssn, g, tasks, None, nominated),
+        Some(req) => place_in_domains(ssn, g, tasks, &req, None, nominated, tasks.len()),
+    }
+}
+
+/// Tries the candidate domains of a constraint in order; the first that holds `tasks` wins.
+fn place_in_domains(
+    ssn: &mut Session<'_>,
+    g: usize,
+    tasks: &[TaskId],
+    req: &TopologyRequirement,
+    within: Option<&[NodeId]>,
+    nominated: &HashMap<TaskId, NodeId>,
+    pods_needed: usize,
+) -> Result<bool, Box<FitFailure>> {
+    let mut need = Resources::ZERO;
+    for t in tasks {
+        need.add(&node_need(ssn.cluster, *t));
+    }
+    let running: Vec<NodeId> = ssn.gangs[g]
+        .tasks()
+        .filter(|t| ssn.cluster.task(*t).status.is_active_allocated())
+        .filter_map(|t| ssn.cluster.task(t).node)
+        .collect();
+    let must_contain: Vec<NodeId> = if req.required.is_some() {
+        running
+    } else {
+        Vec::new()
+    };
+    let (candidates, largest) = topology::candidates(ssn.cluster, req, &need, &must_contain, within);
+    let mut last: Option<Box<FitFailure>> = None;
+    for domain in candidates {
+        let cp = ssn.checkpoint();
+        match place_leaves(ssn, g, tasks, domain.as_deref(), nominated) {
+            Ok(p) => return Ok(p),
+            Err(f) => {
+                ssn.rollback(cp);
+                last = Some(f);
+            }
+        }
+    }
+    let level = req
+        .required
+        .or(req.preferred)
+        .and_then(|l| req.levels.get(l))
+        .cloned()
+        .unwrap_or_default();
+    let mut failure = last.unwrap_or_else(|| {
+        Box::new(FitFailure {
+            pods_needed: u32::try_from(pods_needed).unwrap_or(u32::MAX),
+            ..FitFailure::default()
+        })
+    });
+    let names = &ssn.cluster.names;
+    let most = largest.map_or_else(
+        || "no node carries the level's label".to_owned(),
+        |(id, v)| {
+            let slot = if need.gpu() > 0 { GPU } else { CPU };
+            format!(
+                "the freest {level} domain ({id}) has {} {}",
+                names.format_amount(slot, v),
+                names.name(slot)
+            )
+        },
+    );
+    failure.topology = Some(format!(
+        "topology {}: the pods must share one {level} domain and none can hold them all ({} needed; {most})",
+        req.topology,
+        names.format(&need)
+    ));
+    Err(failure)
+}
+
+/// What a pod takes on a node, counting a fresh device for a fraction.
+fn node_need(cluster: &Cluster, t: TaskId) -> Resources {
+    let task = cluster.task(t);
+    let mut r = task.request;
+    if let GpuRequest::Fraction { milli, devices } = task.gpu {
+        r.0[GPU] += i64::from(milli * devices);
+    }
+    r
+}
+
+/// Places pods, each within `domain` when given; pods of a sub-group with its own topology go to one
+/// domain of that sub-group's level inside `domain`.
+fn place_leaves(
+    ssn: &mut Session<'_>,
+    g: usize,
+    tasks: &[TaskId],
+    domain: Option<&[NodeId]>,
+    nominated: &HashMap<TaskId, NodeId>,
+) -> Result<bool, Box<FitFailure>> {
+    // Group pods by the sub-group constraint that applies to them (the nearest leaf's).
+    let mut constrained: Vec<(TopologyRequirement, Vec<TaskId>)> = Vec::new();
+    let mut free: Vec<TaskId> = Vec::new();
+    for t in tasks {
+        let leaf = ssn.gangs[g]
+            .nodes
+            .iter()
+            .skip(1)
+            .find(|n| n.tasks.contains(t))
+            .and_then(|n| n.topology.clone());
+        match leaf {
+            Some(req) => match constrained.iter_mut().find(|(r, _)| *r == req) {
+                Some((_, list)) => list.push(*t),
+                None => constrained.push((req, vec![*t])),
+            },
+            None => free.push(*t),
+        }
+    }
+    let mut pipelined = false;
+    for (req, list) in constrained {
+        pipelined |= place_in_domains(ssn, g, &list, &req, domain, nominated, tasks.len())?;
+    }
+    for (i, t) in free.iter().enumerate() {
+        let found = {
+            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[g]);
+            let own = |n| own_nominated(cluster, gang, n);
+            ssn.index.find(
+                cluster,
+                cluster.task(*t),
+                &ssn.policy,
+                domain,
+                &own,
+                nominated.get(t).copied(),
+            )
+        };
+        match found {
+            Some(p) if p.mode == Mode::Allocate => ssn.allocate(*t, p.node, p.gpu_groups),
+            Some(p) => {
+                pipelined = true;
+                ssn.pipeline(*t, p.node, p.gpu_groups);
+            }
+            None => {
+                let mut failure = node_summary(ssn, g, *t, domain);
+                failure.pods_needed = u32::try_from(tasks.len()).unwrap_or(u32::MAX);
+                failure.pods_placed = u32::try_from(tasks.len() - free.len() + i).unwrap_or(u32::MAX);
+                for task in tasks {
+                    failure.request_total.add(&ssn.cluster.task(*task).request);
+                }
+                return Err(Box::new(failure));
+            }
+        }
+    }
+    Ok(pipelined)
+}
+
 /// Free resources now over all nodes.
 fn free_total(cluster: &Cluster) -> Resources {
     let mut total = Resources::ZERO;
@@ -242,8 +379,9 @@ fn free_total(cluster: &Cluster) -> Resources {
 }
 
 /// How every node answers for the pod that fit nowhere (with the gang's earlier pods still placed).
-fn node_summary(ssn: &mut Session<'_>, g: usize, t: TaskId) -> FitFailure {
+fn node_summary(ssn: &mut Session<'_>, g: usize, t: TaskId, domain: Option<&[NodeId]>) -> FitFailure {
     let mut failure = FitFailure {
+        failed_task: Some(t),
         failed_pod: ssn.cluster.task(t).key(),
         pod_request: ssn.cluster.task(t).request,
         ..FitFailure::default()
@@ -259,6 +397,10 @@ fn node_summary(ssn: &mut Session<'_>, g: usize, t: TaskId) -> FitFailure {
         .collect();
     for n in ids {
         failure.nodes += 1;
+        if domain.is_some_and(|d| !d.contains(&n)) {
+            *failure.misses.entry(NodeMiss::OutsideDomain).or_default() += 1;
+            continue;
+        }
         let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[g]);
         let own = |node| own_nominated(cluster, gang, node);
         let task = cluster.task(t);

@@ -13,6 +13,7 @@ use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::own_nominated;
 use crate::framework::placement::Mode;
+use crate::framework::topology;
 use crate::model::{GroupId, NodeId, Resources, TaskId, TaskStatus};
 
 /// Something that may be evicted at once.
@@ -139,8 +140,50 @@ fn unit_request_on(ssn: &Session<'_>, unit: &Unit, node: NodeId) -> Resources {
 /// # Errors
 /// Why no acceptable set of victims was found.
 pub fn solve(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Unit>, String> {
+    // A required topology: victims are sought one domain at a time, freest first.
+    let gang = &ssn.gangs[req.gang];
+    if gang
+        .nodes
+        .iter()
+        .skip(1)
+        .any(|n| n.topology.as_ref().is_some_and(|t| t.required.is_some()))
+    {
+        return Err("sub-group topology constraints are not considered for eviction".to_owned());
+    }
+    let domains: Vec<Option<Vec<NodeId>>> = match gang.nodes[0].topology.as_ref() {
+        Some(t) if t.required.is_some() => {
+            let level = t.required.unwrap_or(0);
+            let mut ds: Vec<(Resources, Vec<NodeId>)> = topology::domains(ssn.cluster, &t.levels, level)
+                .into_iter()
+                .map(|d| (topology::free(ssn.cluster, &d.nodes), d.nodes))
+                .collect();
+            ds.sort_by_key(|(free, _)| (-free.gpu(), -free.cpu()));
+            ds.into_iter().map(|(_, nodes)| Some(nodes)).collect()
+        }
+        _ => vec![None],
+    };
+    let mut last = "no candidate domain".to_owned();
+    for domain in domains {
+        match solve_in(ssn, req, domain.as_deref()) {
+            Ok(chosen) => return Ok(chosen),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+fn solve_in(
+    ssn: &mut Session<'_>,
+    req: &Request<'_>,
+    domain: Option<&[NodeId]>,
+) -> Result<Vec<Unit>, String> {
     let start = ssn.checkpoint();
-    let chosen = match place_with_victims(ssn, req) {
+    let chosen = match place_with_victims(ssn, req, domain) {
+        Ok(chosen) if chosen.is_empty() => {
+            // Room without victims is allocate's business (it already tried and failed for a reason).
+            ssn.rollback(start);
+            return Err("no victim needed".to_owned());
+        }
         Ok(chosen) => chosen,
         Err(e) => {
             ssn.rollback(start);
@@ -156,12 +199,12 @@ pub fn solve(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Unit>, Stri
             let mut without = chosen.clone();
             without.remove(i);
             ssn.rollback(start);
-            if replay(ssn, req, &without).is_ok() {
+            if replay(ssn, req, &without, domain).is_ok() {
                 chosen = without;
             }
             ssn.rollback(start);
-            replay(ssn, req, &chosen)
-                .map_err(|_| "internal: replay of an accepted scenario failed".to_owned())?;
+            replay(ssn, req, &chosen, domain)
+                .map_err(|()| "internal: replay of an accepted scenario failed".to_owned())?;
         }
     }
     if let Err(e) = (req.validate)(ssn, &chosen) {
@@ -181,7 +224,12 @@ pub fn solve(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Unit>, Stri
 }
 
 /// Re-runs a scenario: evict exactly `units`, then place the gang (reservations only).
-fn replay(ssn: &mut Session<'_>, req: &Request<'_>, units: &[Unit]) -> Result<(), ()> {
+fn replay(
+    ssn: &mut Session<'_>,
+    req: &Request<'_>,
+    units: &[Unit],
+    domain: Option<&[NodeId]>,
+) -> Result<(), ()> {
     release_own(ssn, req.gang);
     for u in units {
         evict_unit(ssn, req, u);
@@ -192,7 +240,7 @@ fn replay(ssn: &mut Session<'_>, req: &Request<'_>, units: &[Unit]) -> Result<()
             let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[req.gang]);
             let own = |n| own_nominated(cluster, gang, n);
             ssn.index
-                .find(cluster, cluster.task(t), &ssn.policy, None, &own, None)
+                .find(cluster, cluster.task(t), &ssn.policy, domain, &own, None)
         };
         match found {
             Some(p) => ssn.pipeline(t, p.node, p.gpu_groups),
@@ -227,7 +275,11 @@ fn evict_unit(ssn: &mut Session<'_>, req: &Request<'_>, unit: &Unit) {
     }
 }
 
-fn place_with_victims(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Unit>, String> {
+fn place_with_victims(
+    ssn: &mut Session<'_>,
+    req: &Request<'_>,
+    domain: Option<&[NodeId]>,
+) -> Result<Vec<Unit>, String> {
     release_own(ssn, req.gang);
     let tasks = tasks_to_place(ssn, req.gang);
     if tasks.is_empty() {
@@ -254,7 +306,7 @@ fn place_with_victims(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Un
             let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[req.gang]);
             let own = |n| own_nominated(cluster, gang, n);
             ssn.index
-                .find(cluster, cluster.task(t), &ssn.policy, None, &own, None)
+                .find(cluster, cluster.task(t), &ssn.policy, domain, &own, None)
         };
         if let Some(p) = found {
             ssn.pipeline(t, p.node, p.gpu_groups);
@@ -263,6 +315,9 @@ fn place_with_victims(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Un
         // The node where the fewest (and earliest) units make room.
         let mut best: Option<((usize, usize, NodeId), Vec<usize>)> = None;
         for (node, units) in &on_node {
+            if domain.is_some_and(|d| !d.contains(node)) {
+                continue;
+            }
             let task = ssn.cluster.task(t);
             if !ssn.index.eligibility.check(ssn.cluster, task.constraints, *node) {
                 continue;

@@ -50,6 +50,8 @@ pub struct FitFailure {
     pub request_total: Resources,
     /// The pod that fit nowhere (`namespace/name`).
     pub failed_pod: String,
+    /// Its id (to compute free room after the attempt is rolled back).
+    pub failed_task: Option<crate::model::TaskId>,
     /// Its request.
     pub pod_request: Resources,
     /// Nodes considered.
@@ -240,6 +242,14 @@ fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
             if f.nodes_with_free == 1 { "" } else { "s" }
         ));
     }
+    if f.failed_pod.is_empty() {
+        // Nothing was tried: the constraint alone rules every domain out.
+        if let Some(t) = &f.topology {
+            text.push_str(t);
+            text.push('.');
+        }
+        return text;
+    }
     let fits = f.nodes - f.misses.values().sum::<usize>().min(f.nodes);
     text.push_str(&format!("Pod {} fits {fits}/{} nodes", f.failed_pod, f.nodes));
     if !f.misses.is_empty() {
@@ -271,6 +281,7 @@ mod tests {
             pods_placed: 6,
             request_total: Resources::new(0, 0, 8000),
             failed_pod: "ml/train-6".into(),
+            failed_task: None,
             pod_request: Resources::new(0, 0, 1000),
             nodes: 3,
             misses: BTreeMap::from([(NodeMiss::Insufficient(GPU), 3)]),

@@ -14,6 +14,7 @@ pub mod gang;
 pub mod ordering;
 pub mod placement;
 pub mod status;
+pub mod topology;
 
 use std::collections::HashMap;
 use std::sync::Arc;
