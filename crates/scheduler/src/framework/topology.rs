@@ -52,6 +52,10 @@ pub fn free(cluster: &Cluster, nodes: &[NodeId]) -> Resources {
     total
 }
 
+/// Node sets to try in order (`None` = anywhere), and the freest domain at the required level (id, main
+/// resource amount) for explanations.
+pub type Candidates = (Vec<Option<Vec<NodeId>>>, Option<(String, i64)>);
+
 /// The node sets a gang tries, in order: domains at the preferred level (tightest that can hold it
 /// first), then domains at the required level, then (without a required level) anywhere (`None`).
 /// `must_contain` restricts to domains holding the gang's running pods. Also returns the largest free
@@ -63,7 +67,7 @@ pub fn candidates(
     need: &Resources,
     must_contain: &[NodeId],
     within: Option<&[NodeId]>,
-) -> (Vec<Option<Vec<NodeId>>>, Option<(String, i64)>) {
+) -> Candidates {
     let main = if need.gpu() > 0 { GPU } else { CPU };
     let mut out: Vec<Option<Vec<NodeId>>> = Vec::new();
     let mut largest: Option<(String, i64)> = None;
@@ -71,10 +75,10 @@ pub fn candidates(
     if let Some(p) = req.preferred {
         levels_to_try.push(p);
     }
-    if let Some(r) = req.required {
-        if !levels_to_try.contains(&r) {
-            levels_to_try.push(r);
-        }
+    if let Some(r) = req.required
+        && !levels_to_try.contains(&r)
+    {
+        levels_to_try.push(r);
     }
     for level in levels_to_try {
         let is_required = req.required == Some(level);
