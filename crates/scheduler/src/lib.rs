@@ -7,9 +7,12 @@
 //! Must not: do I/O or read clocks anywhere but the I/O edges and the binary.
 
 pub mod actions;
+pub mod apply;
 pub mod cache;
 pub mod config;
 pub mod cycle;
 pub mod framework;
+pub mod loop_state;
+pub mod metrics;
 pub mod model;
 pub mod sim;

@@ -1,0 +1,553 @@
+//! The I/O edge that executes decisions: binds through `pods/binding` (concurrently, under the client's
+//! QPS budget), evictions through the Eviction API (so PodDisruptionBudgets hold), PodGroup and queue
+//! statuses with server-side apply, pod conditions, and events.
+//!
+//! Results come back to the model as watch events, not as trusted local state; only failures are
+//! reported back ([`Feedback`]) so the loop can drop what it assumed. Every write checks leadership
+//! right before it is sent: a deposed leader stops writing at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
+use kube::{Api, Client};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use runtime::discovery::{self, EvictOutcome, EvictionVersion};
+use runtime::lease::LeaderGuard;
+use serde_json::json;
+use tokio::sync::{Semaphore, mpsc};
+use tracing::{debug, warn};
+
+use crate::framework::decisions::{
+    Bind, Decisions, Event, EventObject, EventType, Evict, GroupAnnotations, GroupStatus, PodCondition,
+    QueueStatus,
+};
+use crate::model::{GpuRequest, GroupKey, GroupKind};
+
+/// A write that failed, so the loop can stop assuming its outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Feedback {
+    /// The bind was refused; the pod is pending again.
+    BindFailed {
+        /// Pod UID.
+        uid: Arc<str>,
+    },
+    /// The eviction was refused (a PodDisruptionBudget, or an error); the pod keeps running.
+    EvictFailed {
+        /// Pod UID.
+        uid: Arc<str>,
+    },
+    /// A PodGroup status write failed; write it again next cycle.
+    StatusFailed {
+        /// Gang.
+        key: GroupKey,
+    },
+    /// A pod condition write failed.
+    PodConditionFailed {
+        /// Pod UID.
+        uid: Arc<str>,
+    },
+    /// A queue status write failed.
+    QueueStatusFailed {
+        /// Queue.
+        name: Arc<str>,
+    },
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EvictLabel {
+    action: &'static str,
+    result: &'static str,
+}
+
+/// Counters of writes.
+#[derive(Clone, Debug, Default)]
+pub struct ApplyMetrics {
+    binds: Family<ResultLabel, Counter>,
+    evictions: Family<EvictLabel, Counter>,
+    status_writes: Family<ResultLabel, Counter>,
+}
+
+impl ApplyMetrics {
+    /// Registers the counters.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register("binds", "Pod binds by result", self.binds.clone());
+        registry.register(
+            "evictions",
+            "Pod evictions by action and result",
+            self.evictions.clone(),
+        );
+        registry.register(
+            "status_writes",
+            "PodGroup, queue and pod status writes by result",
+            self.status_writes.clone(),
+        );
+    }
+}
+
+/// Executes decisions.
+pub struct Applier {
+    client: Client,
+    eviction: EvictionVersion,
+    recorder: Recorder,
+    guard: LeaderGuard,
+    feedback: mpsc::UnboundedSender<Feedback>,
+    binds: Arc<Semaphore>,
+    writes: Arc<Semaphore>,
+    metrics: ApplyMetrics,
+}
+
+fn quantity_text(milli: u32) -> String {
+    crate::model::resources::format_decimal_milli(i64::from(milli))
+}
+
+impl Applier {
+    /// An applier; `bind_concurrency` binds and `write_concurrency` other writes in flight at most.
+    #[must_use]
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        eviction: EvictionVersion,
+        identity: &str,
+        guard: LeaderGuard,
+        feedback: mpsc::UnboundedSender<Feedback>,
+        bind_concurrency: usize,
+        write_concurrency: usize,
+        metrics: ApplyMetrics,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: api::keys::SCHEDULER_NAME.to_owned(),
+            instance: Some(identity.to_owned()),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            eviction,
+            guard,
+            feedback,
+            binds: Arc::new(Semaphore::new(bind_concurrency.max(1))),
+            writes: Arc::new(Semaphore::new(write_concurrency.max(1))),
+            metrics,
+        }
+    }
+
+    /// Starts executing a cycle's decisions without waiting for them.
+    pub fn submit(self: &Arc<Self>, d: Decisions) {
+        // Binds of one gang share a flag: after one fails, the gang's binds not yet sent are dropped (the
+        // pods go back to pending) instead of binding more of a gang that is no longer whole.
+        let mut gangs: HashMap<Option<GroupKey>, Arc<AtomicBool>> = HashMap::new();
+        for b in d.binds {
+            let failed = gangs
+                .entry(b.group.clone())
+                .or_insert_with(|| Arc::new(AtomicBool::new(false)))
+                .clone();
+            let this = self.clone();
+            tokio::spawn(async move { this.bind(b, &failed).await });
+        }
+        for e in d.evictions {
+            let this = self.clone();
+            tokio::spawn(async move { this.evict(e).await });
+        }
+        for s in d.group_statuses {
+            let this = self.clone();
+            tokio::spawn(async move { this.group_status(s).await });
+        }
+        for a in d.group_annotations {
+            let this = self.clone();
+            tokio::spawn(async move { this.group_annotations(a).await });
+        }
+        for c in d.pod_conditions {
+            let this = self.clone();
+            tokio::spawn(async move { this.pod_condition(c).await });
+        }
+        for q in d.queue_statuses {
+            let this = self.clone();
+            tokio::spawn(async move { this.queue_status(q).await });
+        }
+        for e in d.events {
+            let this = self.clone();
+            tokio::spawn(async move { this.event(e).await });
+        }
+    }
+
+    fn leading(&self) -> bool {
+        self.guard.check().is_ok()
+    }
+
+    async fn bind(&self, b: Bind, gang_failed: &AtomicBool) {
+        let Ok(_permit) = self.binds.acquire().await else {
+            return;
+        };
+        if !self.leading() || (b.group.is_some() && gang_failed.load(Ordering::Acquire)) {
+            let _ = self.feedback.send(Feedback::BindFailed { uid: b.uid.clone() });
+            return;
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &b.namespace);
+        // Shared GPUs: label the pod with its device groups before it lands, so a restart rebuilds
+        // occupancy from the labels.
+        if let GpuRequest::Fraction { milli, .. } = b.gpu {
+            let mut labels = serde_json::Map::new();
+            match b.gpu_groups.as_slice() {
+                [one] => {
+                    labels.insert(api::keys::GPU_GROUP.to_owned(), json!(one.as_ref()));
+                }
+                many => {
+                    for g in many {
+                        labels.insert(format!("{}/{g}", api::keys::GPU_GROUP), json!(g.as_ref()));
+                    }
+                }
+            }
+            let patch = json!({
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        api::keys::RECEIVED_RESOURCE_TYPE: "Fraction",
+                        api::keys::GPU_FRACTION: quantity_text(milli),
+                    },
+                },
+            });
+            if let Err(e) = pods
+                .patch(&b.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                warn!(pod = %format!("{}/{}", b.namespace, b.name), error = %e, "labelling shared-GPU pod failed");
+                self.metrics
+                    .binds
+                    .get_or_create(&ResultLabel { result: "error" })
+                    .inc();
+                let _ = self.feedback.send(Feedback::BindFailed { uid: b.uid.clone() });
+                return;
+            }
+        }
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(b.name.to_string()),
+                uid: Some(b.uid.to_string()),
+                ..ObjectMeta::default()
+            },
+            target: ObjectReference {
+                kind: Some("Node".to_owned()),
+                name: Some(b.node.to_string()),
+                ..ObjectReference::default()
+            },
+        };
+        match pods
+            .create_subresource::<Binding, serde_json::Value>(
+                "binding",
+                &b.name,
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+        {
+            Ok(_) => {
+                self.metrics
+                    .binds
+                    .get_or_create(&ResultLabel { result: "ok" })
+                    .inc();
+                debug!(pod = %format!("{}/{}", b.namespace, b.name), node = %b.node, "bound");
+            }
+            Err(e) => {
+                gang_failed.store(true, Ordering::Release);
+                self.metrics
+                    .binds
+                    .get_or_create(&ResultLabel { result: "error" })
+                    .inc();
+                warn!(pod = %format!("{}/{}", b.namespace, b.name), node = %b.node, error = %e, "bind failed");
+                let _ = self.feedback.send(Feedback::BindFailed { uid: b.uid.clone() });
+                self.event(Event {
+                    object: EventObject::Pod {
+                        namespace: b.namespace.clone(),
+                        name: b.name.clone(),
+                        uid: b.uid.clone(),
+                    },
+                    type_: EventType::Warning,
+                    reason: "FailedBinding",
+                    message: format!("binding to node {} failed: {e}", b.node),
+                })
+                .await;
+            }
+        }
+    }
+
+    async fn evict(&self, e: Evict) {
+        let Ok(_permit) = self.writes.acquire().await else {
+            return;
+        };
+        if !self.leading() {
+            let _ = self.feedback.send(Feedback::EvictFailed { uid: e.uid.clone() });
+            return;
+        }
+        let options = DeleteOptions {
+            preconditions: Some(Preconditions {
+                uid: Some(e.uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteOptions::default()
+        };
+        let outcome = discovery::evict(&self.client, self.eviction, &e.namespace, &e.name, &options).await;
+        let action = e.cause.as_str();
+        let result = match &outcome {
+            Ok(EvictOutcome::Evicted) => "ok",
+            Ok(EvictOutcome::NotFound) => "gone",
+            Ok(EvictOutcome::Blocked { .. }) => "blocked",
+            Err(_) => "error",
+        };
+        self.metrics
+            .evictions
+            .get_or_create(&EvictLabel { action, result })
+            .inc();
+        let pod = EventObject::Pod {
+            namespace: e.namespace.clone(),
+            name: e.name.clone(),
+            uid: e.uid.clone(),
+        };
+        match outcome {
+            Ok(EvictOutcome::Evicted) => {
+                self.event(Event {
+                    object: pod,
+                    type_: EventType::Normal,
+                    reason: api::keys::EVENT_EVICT,
+                    message: e.message.clone(),
+                })
+                .await;
+            }
+            Ok(EvictOutcome::NotFound) => {}
+            Ok(EvictOutcome::Blocked { message, .. }) => {
+                let _ = self.feedback.send(Feedback::EvictFailed { uid: e.uid.clone() });
+                self.event(Event {
+                    object: pod,
+                    type_: EventType::Warning,
+                    reason: "EvictionBlocked",
+                    message: format!("eviction by {action} blocked by a PodDisruptionBudget: {message}"),
+                })
+                .await;
+            }
+            Err(err) => {
+                warn!(pod = %format!("{}/{}", e.namespace, e.name), error = %err, "eviction failed");
+                let _ = self.feedback.send(Feedback::EvictFailed { uid: e.uid.clone() });
+            }
+        }
+    }
+
+    async fn group_status(&self, s: GroupStatus) {
+        let Ok(_permit) = self.writes.acquire().await else {
+            return;
+        };
+        if !self.leading() {
+            return;
+        }
+        let params = PatchParams::apply(api::keys::FIELD_MANAGER_SCHEDULER).force();
+        let result = match s.key.kind {
+            GroupKind::Kai => {
+                let api: Api<api::PodGroup> = Api::namespaced(self.client.clone(), &s.key.namespace);
+                let patch = json!({
+                    "apiVersion": "scheduling.run.ai/v2alpha2",
+                    "kind": "PodGroup",
+                    "status": s.status,
+                });
+                api.patch_status(&s.key.name, &params, &Patch::Apply(&patch))
+                    .await
+                    .map(drop)
+            }
+            GroupKind::Volcano => {
+                let api: Api<api::VolcanoPodGroup> = Api::namespaced(self.client.clone(), &s.key.namespace);
+                let patch = json!({
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "PodGroup",
+                    "status": volcano_status(&s.status),
+                });
+                api.patch_status(&s.key.name, &params, &Patch::Apply(&patch))
+                    .await
+                    .map(drop)
+            }
+        };
+        self.count_status(result.is_ok());
+        if let Err(e) = result {
+            debug!(group = %s.key, error = %e, "status write failed");
+            let _ = self.feedback.send(Feedback::StatusFailed { key: s.key });
+        }
+    }
+
+    async fn group_annotations(&self, a: GroupAnnotations) {
+        if a.key.kind != GroupKind::Kai || !self.leading() {
+            return;
+        }
+        let Ok(_permit) = self.writes.acquire().await else {
+            return;
+        };
+        let mut annotations = serde_json::Map::new();
+        if let Some(t) = a.last_start {
+            annotations.insert(
+                api::keys::LAST_START_TIMESTAMP.to_owned(),
+                json!(crate::framework::status::rfc3339(t)),
+            );
+        }
+        if let Some(t) = a.stale_since {
+            annotations.insert(
+                api::keys::STALE_TIMESTAMP.to_owned(),
+                json!(crate::framework::status::rfc3339(t)),
+            );
+        }
+        let api: Api<api::PodGroup> = Api::namespaced(self.client.clone(), &a.key.namespace);
+        let patch = json!({
+            "apiVersion": "scheduling.run.ai/v2alpha2",
+            "kind": "PodGroup",
+            "metadata": { "name": a.key.name.as_ref(), "annotations": annotations },
+        });
+        let params = PatchParams::apply(api::keys::FIELD_MANAGER_SCHEDULER).force();
+        let result = api.patch(&a.key.name, &params, &Patch::Apply(&patch)).await;
+        self.count_status(result.is_ok());
+    }
+
+    async fn pod_condition(&self, c: PodCondition) {
+        let Ok(_permit) = self.writes.acquire().await else {
+            return;
+        };
+        if !self.leading() {
+            return;
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &c.namespace);
+        let now = crate::framework::status::rfc3339(k8s_openapi::jiff::Timestamp::now().as_millisecond());
+        // Strategic merge keyed by condition type: the kubelet's conditions are left alone.
+        let patch = json!({
+            "metadata": { "uid": c.uid.as_ref() },
+            "status": { "conditions": [{
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": c.message,
+                "lastTransitionTime": now,
+            }]},
+        });
+        let result = pods
+            .patch_status(&c.name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await;
+        self.count_status(result.is_ok());
+        if result.is_err() {
+            let _ = self.feedback.send(Feedback::PodConditionFailed { uid: c.uid });
+        }
+    }
+
+    async fn queue_status(&self, q: QueueStatus) {
+        let Ok(_permit) = self.writes.acquire().await else {
+            return;
+        };
+        if !self.leading() {
+            return;
+        }
+        let api: Api<api::Queue> = Api::all(self.client.clone());
+        let patch = json!({ "apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "status": q.status });
+        let params = PatchParams::apply(api::keys::FIELD_MANAGER_SCHEDULER).force();
+        let result = api.patch_status(&q.name, &params, &Patch::Apply(&patch)).await;
+        self.count_status(result.is_ok());
+        if result.is_err() {
+            let _ = self.feedback.send(Feedback::QueueStatusFailed { name: q.name });
+        }
+    }
+
+    fn count_status(&self, ok: bool) {
+        self.metrics
+            .status_writes
+            .get_or_create(&ResultLabel {
+                result: if ok { "ok" } else { "error" },
+            })
+            .inc();
+    }
+
+    async fn event(&self, e: Event) {
+        if !self.leading() {
+            return;
+        }
+        let reference = match &e.object {
+            EventObject::PodGroup {
+                namespace,
+                name,
+                uid,
+                volcano,
+            } => ObjectReference {
+                api_version: Some(
+                    if *volcano {
+                        "scheduling.volcano.sh/v1beta1"
+                    } else {
+                        "scheduling.run.ai/v2alpha2"
+                    }
+                    .to_owned(),
+                ),
+                kind: Some("PodGroup".to_owned()),
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                uid: Some(uid.to_string()).filter(|u| !u.is_empty()),
+                ..ObjectReference::default()
+            },
+            EventObject::Pod { namespace, name, uid } => ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Pod".to_owned()),
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                uid: Some(uid.to_string()),
+                ..ObjectReference::default()
+            },
+            EventObject::Queue { name } => ObjectReference {
+                api_version: Some("scheduling.run.ai/v2".to_owned()),
+                kind: Some("Queue".to_owned()),
+                name: Some(name.to_string()),
+                ..ObjectReference::default()
+            },
+        };
+        let event = KubeEvent {
+            type_: match e.type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: e.reason.to_owned(),
+            note: Some(truncate(&e.message, 1000)),
+            action: "Scheduling".to_owned(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, &reference).await {
+            debug!(error = %err, reason = e.reason, "event not recorded");
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// Our status in Volcano's words (phases Pending, Inqueue, Running, Completed).
+fn volcano_status(s: &api::PodGroupStatus) -> serde_json::Value {
+    use api::PodGroupPhase as P;
+    let phase = match s.phase {
+        Some(P::Running) => "Running",
+        Some(P::Scheduled | P::PreScheduling) => "Inqueue",
+        Some(P::Finished) => "Completed",
+        _ => "Pending",
+    };
+    json!({
+        "phase": phase,
+        "conditions": s.conditions,
+        "running": s.running,
+        "succeeded": s.succeeded,
+        "failed": s.failed,
+    })
+}

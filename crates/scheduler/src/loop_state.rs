@@ -1,0 +1,96 @@
+//! Timing of the scheduling loop and handling of applier feedback.
+
+use std::time::{Duration, Instant};
+
+use crate::apply::Feedback;
+use crate::model::Cluster;
+
+/// When the next cycle runs: soon after a change (but not more often than the minimum interval),
+/// otherwise after the period.
+#[derive(Debug, Clone)]
+pub struct LoopState {
+    period: Duration,
+    min_interval: Duration,
+    last: Instant,
+    dirty: bool,
+}
+
+impl LoopState {
+    /// A loop that runs at least every `period` and at most every `min_interval`.
+    #[must_use]
+    pub fn new(period: Duration, min_interval: Duration) -> Self {
+        Self {
+            period,
+            min_interval: min_interval.min(period),
+            last: Instant::now(),
+            dirty: true,
+        }
+    }
+
+    /// Something changed.
+    pub fn changed(&mut self, _now: Instant) {
+        self.dirty = true;
+    }
+
+    /// A cycle started.
+    pub fn cycled(&mut self, now: Instant) {
+        self.last = now;
+        self.dirty = false;
+    }
+
+    /// When the next cycle is due.
+    #[must_use]
+    pub fn next_cycle(&self) -> Instant {
+        self.last
+            + if self.dirty {
+                self.min_interval
+            } else {
+                self.period
+            }
+    }
+}
+
+/// Drops what the model assumed about a write that failed.
+pub fn feedback(cluster: &mut Cluster, fb: Feedback) {
+    match fb {
+        Feedback::BindFailed { uid } | Feedback::EvictFailed { uid } => {
+            if let Some(t) = cluster.task_id(&uid) {
+                cluster.clear_assumed(t);
+            }
+        }
+        Feedback::PodConditionFailed { uid } => {
+            if let Some(t) = cluster.task_id(&uid)
+                && let Some(task) = cluster.tasks.get_mut(t.0)
+            {
+                task.condition_fingerprint = 0;
+            }
+        }
+        Feedback::StatusFailed { key } => {
+            if let Some(g) = cluster.group_id(&key) {
+                cluster.group_mut(g).observed.fingerprint = 0;
+            }
+        }
+        Feedback::QueueStatusFailed { name } => {
+            if let Some(q) = cluster.queue_id(&name)
+                && let Some(queue) = cluster.queues.get_mut(q.0)
+            {
+                queue.observed_fingerprint = 0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cycles_follow_changes_within_bounds() {
+        let mut s = LoopState::new(Duration::from_secs(1), Duration::from_millis(20));
+        let t0 = Instant::now();
+        s.cycled(t0);
+        assert_eq!(s.next_cycle(), t0 + Duration::from_secs(1));
+        s.changed(t0);
+        assert_eq!(s.next_cycle(), t0 + Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,213 @@
+//! `kai-scheduler`: the scheduling loop. Watches the cluster into the model, runs a cycle whenever
+//! something changed (at most every `--min-cycle-interval`, at least every `--schedule-period`), and
+//! hands the decisions to the applier. Only the leader schedules; followers keep a warm model.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use kai_scheduler::apply::{Applier, ApplyMetrics};
+use kai_scheduler::cache::ingest::Ingest;
+use kai_scheduler::cache::watch::{self, Offered};
+use kai_scheduler::config::Config;
+use kai_scheduler::metrics::CycleMetrics;
+use kai_scheduler::model::Cluster;
+use kai_scheduler::{cycle, loop_state};
+use prometheus_client::registry::Registry;
+use runtime::client::RateLimit;
+use runtime::{admin, args::CommonArgs, crd, discovery, lease, shutdown, telemetry};
+use tokio::sync::mpsc;
+use tracing::{Instrument, info, info_span, warn};
+
+/// Gang scheduler for AI workloads, a drop-in for NVIDIA's KAI Scheduler.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kai-scheduler",
+    version,
+    about = "Gang scheduler for AI workloads on Kubernetes, a drop-in for NVIDIA's KAI Scheduler."
+)]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// `spec.schedulerName` of the pods this scheduler places.
+    #[arg(long, env = "KAI_SCHEDULER_NAME", default_value = api::keys::SCHEDULER_NAME)]
+    scheduler_name: String,
+    /// Scheduler configuration file (actions and plugin settings, YAML). Defaults apply without one.
+    #[arg(long, env = "KAI_SCHEDULER_CONFIG")]
+    config: Option<String>,
+    /// Longest time between cycles when nothing changes.
+    #[arg(long, env = "KAI_SCHEDULE_PERIOD", default_value = "1s", value_parser = parse_duration)]
+    schedule_period: Duration,
+    /// Shortest time between cycles when things change quickly.
+    #[arg(long, env = "KAI_MIN_CYCLE_INTERVAL", default_value = "20ms", value_parser = parse_duration)]
+    min_cycle_interval: Duration,
+    /// Queue of PodGroups that name none.
+    #[arg(long, env = "KAI_DEFAULT_QUEUE", default_value = api::keys::DEFAULT_QUEUE)]
+    default_queue: String,
+    /// Binds in flight at most (the client QPS limit applies on top).
+    #[arg(long, env = "KAI_BIND_CONCURRENCY", default_value_t = 64)]
+    bind_concurrency: usize,
+    /// Other writes (statuses, evictions, events) in flight at most.
+    #[arg(long, env = "KAI_WRITE_CONCURRENCY", default_value_t = 16)]
+    write_concurrency: usize,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    kai_scheduler::config::parse_duration(s)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    telemetry::init(&args.common)?;
+    let config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    info!(actions = ?config.actions, "configuration loaded");
+    let shutdown = shutdown::on_signals()?;
+    let user_agent = concat!("kai-scheduler/", env!("CARGO_PKG_VERSION"));
+    let client = runtime::client::build(
+        user_agent,
+        args.common.rate_limit(RateLimit {
+            qps: 1000.0,
+            burst: 2000,
+        }),
+    )
+    .await
+    .context("connecting to the cluster")?;
+    let lease_client = runtime::client::build(user_agent, RateLimit::UNLIMITED).await?;
+
+    let mut registry = Registry::with_prefix("kai_scheduler");
+    let cycle_metrics = CycleMetrics::default();
+    cycle_metrics.register(&mut registry);
+    let apply_metrics = ApplyMetrics::default();
+    apply_metrics.register(&mut registry);
+    let readiness = admin::Readiness::new();
+    let crds_ready = readiness.gate("crds");
+    let caches_ready = readiness.gate("caches");
+    let admin_server = tokio::spawn(admin::serve(
+        args.common.admin_address,
+        admin::AdminState::new(readiness.clone(), registry),
+        shutdown.clone().cancelled_owned(),
+    ));
+
+    crd::wait_for_crds(
+        &client,
+        &["podgroups.scheduling.run.ai", "queues.scheduling.run.ai"],
+        Duration::from_secs(120),
+    )
+    .await?;
+    crds_ready.set_ready();
+    let offered = Offered {
+        volcano: discovery::api_resource_exists(&client, "scheduling.volcano.sh", "v1beta1", "podgroups")
+            .await?,
+        topology: discovery::api_resource_exists(&client, "kai.scheduler", "v1alpha1", "topologies").await?,
+    };
+    let eviction = discovery::eviction_version(&client).await?;
+    info!(?offered, ?eviction, "server capabilities");
+
+    let election = args.common.leader_election(&args.scheduler_name)?;
+    let identity = match &election {
+        lease::LeaderElection::Enabled(config) => config.identity().to_owned(),
+        lease::LeaderElection::Disabled => lease::default_identity(),
+    };
+    let (elector, leadership) = lease::Elector::new(lease_client, election);
+    let mut elector_task = tokio::spawn(elector.run(shutdown.clone()));
+
+    let (feedback_tx, mut feedback_rx) = mpsc::unbounded_channel();
+    let applier = Arc::new(Applier::new(
+        client.clone(),
+        eviction,
+        &identity,
+        leadership.guard(),
+        feedback_tx,
+        args.bind_concurrency,
+        args.write_concurrency,
+        apply_metrics,
+    ));
+    let (mut events, kinds) = watch::start(&client, offered, 8192);
+    let mut ingest = Ingest::new(&args.scheduler_name, &args.default_queue);
+    let mut cluster = Cluster::default();
+    let mut state = loop_state::LoopState::new(args.schedule_period, args.min_cycle_interval);
+    let mut was_leader = false;
+    let mut cycle_id: u64 = 0;
+
+    loop {
+        let wake = tokio::time::Instant::from_std(state.next_cycle());
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            result = &mut elector_task => {
+                result?;
+                anyhow::bail!("leader election stopped; exiting so a healthy replica takes over");
+            }
+            Some(event) = events.recv() => {
+                ingest.apply(&mut cluster, event);
+                state.changed(Instant::now());
+            }
+            Some(fb) = feedback_rx.recv() => {
+                loop_state::feedback(&mut cluster, fb);
+                state.changed(Instant::now());
+            }
+            () = tokio::time::sleep_until(wake) => {
+                // Take in everything that arrived, then decide on a consistent model.
+                while let Ok(event) = events.try_recv() {
+                    ingest.apply(&mut cluster, event);
+                }
+                while let Ok(fb) = feedback_rx.try_recv() {
+                    loop_state::feedback(&mut cluster, fb);
+                }
+                let started = Instant::now();
+                state.cycled(started);
+                if !ingest.synced(&kinds) {
+                    continue;
+                }
+                caches_ready.set_ready();
+                let leader = leadership.is_leader();
+                if was_leader && !leader {
+                    warn!("lost leadership; dropping assumed placements");
+                    cluster.clear_all_assumed();
+                }
+                was_leader = leader;
+                if !leader {
+                    continue;
+                }
+                cycle_id += 1;
+                let span = info_span!("cycle", id = cycle_id);
+                let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+                let result = span.in_scope(|| cycle::run(&mut cluster, &config, now));
+                let elapsed = started.elapsed();
+                cycle_metrics.observe(&result, elapsed, &cluster);
+                async {
+                    if !result.decisions.is_empty() {
+                        info!(
+                            binds = result.decisions.binds.len(),
+                            evictions = result.decisions.evictions.len(),
+                            statuses = result.decisions.group_statuses.len(),
+                            took_ms = elapsed.as_secs_f64() * 1e3,
+                            "cycle"
+                        );
+                    }
+                }
+                .instrument(span)
+                .await;
+                applier.submit(result.decisions);
+            }
+        }
+    }
+    info!("shutting down");
+    let _ = elector_task.await;
+    admin_server.await??;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_valid() {
+        super::Args::command().debug_assert();
+    }
+}

@@ -1,0 +1,133 @@
+//! Scheduler metrics: cycle and action durations, decisions, gangs waiting, model size.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::cycle::CycleResult;
+use crate::model::Cluster;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabel {
+    action: &'static str,
+}
+
+/// Metrics of the scheduling loop.
+#[derive(Clone, Debug)]
+pub struct CycleMetrics {
+    cycle: Histogram,
+    open: Histogram,
+    actions: Family<ActionLabel, Histogram>,
+    cycles: Counter,
+    binds_decided: Counter,
+    evictions_decided: Family<ActionLabel, Counter>,
+    gangs_waiting: Gauge,
+    gangs_skipped_unchanged: Counter,
+    nodes: Gauge,
+    pods: Gauge,
+    podgroups: Gauge,
+}
+
+impl Default for CycleMetrics {
+    fn default() -> Self {
+        Self {
+            cycle: runtime::metrics::duration_histogram(),
+            open: runtime::metrics::duration_histogram(),
+            actions: Family::new_with_constructor(runtime::metrics::duration_histogram),
+            cycles: Counter::default(),
+            binds_decided: Counter::default(),
+            evictions_decided: Family::default(),
+            gangs_waiting: Gauge::default(),
+            gangs_skipped_unchanged: Counter::default(),
+            nodes: Gauge::default(),
+            pods: Gauge::default(),
+            podgroups: Gauge::default(),
+        }
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+impl CycleMetrics {
+    /// Registers every metric.
+    pub fn register(&self, r: &mut Registry) {
+        r.register(
+            "cycle_duration_seconds",
+            "Duration of a scheduling cycle",
+            self.cycle.clone(),
+        );
+        r.register(
+            "session_open_duration_seconds",
+            "Duration of opening a session",
+            self.open.clone(),
+        );
+        r.register(
+            "action_duration_seconds",
+            "Duration of each action in a cycle",
+            self.actions.clone(),
+        );
+        r.register("cycles", "Scheduling cycles run", self.cycles.clone());
+        r.register(
+            "binds_decided",
+            "Pods the scheduler decided to bind",
+            self.binds_decided.clone(),
+        );
+        r.register(
+            "evictions_decided",
+            "Pods the scheduler decided to evict, by action",
+            self.evictions_decided.clone(),
+        );
+        r.register(
+            "gangs_waiting",
+            "Gangs with pods waiting and a reason",
+            self.gangs_waiting.clone(),
+        );
+        r.register(
+            "gangs_skipped_unchanged",
+            "Gang attempts skipped because nothing changed since they last failed",
+            self.gangs_skipped_unchanged.clone(),
+        );
+        r.register("nodes", "Nodes in the model", self.nodes.clone());
+        r.register("pods", "Pods in the model", self.pods.clone());
+        r.register("podgroups", "PodGroups in the model", self.podgroups.clone());
+    }
+
+    /// Records one cycle.
+    pub fn observe(&self, result: &CycleResult, took: Duration, cluster: &Cluster) {
+        self.cycles.inc();
+        self.cycle.observe(secs(took));
+        self.open.observe(secs(result.open));
+        for (action, d) in &result.actions {
+            self.actions
+                .get_or_create(&ActionLabel {
+                    action: action.as_str(),
+                })
+                .observe(secs(*d));
+        }
+        self.binds_decided.inc_by(result.decisions.binds.len() as u64);
+        for e in &result.decisions.evictions {
+            self.evictions_decided
+                .get_or_create(&ActionLabel {
+                    action: e.cause.as_str(),
+                })
+                .inc();
+        }
+        self.gangs_waiting
+            .set(i64::try_from(result.stats.gangs_waiting).unwrap_or(i64::MAX));
+        self.gangs_skipped_unchanged
+            .inc_by(result.stats.gangs_skipped_unchanged);
+        self.nodes
+            .set(i64::try_from(cluster.nodes.len()).unwrap_or(i64::MAX));
+        self.pods
+            .set(i64::try_from(cluster.tasks.len()).unwrap_or(i64::MAX));
+        self.podgroups
+            .set(i64::try_from(cluster.groups.len()).unwrap_or(i64::MAX));
+    }
+}
