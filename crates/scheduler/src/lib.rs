@@ -10,6 +10,7 @@ pub mod actions;
 pub mod cache;
 pub mod config;
 pub mod cycle;
+pub mod fairshare;
 pub mod framework;
 pub mod model;
 pub mod sim;
