@@ -144,6 +144,25 @@ impl QueueSpec {
         (out, ignored)
     }
 
+    /// Builds a spec from the scheduler model's queue ([`crate::model::queue::Queue`]), whose
+    /// memory quota and limit are in MB (10^6 bytes): they become bytes. Negative quotas and limits
+    /// mean unlimited; negative weights become 0. The creation time orders ties; the name breaks
+    /// equal creation times.
+    #[must_use]
+    pub fn from_model(queue: &crate::model::queue::Queue) -> Self {
+        let mut spec = Self::new(&*queue.name).with_created(queue.created, String::new());
+        spec.parent = queue.parent_name.as_deref().map(str::to_owned);
+        spec.priority = queue.priority;
+        for (slot, r) in queue.resources.iter().enumerate() {
+            let scale = if slot == MEMORY { BYTES_PER_MEGABYTE } else { 1.0 };
+            let amount = |v: f64| if v < 0.0 { UNLIMITED } else { v * scale };
+            spec.deserved.0[slot] = amount(r.quota);
+            spec.limit.0[slot] = amount(r.limit);
+            spec.over_quota_weight.0[slot] = r.weight.max(0.0);
+        }
+        spec
+    }
+
     fn set_from_api(&mut self, slot: usize, q: &api::queue::ResourceQuota, scale: f64) {
         let amount = |v: f64| if v < 0.0 { UNLIMITED } else { v * scale };
         self.deserved.0[slot] = q.quota.map_or(0.0, amount);

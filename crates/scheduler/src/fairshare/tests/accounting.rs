@@ -344,3 +344,53 @@ fn queue_spec_from_crd() {
     let (bare, _) = QueueSpec::from_api("bare", 0, "", &Crd::default(), &mut names);
     assert_eq!(bare, QueueSpec::new("bare"));
 }
+
+#[test]
+fn queue_spec_from_model() {
+    use crate::model::queue::{Queue, QueueResourceSpec};
+    let mut model = Queue::new("team");
+    model.parent_name = Some("dept".into());
+    model.priority = 7;
+    model.created = 1_700_000_000_000;
+    model.resources[MEMORY] = QueueResourceSpec {
+        quota: 1500.0,
+        limit: 3000.0,
+        weight: 2.0,
+    };
+    model.resources[GPU] = QueueResourceSpec {
+        quota: 2.5,
+        limit: 0.0,
+        weight: -1.0,
+    };
+    let spec = QueueSpec::from_model(&model);
+    assert_eq!(
+        (
+            spec.name.as_str(),
+            spec.parent.as_deref(),
+            spec.priority,
+            spec.created
+        ),
+        ("team", Some("dept"), 7, 1_700_000_000_000)
+    );
+    assert_eq!(
+        (
+            spec.deserved.get(MEMORY),
+            spec.limit.get(MEMORY),
+            spec.over_quota_weight.get(MEMORY)
+        ),
+        (1.5e9, 3e9, 2.0)
+    );
+    assert_eq!(
+        (
+            spec.deserved.get(GPU),
+            spec.limit.get(GPU),
+            spec.over_quota_weight.get(GPU)
+        ),
+        (2.5, 0.0, 0.0)
+    );
+    // Queue::new's defaults are unlimited.
+    assert_eq!(
+        (spec.deserved.get(CPU), spec.limit.get(CPU)),
+        (UNLIMITED, UNLIMITED)
+    );
+}
