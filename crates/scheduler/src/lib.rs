@@ -11,6 +11,7 @@ pub mod apply;
 pub mod cache;
 pub mod config;
 pub mod cycle;
+pub mod fairshare;
 pub mod framework;
 pub mod loop_state;
 pub mod metrics;
