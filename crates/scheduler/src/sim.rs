@@ -403,6 +403,8 @@ impl Sim {
                 task_order: 0,
                 created: spec.created + i64::from(i),
                 problem: None,
+                reservation_for: None,
+                gpu_device: None,
             });
         }
         self
@@ -433,6 +435,8 @@ impl Sim {
             task_order: 0,
             created: 0,
             problem: None,
+            reservation_for: None,
+            gpu_device: None,
         });
         self
     }
@@ -511,6 +515,8 @@ impl Sim {
             task_order: t.task_order,
             created: t.created,
             problem: t.problem.clone(),
+            reservation_for: t.reservation_for.clone(),
+            gpu_device: t.gpu_device.clone(),
         }
     }
 

@@ -239,7 +239,7 @@ fn queue_limit_waits_with_a_clear_condition() {
     let why = s.why("second").unwrap();
     assert_eq!(
         why,
-        "queue team-a would exceed its nvidia.com/gpu limit: limit 2 nvidia.com/gpu, allocated 2 nvidia.com/gpu, this gang asks for 2 nvidia.com/gpu"
+        "queue team-a at its nvidia.com/gpu limit 2: allocated 2, gang needs 2"
     );
     let status = s.status("second").unwrap();
     assert_eq!(

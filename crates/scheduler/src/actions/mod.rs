@@ -3,6 +3,7 @@
 pub mod allocate;
 pub mod consolidate;
 pub mod preempt;
+pub mod reclaim;
 pub mod stale;
 pub mod victims;
 
@@ -14,7 +15,7 @@ pub fn run(ssn: &mut Session<'_>, action: ActionKind) {
     match action {
         ActionKind::Allocate => allocate::allocate(ssn),
         ActionKind::Consolidation => consolidate::consolidate(ssn),
-        ActionKind::Reclaim => {}
+        ActionKind::Reclaim => reclaim::reclaim(ssn),
         ActionKind::Preempt => preempt::preempt(ssn),
         ActionKind::StaleGangEviction => stale::stale_gangs(ssn),
     }

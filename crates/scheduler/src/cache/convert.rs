@@ -255,6 +255,24 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
     };
     problems.sort();
     problems.dedup();
+    // GPU reservation pods hold a device for the pods sharing it.
+    let reservation =
+        namespace.as_ref() == keys::RESERVATION_NAMESPACE && label("app") == Some(keys::RESERVATION_APP);
+    let reservation_for: Option<Arc<str>> = if reservation {
+        gpu_groups.first().cloned()
+    } else {
+        None
+    };
+    let gpu_device: Option<Arc<str>> = if reservation {
+        get(keys::RESERVED_GPU_INDEX)
+            .filter(|d| !d.is_empty())
+            .map(Into::into)
+    } else {
+        None
+    };
+    if reservation {
+        gpu_groups.clear();
+    }
     PodUpdate {
         uid: meta.uid.as_deref().unwrap_or_default().into(),
         namespace,
@@ -272,6 +290,8 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
         task_order,
         created: millis(meta.creation_timestamp.as_ref()),
         problem: (!problems.is_empty()).then(|| problems.join("; ").into()),
+        reservation_for,
+        gpu_device,
     }
 }
 

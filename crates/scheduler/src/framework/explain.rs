@@ -8,36 +8,8 @@ use super::placement::NodeMiss;
 use crate::model::resources::{GPU, ResourceNames};
 use crate::model::{GroupProblem, Resources};
 
-/// A queue rule that stops a gang (KAI's capacity gates).
-#[derive(Clone, Debug, PartialEq)]
-pub enum QueueGate {
-    /// A queue on the path to the root would exceed its limit.
-    OverLimit {
-        /// The queue.
-        queue: String,
-        /// Resource slot.
-        slot: usize,
-        /// Its limit (share units: GPUs, millicores, MB).
-        limit: f64,
-        /// Already allocated.
-        allocated: f64,
-        /// Asked by the gang.
-        requested: f64,
-    },
-    /// A non-preemptible gang would push its queue's non-preemptible use above its quota.
-    NonPreemptibleOverQuota {
-        /// The queue.
-        queue: String,
-        /// Resource slot.
-        slot: usize,
-        /// Quota.
-        quota: f64,
-        /// Non-preemptible allocated.
-        allocated: f64,
-        /// Asked by the gang.
-        requested: f64,
-    },
-}
+/// A queue rule that stops a gang (KAI's capacity gates), from the fair-share tree.
+pub use crate::fairshare::CapacityViolation as QueueGate;
 
 /// A summary of how the nodes answered for one pod that fit nowhere.
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -106,8 +78,7 @@ impl Why {
         match self {
             Self::Problem(p) => p.reason(),
             Self::NotReady(_) => "NotReady",
-            Self::Queue(QueueGate::OverLimit { .. }) => "OverLimit",
-            Self::Queue(QueueGate::NonPreemptibleOverQuota { .. }) => "NonPreemptibleOverQuota",
+            Self::Queue(gate) => gate.reason(),
             Self::MinResources { .. } => "InsufficientMinResources",
             Self::NoFit(_) => "PodSchedulingErrors",
             Self::TimedOut { .. } => "ScheduleTimeout",
@@ -141,47 +112,12 @@ impl Why {
     }
 }
 
-fn share_amount(names: &ResourceNames, slot: usize, v: f64) -> String {
-    let unit = match slot {
-        0 => " millicores",
-        1 => " MB",
-        _ => "",
-    };
-    let v = if (v - v.round()).abs() < 1e-9 {
-        format!("{}", v.round())
-    } else {
-        format!("{v:.2}")
-    };
-    format!("{v}{unit} {}", names.name(slot))
-}
-
 fn queue_message(gate: &QueueGate, names: &ResourceNames) -> String {
     match gate {
-        QueueGate::OverLimit {
-            queue,
-            slot,
-            limit,
-            allocated,
-            requested,
-        } => format!(
-            "queue {queue} would exceed its {} limit: limit {}, allocated {}, this gang asks for {}",
-            names.name(*slot),
-            share_amount(names, *slot, *limit),
-            share_amount(names, *slot, *allocated),
-            share_amount(names, *slot, *requested)
-        ),
-        QueueGate::NonPreemptibleOverQuota {
-            queue,
-            slot,
-            quota,
-            allocated,
-            requested,
-        } => format!(
-            "non-preemptible gangs may only use their queue's quota: queue {queue} has {} quota {}, non-preemptible allocated {}, this gang asks for {}; use a preemptible priority class (e.g. train) to run over quota",
-            names.name(*slot),
-            share_amount(names, *slot, *quota),
-            share_amount(names, *slot, *allocated),
-            share_amount(names, *slot, *requested)
+        QueueGate::OverLimit(s) => s.explain(names),
+        QueueGate::NonPreemptibleOverQuota(s) => format!(
+            "{}; non-preemptible gangs may only use their queue's quota (a preemptible priority class such as train may run over quota)",
+            s.explain(names)
         ),
     }
 }
@@ -316,16 +252,5 @@ mod tests {
         let m = Why::NoFit(Box::new(f)).message(&names);
         assert!(m.contains("3 node selector zone=b does not match"), "{m}");
         assert!(m.contains("1 insufficient nvidia.com/gpu"), "{m}");
-        let gate = QueueGate::OverLimit {
-            queue: "team-a".into(),
-            slot: GPU,
-            limit: 4.0,
-            allocated: 4.0,
-            requested: 2.0,
-        };
-        assert_eq!(
-            Why::Queue(gate).message(&names),
-            "queue team-a would exceed its nvidia.com/gpu limit: limit 4 nvidia.com/gpu, allocated 4 nvidia.com/gpu, this gang asks for 2 nvidia.com/gpu"
-        );
     }
 }

@@ -1,172 +1,306 @@
-//! The session's view of queue accounting and fair share: per queue allocated and requested resources,
-//! the capacity gates, and the order between sibling queues.
+//! The session's fairness policy: one owner for queue accounting, fair share, capacity gates, queue
+//! order and reclaim rules, backed by [`crate::fairshare::QueueTree`] (KAI's proportion mathematics).
 //!
-//! DEVELOPMENT SCAFFOLD: limits and a simple order only, until `crate::fairshare` (KAI's division)
-//! is wired in.
+//! Model queues are mapped onto the tree by name once per session; the journal mirrors every
+//! placement change into the tree's accounting with exact inverses, so rollback stays exact.
 
+use std::cell::RefCell;
 use std::cmp::Ordering;
 
-use super::explain::QueueGate;
-use super::gang::Gang;
 use crate::config::ProportionArgs;
-use crate::model::resources::{GPU, MAX_RESOURCES, MEMORY, PODS};
+use crate::fairshare::{
+    self, Accounting, CapacityViolation, FairShareConfig, Preemptibility, QueueCandidate, QueueReport,
+    QueueSpec, QueueTree, ReclaimRejection, ReclaimScratch, Reclaimer, VictimChunk,
+};
 use crate::model::{Cluster, QueueId, Resources};
 
-/// Converts a model amount to share units (GPU devices, CPU millicores, memory MB, others as is).
-#[must_use]
-pub fn to_share_units(slot: usize, amount: i64) -> f64 {
-    #[allow(clippy::cast_precision_loss)]
-    let a = amount as f64;
-    match slot {
-        GPU => a / 1000.0,
-        MEMORY => a / 1e6,
-        _ => a,
-    }
+use super::gang::Gang;
+
+/// Fairness state of one session.
+#[derive(Debug)]
+pub struct Fairness {
+    tree: QueueTree,
+    /// Tree id of each model queue (by model index).
+    ids: Vec<Option<fairshare::QueueId>>,
+    scratch: RefCell<ReclaimScratch>,
 }
 
-/// Queue accounting for one session.
-#[derive(Clone, Debug, Default)]
-pub struct Fairness {
-    allocated: Vec<Resources>,
-    allocated_non_preemptible: Vec<Resources>,
-    requested: Vec<Resources>,
+fn preemptibility(preemptible: bool) -> Preemptibility {
+    if preemptible {
+        Preemptibility::Preemptible
+    } else {
+        Preemptibility::NonPreemptible
+    }
 }
 
 impl Fairness {
-    /// Accounting from the model.
+    /// Builds the tree from the model's queues, records every gang's allocated and pending pods, and
+    /// divides the cluster's capacity (Ready nodes, minus what other schedulers' pods use).
     #[must_use]
-    pub fn open(cluster: &Cluster, gangs: &[Gang], _args: &ProportionArgs) -> Self {
-        let n = cluster.queues.capacity();
-        let mut f = Self {
-            allocated: vec![Resources::ZERO; n],
-            allocated_non_preemptible: vec![Resources::ZERO; n],
-            requested: vec![Resources::ZERO; n],
+    pub fn open(cluster: &Cluster, gangs: &[Gang], args: &ProportionArgs) -> Self {
+        let config = FairShareConfig {
+            k_value: args.k_value,
+            reclaimer_saturation_multiplier: args.reclaimer_saturation_multiplier,
+            ..FairShareConfig::default()
         };
+        let specs: Vec<QueueSpec> = cluster
+            .queues
+            .iter()
+            .map(|(_, q)| QueueSpec::from_model(q))
+            .collect();
+        let mut tree = QueueTree::new(specs, config);
+        let mut ids = vec![None; cluster.queues.capacity()];
+        for (i, q) in cluster.queues.iter() {
+            ids[i as usize] = tree.id(&q.name);
+        }
         for gang in gangs {
-            let Some(q) = gang.queue else { continue };
+            let Some(q) = gang.queue.and_then(|q| ids[q.index()]) else {
+                continue;
+            };
+            let pre = preemptibility(gang.preemptible);
             for t in gang.tasks() {
                 let task = cluster.task(t);
+                let share = share_request(cluster, t);
                 if task.status.is_allocated() {
-                    f.roll(cluster, q, &task.request, gang.preemptible, 1);
-                }
-                if task.status.is_allocated() || task.status.is_pending() {
-                    f.roll_requested(cluster, q, &task.request);
+                    tree.record_running(q, &share, pre);
+                } else if task.status.is_pending() || task.status == crate::model::TaskStatus::Pipelined {
+                    tree.record_pending(q, &share);
                 }
             }
         }
-        f
-    }
-
-    fn roll(&mut self, cluster: &Cluster, queue: QueueId, r: &Resources, preemptible: bool, sign: i64) {
-        let r = r.times(sign);
-        let mut cur = Some(queue);
-        while let Some(q) = cur {
-            self.allocated[q.index()].add(&r);
-            if !preemptible {
-                self.allocated_non_preemptible[q.index()].add(&r);
-            }
-            cur = cluster.queue(q).parent;
+        tree.divide(&capacity(cluster));
+        Self {
+            tree,
+            ids,
+            scratch: RefCell::new(ReclaimScratch::default()),
         }
     }
 
-    fn roll_requested(&mut self, cluster: &Cluster, queue: QueueId, r: &Resources) {
-        let mut cur = Some(queue);
-        while let Some(q) = cur {
-            self.requested[q.index()].add(r);
-            cur = cluster.queue(q).parent;
-        }
+    fn id(&self, q: QueueId) -> Option<fairshare::QueueId> {
+        self.ids.get(q.index()).copied().flatten()
     }
 
-    /// Applies an allocation change.
+    /// The underlying tree.
+    #[must_use]
+    pub fn tree(&self) -> &QueueTree {
+        &self.tree
+    }
+
+    /// Mirrors an allocation change (`sign` +1 allocated, -1 released).
     pub fn change(
         &mut self,
-        cluster: &Cluster,
+        _cluster: &Cluster,
         queue: QueueId,
         share: &Resources,
         preemptible: bool,
         sign: i64,
     ) {
-        self.roll(cluster, queue, share, preemptible, sign);
+        let Some(q) = self.id(queue) else { return };
+        if sign > 0 {
+            self.tree.allocate(q, share, preemptibility(preemptible));
+        } else {
+            self.tree.deallocate(q, share, preemptibility(preemptible));
+        }
     }
 
-    /// KAI's capacity gates for a gang asking `request` more.
+    /// KAI's capacity gates for a gang asking `request` more: limits up the tree, and quota for
+    /// non-preemptible work.
     ///
     /// # Errors
-    /// The first queue rule it would break.
+    /// The queue rule it would break.
     pub fn gate(
         &self,
-        cluster: &Cluster,
+        _cluster: &Cluster,
         queue: QueueId,
         request: &Resources,
         preemptible: bool,
-    ) -> Result<(), QueueGate> {
-        let mut cur = Some(queue);
-        while let Some(q) = cur {
-            let spec = cluster.queue(q);
-            for slot in 0..MAX_RESOURCES {
-                if slot == PODS || request.0[slot] == 0 {
-                    continue;
-                }
-                let limit = spec.resources[slot].limit;
-                let allocated = to_share_units(slot, self.allocated[q.index()].0[slot]);
-                let requested = to_share_units(slot, request.0[slot]);
-                if limit >= 0.0 && allocated + requested > limit + 1e-9 {
-                    return Err(QueueGate::OverLimit {
-                        queue: spec.name.to_string(),
-                        slot,
-                        limit,
-                        allocated,
-                        requested,
-                    });
-                }
-                let quota = spec.resources[slot].quota;
-                let np = to_share_units(slot, self.allocated_non_preemptible[q.index()].0[slot]);
-                if !preemptible && quota >= 0.0 && np + requested > quota + 1e-9 {
-                    return Err(QueueGate::NonPreemptibleOverQuota {
-                        queue: spec.name.to_string(),
-                        slot,
-                        quota,
-                        allocated: np,
-                        requested,
-                    });
-                }
-            }
-            cur = spec.parent;
-        }
-        Ok(())
+    ) -> Result<(), CapacityViolation> {
+        let Some(q) = self.id(queue) else { return Ok(()) };
+        self.tree.check_capacity(q, request, preemptibility(preemptible))
     }
 
-    /// Order between two sibling queues for their best gangs' requests (less = served first).
+    /// Order between two sibling queues given their best gangs' requests (less = served first).
     #[must_use]
     pub fn compare(
         &self,
-        cluster: &Cluster,
+        _cluster: &Cluster,
         a: QueueId,
-        _a_req: &Resources,
+        a_req: &Resources,
         b: QueueId,
-        _b_req: &Resources,
+        b_req: &Resources,
     ) -> Ordering {
-        let (qa, qb) = (cluster.queue(a), cluster.queue(b));
-        qb.priority
-            .cmp(&qa.priority)
-            .then(
-                self.allocated[a.index()]
-                    .gpu()
-                    .cmp(&self.allocated[b.index()].gpu()),
-            )
-            .then(qa.created.cmp(&qb.created))
-            .then(qa.name.cmp(&qb.name))
+        match (self.id(a), self.id(b)) {
+            (Some(x), Some(y)) => self.tree.compare_queues(
+                &QueueCandidate::pending(x, a_req),
+                &QueueCandidate::pending(y, b_req),
+            ),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => a.cmp(&b),
+        }
+    }
+
+    /// Order between two victim queues (the most over-served first), compared where their paths to
+    /// the root diverge, with what each has already given up plus its next victim subtracted.
+    #[must_use]
+    pub fn compare_victims(
+        &self,
+        a: QueueId,
+        a_victims: &Resources,
+        b: QueueId,
+        b_victims: &Resources,
+    ) -> Ordering {
+        match (self.id(a), self.id(b)) {
+            (Some(x), Some(y)) => {
+                let (lx, ly) = self.tree.levelled(x, y);
+                self.tree.compare_victim_queues(
+                    &QueueCandidate::victims(lx, a_victims),
+                    &QueueCandidate::victims(ly, b_victims),
+                )
+            }
+            _ => a.cmp(&b),
+        }
+    }
+
+    /// Whether a gang may reclaim at all (its queue stays within fair share, and within quota when
+    /// non-preemptible).
+    ///
+    /// # Errors
+    /// Why not.
+    pub fn can_reclaim(
+        &self,
+        queue: QueueId,
+        request: &Resources,
+        preemptible: bool,
+    ) -> Result<(), ReclaimRejection> {
+        let Some(q) = self.id(queue) else {
+            return Ok(());
+        };
+        self.tree.can_reclaim(&Reclaimer {
+            queue: q,
+            request,
+            preemptibility: preemptibility(preemptible),
+        })
+    }
+
+    /// Whether anything may be taken from `victim` for this reclaimer (a cheap victim filter).
+    #[must_use]
+    pub fn may_reclaim_from(
+        &self,
+        queue: QueueId,
+        request: &Resources,
+        preemptible: bool,
+        victim: QueueId,
+    ) -> bool {
+        match (self.id(queue), self.id(victim)) {
+            (Some(q), Some(v)) => self.tree.may_reclaim_from(
+                &Reclaimer {
+                    queue: q,
+                    request,
+                    preemptibility: preemptibility(preemptible),
+                },
+                v,
+            ),
+            _ => false,
+        }
+    }
+
+    /// The accounting now (the baseline a reclaim scenario is validated against).
+    #[must_use]
+    pub fn snapshot(&self) -> Accounting {
+        self.tree.snapshot()
+    }
+
+    /// Validates a reclaim scenario: `chunks` are the victims' resources per victim queue in KAI's
+    /// chunking (elastic pods one by one, the gang's core as one lump).
+    ///
+    /// # Errors
+    /// Why the scenario breaks fairness.
+    pub fn validate_reclaim(
+        &self,
+        baseline: &Accounting,
+        queue: QueueId,
+        request: &Resources,
+        preemptible: bool,
+        chunks: &[(QueueId, Resources)],
+    ) -> Result<(), ReclaimRejection> {
+        let Some(q) = self.id(queue) else { return Ok(()) };
+        let chunks: Vec<VictimChunk> = chunks
+            .iter()
+            .filter_map(|(v, r)| {
+                self.id(*v).map(|v| VictimChunk {
+                    queue: v,
+                    resources: *r,
+                })
+            })
+            .collect();
+        let reclaimer = Reclaimer {
+            queue: q,
+            request,
+            preemptibility: preemptibility(preemptible),
+        };
+        self.tree
+            .validate_reclaim(baseline, &reclaimer, &chunks, &mut self.scratch.borrow_mut())
+    }
+
+    /// Numbers for a queue's status.
+    #[must_use]
+    pub fn report(&self, queue: QueueId) -> Option<QueueReport> {
+        self.id(queue).map(|q| self.tree.report(q))
     }
 
     /// Allocated resources of a queue (rolled up).
     #[must_use]
     pub fn allocated(&self, queue: QueueId) -> Resources {
-        self.allocated[queue.index()]
+        self.report(queue).map_or(Resources::ZERO, |r| r.allocated)
     }
 
     /// Requested resources of a queue (rolled up).
     #[must_use]
     pub fn requested(&self, queue: QueueId) -> Resources {
-        self.requested[queue.index()]
+        self.report(queue).map_or(Resources::ZERO, |r| r.requested)
     }
+
+    /// Explains a reclaim rejection.
+    #[must_use]
+    pub fn explain_rejection(&self, r: &ReclaimRejection, cluster: &Cluster) -> String {
+        r.explain(&self.tree, &cluster.names)
+    }
+}
+
+/// What a task counts against its queue: its request with fractions as milli-GPUs.
+#[must_use]
+pub fn share_request(cluster: &Cluster, t: crate::model::TaskId) -> Resources {
+    let task = cluster.task(t);
+    let mut r = task.request;
+    match task.gpu {
+        crate::model::GpuRequest::Fraction { milli, devices } => {
+            r.0[crate::model::resources::GPU] = i64::from(milli * devices);
+        }
+        crate::model::GpuRequest::Memory { devices, .. } => {
+            let milli = task
+                .node
+                .map_or(1000, |n| Cluster::share_milli(task.gpu, cluster.node(n)));
+            r.0[crate::model::resources::GPU] = i64::from(milli * devices);
+        }
+        crate::model::GpuRequest::None | crate::model::GpuRequest::Whole(_) => {}
+    }
+    r
+}
+
+/// What the queues share: allocatable resources of Ready nodes, minus what other schedulers' pods hold.
+#[must_use]
+pub fn capacity(cluster: &Cluster) -> Resources {
+    let mut total = Resources::ZERO;
+    for (_, n) in cluster.nodes.iter() {
+        if n.ready {
+            total.add(&n.allocatable);
+        }
+    }
+    for (_, t) in cluster.tasks.iter() {
+        if !t.ours && t.status.holds_node() && t.reservation_for.is_none() {
+            total.sub(&t.request);
+        }
+    }
+    total.max(&Resources::ZERO)
 }

@@ -21,8 +21,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::model::{
-    Assumed, Cluster, GpuRequest, GroupId, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId,
-    TaskStatus,
+    Assumed, Cluster, GroupId, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId, TaskStatus,
 };
 use decisions::{Bind, Decisions, Evict, EvictionCause};
 use explain::Why;
@@ -272,21 +271,7 @@ impl<'c> Session<'c> {
     /// What a task counts against its queue: its request with fractions as milli-GPUs.
     #[must_use]
     pub fn share_request(&self, task: TaskId) -> Resources {
-        let t = self.cluster.task(task);
-        let mut r = t.request;
-        match t.gpu {
-            GpuRequest::Fraction { milli, devices } => {
-                r.0[crate::model::resources::GPU] = i64::from(milli * devices)
-            }
-            GpuRequest::Memory { devices, .. } => {
-                let milli = t
-                    .node
-                    .map_or(1000, |n| Cluster::share_milli(t.gpu, self.cluster.node(n)));
-                r.0[crate::model::resources::GPU] = i64::from(milli * devices);
-            }
-            GpuRequest::None | GpuRequest::Whole(_) => {}
-        }
-        r
+        fairness::share_request(self.cluster, task)
     }
 
     /// Places a pod to be bound.

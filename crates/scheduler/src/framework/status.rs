@@ -578,6 +578,10 @@ fn report_queues(ssn: &mut Session<'_>, decisions: &mut Decisions) {
             requested: quantities(cluster, &ssn.fairness.requested(id)),
             ..api::QueueStatus::default()
         };
+        if let Some(report) = ssn.fairness.report(id) {
+            status.allocated_non_preemptible = quantities(cluster, &report.allocated_non_preemptible);
+            status.fair_share = quantities(cluster, &report.fair_share.to_resources());
+        }
         for p in &queue.problems {
             status.conditions.push(api::queue::QueueCondition {
                 type_: "Valid".to_owned(),

@@ -57,6 +57,10 @@ pub struct PodUpdate {
     pub created: Millis,
     /// A problem with the pod's own definition.
     pub problem: Option<Arc<str>>,
+    /// For a GPU reservation pod: the group it holds the device for.
+    pub reservation_for: Option<Arc<str>>,
+    /// For a GPU reservation pod: the device it reported.
+    pub gpu_device: Option<Arc<str>>,
 }
 
 /// A node as converted from the API.
@@ -516,6 +520,8 @@ impl Cluster {
             }
             task.task_order = update.task_order;
             task.problem = update.problem;
+            task.reservation_for = update.reservation_for;
+            task.gpu_device = update.gpu_device;
             task.ours = update.ours;
             let (status, node) = self.effective(self.task(id));
             let task = self.tasks.get_mut(id.0).expect("invariant");
@@ -556,6 +562,8 @@ impl Cluster {
             created: update.created,
             problem: update.problem,
             condition_fingerprint: 0,
+            reservation_for: update.reservation_for,
+            gpu_device: update.gpu_device,
         };
         let id = TaskId(self.tasks.insert(task));
         self.task_index.insert(update.uid, id);

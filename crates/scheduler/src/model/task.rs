@@ -175,6 +175,10 @@ pub struct Task {
     pub problem: Option<Arc<str>>,
     /// Fingerprint of the `PodScheduled` message last written (in memory only).
     pub condition_fingerprint: u64,
+    /// For a GPU reservation pod: the shared-GPU group it holds the device for.
+    pub reservation_for: Option<Arc<str>>,
+    /// For a GPU reservation pod: the device it reported (`run.ai/reserve_for_gpu_index`).
+    pub gpu_device: Option<Arc<str>>,
 }
 
 impl Task {
