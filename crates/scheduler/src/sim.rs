@@ -399,7 +399,10 @@ impl Sim {
                         node_name: None,
                     },
                 },
-                gpu_groups: Vec::new(),
+                gpu_groups: match (running, spec.gpu) {
+                    (Some(_), GpuRequest::Fraction { .. }) => vec![format!("group-{}-{i}", spec.name).into()],
+                    _ => Vec::new(),
+                },
                 task_order: 0,
                 created: spec.created + i64::from(i),
                 problem: None,

@@ -272,7 +272,7 @@ impl Cluster {
         };
         let request = task.request.times(sign);
         let gpu = task.gpu;
-        let groups = task.gpu_groups.clone();
+        let groups = Self::device_groups(task);
         let node = self
             .nodes
             .get_mut(node_id.0)
@@ -297,6 +297,16 @@ impl Cluster {
             for group in &groups {
                 Self::contribute_shared(node, group, milli, status, sign);
             }
+        }
+    }
+
+    /// The shared devices a task holds. A fractional pod placed without a group label (placed by
+    /// someone else, or its labels lost) counts on a device of its own rather than on none.
+    fn device_groups(task: &Task) -> Vec<Arc<str>> {
+        if task.gpu.is_shared() && task.gpu_groups.is_empty() && task.status != TaskStatus::Pipelined {
+            vec![format!("unlabelled-{}", task.uid).into()]
+        } else {
+            task.gpu_groups.clone()
         }
     }
 
@@ -1028,7 +1038,7 @@ impl Cluster {
             }
             if task.gpu.is_shared() {
                 let milli = Self::share_milli(task.gpu, self.node(node));
-                for g in &task.gpu_groups {
+                for g in &Self::device_groups(task) {
                     let mut scratch = Node::new("scratch", Resources::ZERO);
                     if let Some(d) = devices.remove(&(node, g.clone())) {
                         scratch.shared_gpus.push(d);

@@ -1,0 +1,212 @@
+//! GPU sharing: fractions packed onto devices (KAI's scenarios 19-23 and 25), mixed gangs, and the
+//! seed 002 layout (two 0.5 workers share one device with one group id).
+
+use kai_scheduler::model::TaskStatus;
+use kai_scheduler::sim::{GangSpec, Sim};
+
+fn sim() -> Sim {
+    let mut s = Sim::new();
+    s.config.plugins.gpusharing.enabled = true;
+    s.queue("dept", None, -1.0, -1.0, 1.0);
+    s.queue("q", Some("dept"), -1.0, -1.0, 1.0);
+    s
+}
+
+fn frac(name: &str, milli: u32, created: i64) -> GangSpec {
+    GangSpec::new(name, "q", 1)
+        .fraction(milli)
+        .priority_class("build")
+        .created(created)
+}
+
+/// The shared-GPU group of each running pod of a gang.
+fn groups(s: &Sim, gang: &str) -> Vec<String> {
+    s.cluster
+        .tasks
+        .iter()
+        .filter(|(_, t)| t.group_key.as_ref().is_some_and(|k| &*k.name == gang))
+        .flat_map(|(_, t)| t.gpu_groups.iter().map(ToString::to_string))
+        .collect()
+}
+
+#[test]
+fn s19_a_fraction_that_does_not_fit_opens_a_new_device() {
+    let mut s = sim();
+    s.node("n0", 64_000, 256, 2);
+    s.gang(frac("a", 600, 0));
+    s.round();
+    s.gang(frac("b", 500, 1));
+    s.round();
+    assert_eq!(s.count("b", TaskStatus::Running), 1);
+    assert_ne!(groups(&s, "a"), groups(&s, "b"));
+    let node = s.cluster.node(s.cluster.node_id("n0").unwrap());
+    assert_eq!(node.used.gpu(), 2000, "two devices taken out of the idle pool");
+    s.cluster.check_invariants().expect("invariants");
+}
+
+#[test]
+fn s20_fractions_pack_and_never_exceed_a_device() {
+    let mut s = sim();
+    s.node("n0", 64_000, 256, 2);
+    s.gang(frac("first", 500, 0));
+    s.round();
+    for (i, (name, m)) in [("f06", 600), ("f05a", 500), ("f05b", 500), ("f03", 300)]
+        .iter()
+        .enumerate()
+    {
+        s.gang(frac(name, *m, 10 + i as i64));
+    }
+    s.rounds(2);
+    assert_eq!(s.count("f06", TaskStatus::Running), 1);
+    assert_eq!(s.count("f05a", TaskStatus::Running), 1);
+    assert_eq!(s.count("f03", TaskStatus::Running), 1);
+    assert_eq!(
+        s.count("f05b", TaskStatus::Running),
+        0,
+        "both devices are full (0.5+0.5, 0.6+0.3)"
+    );
+    assert_eq!(groups(&s, "f05a"), groups(&s, "first"), "joins the 0.5 device");
+    assert_eq!(groups(&s, "f03"), groups(&s, "f06"), "0.3 joins the 0.6 device");
+    let node = s.cluster.node(s.cluster.node_id("n0").unwrap());
+    assert!(node.shared_gpus.iter().all(|d| d.used_milli <= 1000));
+    s.cluster.check_invariants().expect("invariants");
+}
+
+#[test]
+fn s21_joins_the_existing_shared_device_on_another_node() {
+    let mut s = sim();
+    s.node("n0", 64_000, 256, 2).node("n1", 64_000, 256, 2);
+    s.gang(frac("existing", 500, 0).running_on(&["n1"]));
+    // The running pod's group label, as the cluster would show it.
+    s.round();
+    s.gang(frac("new", 500, 1));
+    s.round();
+    assert_eq!(
+        s.placement("new").keys().cloned().collect::<Vec<_>>(),
+        vec!["n1".to_owned()]
+    );
+}
+
+#[test]
+fn s22_gpu_memory_request() {
+    let mut s = sim();
+    s.node("n0", 64_000, 256, 1);
+    let spec = GangSpec::new("mem", "q", 1).priority_class("build");
+    s.gang(spec);
+    // Turn the pod into a gpu-memory request of 2000 MiB on an 80000 MiB device.
+    let id = s
+        .cluster
+        .tasks
+        .iter()
+        .find(|(_, t)| &*t.name == "mem-0")
+        .map(|(i, _)| kai_scheduler::model::TaskId(i))
+        .unwrap();
+    let mut t = s.cluster.task(id).clone();
+    t.gpu = kai_scheduler::model::GpuRequest::Memory {
+        mib: 2000,
+        devices: 1,
+    };
+    t.request.0[kai_scheduler::model::resources::GPU] = 0;
+    s.cluster.remove_pod(&t.uid);
+    s.cluster.apply_pod(kai_scheduler::model::PodUpdate {
+        uid: t.uid.clone(),
+        namespace: t.namespace.clone(),
+        name: t.name.clone(),
+        ours: true,
+        group_key: t.group_key.clone(),
+        subgroup: None,
+        request: t.request,
+        gpu: t.gpu,
+        constraints: Default::default(),
+        api: t.api.clone(),
+        gpu_groups: Vec::new(),
+        task_order: 0,
+        created: 0,
+        problem: None,
+        reservation_for: None,
+        gpu_device: None,
+    });
+    s.round();
+    assert_eq!(s.count("mem", TaskStatus::Running), 1);
+    assert_eq!(groups(&s, "mem").len(), 1);
+}
+
+#[test]
+fn seed_002_two_half_gpu_workers_share_one_device_with_a_whole_gpu_head() {
+    // Seed 002's layout: a head with 1 GPU and workers at 0.5 each, all or nothing.
+    let mut s = sim();
+    s.node("n0", 64_000, 256, 2);
+    s.gang(
+        GangSpec::new("ray", "q", 0)
+            .subgroup("headgroup", 1, None, 1)
+            .subgroup("workers", 2, None, 2),
+    );
+    // Make the workers fractional.
+    let workers: Vec<_> = s
+        .cluster
+        .tasks
+        .iter()
+        .filter(|(_, t)| t.subgroup.as_deref() == Some("workers"))
+        .map(|(i, _)| kai_scheduler::model::TaskId(i))
+        .collect();
+    for w in workers {
+        let t = s.cluster.task(w).clone();
+        s.cluster.remove_pod(&t.uid);
+        let mut request = t.request;
+        request.0[kai_scheduler::model::resources::GPU] = 0;
+        s.cluster.apply_pod(kai_scheduler::model::PodUpdate {
+            uid: t.uid.clone(),
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+            ours: true,
+            group_key: t.group_key.clone(),
+            subgroup: t.subgroup.clone(),
+            request,
+            gpu: kai_scheduler::model::GpuRequest::Fraction {
+                milli: 500,
+                devices: 1,
+            },
+            constraints: Default::default(),
+            api: t.api.clone(),
+            gpu_groups: Vec::new(),
+            task_order: 0,
+            created: t.created,
+            problem: None,
+            reservation_for: None,
+            gpu_device: None,
+        });
+    }
+    s.round();
+    let pods = s.pods("ray");
+    assert!(
+        pods.values()
+            .all(|(st, n)| *st == TaskStatus::Running && n.as_deref() == Some("n0")),
+        "{pods:?}"
+    );
+    let worker_groups: Vec<String> = s
+        .cluster
+        .tasks
+        .iter()
+        .filter(|(_, t)| t.subgroup.as_deref() == Some("workers"))
+        .flat_map(|(_, t)| t.gpu_groups.iter().map(ToString::to_string))
+        .collect();
+    assert_eq!(worker_groups.len(), 2);
+    assert_eq!(
+        worker_groups[0], worker_groups[1],
+        "both workers on one device, one group id"
+    );
+    let node = s.cluster.node(s.cluster.node_id("n0").unwrap());
+    assert_eq!(node.used.gpu(), 2000, "head's GPU + the shared device");
+}
+
+#[test]
+fn fractions_wait_when_gpu_sharing_is_disabled_and_say_why() {
+    let mut s = sim();
+    s.config.plugins.gpusharing.enabled = false;
+    s.node("n0", 64_000, 256, 2);
+    s.gang(frac("f", 500, 0));
+    s.round();
+    assert_eq!(s.count("f", TaskStatus::Running), 0);
+    let why = s.why("f").unwrap();
+    assert!(why.contains("GPU sharing is disabled"), "{why}");
+}
