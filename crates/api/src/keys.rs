@@ -127,6 +127,10 @@ pub const GPU_FRACTION_CONTAINER_NAME: &str = "gpu-fraction-container-name";
 pub const GPU_GROUP: &str = "runai-gpu-group";
 /// Annotation the reservation pod sets on itself: the device UUID it was given.
 pub const RESERVED_GPU_INDEX: &str = "run.ai/reserve_for_gpu_index";
+/// Pod annotation naming the physical device(s) a sharing pod was given (comma-separated UUIDs, as the
+/// reservation pod reported them). Written by the scheduler before it binds the pod; a workload reads
+/// it through the downward API into `NVIDIA_VISIBLE_DEVICES`.
+pub const GPU_DEVICE: &str = "kai.scheduler/gpu-device";
 /// Pod annotation recording how the pod received its GPU (`Regular`, `Fraction`). Written by the scheduler.
 pub const RECEIVED_RESOURCE_TYPE: &str = "received-resource-type";
 /// Namespace holding GPU reservation pods.

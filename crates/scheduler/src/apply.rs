@@ -25,9 +25,10 @@ use serde_json::json;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, warn};
 
+use crate::config::GpuSharingArgs;
 use crate::framework::decisions::{
     Bind, Decisions, Event, EventObject, EventType, Evict, GroupAnnotations, GroupStatus, PodCondition,
-    QueueStatus,
+    QueueStatus, ReservationChange, reservation_pod_name,
 };
 use crate::model::{GpuRequest, GroupKey, GroupKind};
 
@@ -106,7 +107,21 @@ pub struct Applier {
     feedback: mpsc::UnboundedSender<Feedback>,
     binds: Arc<Semaphore>,
     writes: Arc<Semaphore>,
+    sharing: GpuSharingArgs,
     metrics: ApplyMetrics,
+}
+
+/// How the applier works.
+#[derive(Clone, Debug)]
+pub struct ApplierOptions {
+    /// This replica's identity (events' reporting instance).
+    pub identity: String,
+    /// Binds in flight at most.
+    pub bind_concurrency: usize,
+    /// Other writes in flight at most.
+    pub write_concurrency: usize,
+    /// GPU sharing settings (reservation pods).
+    pub gpu_sharing: GpuSharingArgs,
 }
 
 fn quantity_text(milli: u32) -> String {
@@ -114,22 +129,19 @@ fn quantity_text(milli: u32) -> String {
 }
 
 impl Applier {
-    /// An applier; `bind_concurrency` binds and `write_concurrency` other writes in flight at most.
+    /// An applier.
     #[must_use]
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: Client,
         eviction: EvictionVersion,
-        identity: &str,
         guard: LeaderGuard,
         feedback: mpsc::UnboundedSender<Feedback>,
-        bind_concurrency: usize,
-        write_concurrency: usize,
+        options: ApplierOptions,
         metrics: ApplyMetrics,
     ) -> Self {
         let reporter = Reporter {
             controller: api::keys::SCHEDULER_NAME.to_owned(),
-            instance: Some(identity.to_owned()),
+            instance: Some(options.identity.clone()),
         };
         Self {
             recorder: Recorder::new(client.clone(), reporter),
@@ -137,8 +149,9 @@ impl Applier {
             eviction,
             guard,
             feedback,
-            binds: Arc::new(Semaphore::new(bind_concurrency.max(1))),
-            writes: Arc::new(Semaphore::new(write_concurrency.max(1))),
+            binds: Arc::new(Semaphore::new(options.bind_concurrency.max(1))),
+            writes: Arc::new(Semaphore::new(options.write_concurrency.max(1))),
+            sharing: options.gpu_sharing,
             metrics,
         }
     }
@@ -176,6 +189,10 @@ impl Applier {
             let this = self.clone();
             tokio::spawn(async move { this.queue_status(q).await });
         }
+        for r in d.reservations {
+            let this = self.clone();
+            tokio::spawn(async move { this.reservation(r).await });
+        }
         for e in d.events {
             let this = self.clone();
             tokio::spawn(async move { this.event(e).await });
@@ -197,37 +214,26 @@ impl Applier {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &b.namespace);
         // Shared GPUs: label the pod with its device groups before it lands, so a restart rebuilds
         // occupancy from the labels.
-        if let GpuRequest::Fraction { milli, .. } = b.gpu {
-            let mut labels = serde_json::Map::new();
-            match b.gpu_groups.as_slice() {
-                [one] => {
-                    labels.insert(api::keys::GPU_GROUP.to_owned(), json!(one.as_ref()));
-                }
-                many => {
-                    for g in many {
-                        labels.insert(format!("{}/{g}", api::keys::GPU_GROUP), json!(g.as_ref()));
-                    }
-                }
-            }
-            let patch = json!({
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {
-                        api::keys::RECEIVED_RESOURCE_TYPE: "Fraction",
-                        api::keys::GPU_FRACTION: quantity_text(milli),
-                    },
-                },
-            });
-            if let Err(e) = pods
-                .patch(&b.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                warn!(pod = %format!("{}/{}", b.namespace, b.name), error = %e, "labelling shared-GPU pod failed");
+        if b.gpu.is_shared() {
+            if let Err(why) = self.prepare_shared(&pods, &b).await {
+                warn!(pod = %format!("{}/{}", b.namespace, b.name), error = %why, "preparing shared-GPU pod failed");
+                gang_failed.store(true, Ordering::Release);
                 self.metrics
                     .binds
                     .get_or_create(&ResultLabel { result: "error" })
                     .inc();
                 let _ = self.feedback.send(Feedback::BindFailed { uid: b.uid.clone() });
+                self.event(Event {
+                    object: EventObject::Pod {
+                        namespace: b.namespace.clone(),
+                        name: b.name.clone(),
+                        uid: b.uid.clone(),
+                    },
+                    type_: EventType::Warning,
+                    reason: "FailedBinding",
+                    message: why,
+                })
+                .await;
                 return;
             }
         }
@@ -278,6 +284,131 @@ impl Applier {
                     message: format!("binding to node {} failed: {e}", b.node),
                 })
                 .await;
+            }
+        }
+    }
+
+    /// Points a sharing pod at its device(s) before it is bound: waits for each group's reservation
+    /// pod to report the device it holds (creating the pod if needed), then labels the pod with its
+    /// groups and annotates the fraction, the resource type and the device UUIDs.
+    async fn prepare_shared(&self, pods: &Api<Pod>, b: &Bind) -> Result<(), String> {
+        let mut devices = Vec::with_capacity(b.gpu_groups.len());
+        for (i, group) in b.gpu_groups.iter().enumerate() {
+            let known = b.devices.get(i).cloned().flatten();
+            let device = match known {
+                Some(d) => Some(d),
+                None if self.sharing.reservation_pods => Some(self.reserved_device(&b.node, group).await?),
+                None => None,
+            };
+            devices.extend(device);
+        }
+        let mut labels = serde_json::Map::new();
+        match b.gpu_groups.as_slice() {
+            [one] => {
+                labels.insert(api::keys::GPU_GROUP.to_owned(), json!(one.as_ref()));
+            }
+            many => {
+                for g in many {
+                    labels.insert(format!("{}/{g}", api::keys::GPU_GROUP), json!(g.as_ref()));
+                }
+            }
+        }
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(api::keys::RECEIVED_RESOURCE_TYPE.to_owned(), json!("Fraction"));
+        if let GpuRequest::Fraction { milli, .. } = b.gpu {
+            annotations.insert(api::keys::GPU_FRACTION.to_owned(), json!(quantity_text(milli)));
+        }
+        if !devices.is_empty() {
+            let list: Vec<&str> = devices.iter().map(AsRef::as_ref).collect();
+            annotations.insert(api::keys::GPU_DEVICE.to_owned(), json!(list.join(",")));
+        }
+        let patch =
+            json!({ "metadata": { "uid": b.uid.as_ref(), "labels": labels, "annotations": annotations } });
+        pods.patch(&b.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(drop)
+            .map_err(|e| format!("labelling the pod for its shared GPU failed: {e}"))
+    }
+
+    /// The device a group's reservation pod holds, creating the pod if it does not exist and waiting
+    /// (up to the configured timeout) for it to report the device.
+    async fn reserved_device(&self, node: &str, group: &str) -> Result<Arc<str>, String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), api::keys::RESERVATION_NAMESPACE);
+        let name = reservation_pod_name(node, group);
+        let deadline = tokio::time::Instant::now() + self.sharing.reservation_timeout;
+        let mut created = false;
+        loop {
+            match pods.get_opt(&name).await {
+                Ok(Some(pod)) => {
+                    let device = pod
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(api::keys::RESERVED_GPU_INDEX))
+                        .filter(|d| !d.is_empty());
+                    if let Some(d) = device {
+                        return Ok(d.as_str().into());
+                    }
+                }
+                Ok(None) if !created => {
+                    self.create_reservation(node, group).await?;
+                    created = true;
+                }
+                Ok(None) => {}
+                Err(e) => debug!(error = %e, "reading reservation pod"),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                // Give the device back rather than leave a reservation nobody uses.
+                let _ = pods.delete(&name, &kube::api::DeleteParams::default()).await;
+                return Err(format!(
+                    "reservation pod {}/{name} did not report its GPU within {}s",
+                    api::keys::RESERVATION_NAMESPACE,
+                    self.sharing.reservation_timeout.as_secs()
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Creates the reservation pod of a group (idempotent: an existing pod of that name is fine).
+    async fn create_reservation(&self, node: &str, group: &str) -> Result<(), String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), api::keys::RESERVATION_NAMESPACE);
+        let pod: Pod = serde_json::from_value(reservation_pod(node, group, &self.sharing.reservation_image))
+            .map_err(|e| format!("building the reservation pod: {e}"))?;
+        match pods.create(&PostParams::default(), &pod).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(format!(
+                "creating reservation pod for GPU group {group} on {node}: {e}"
+            )),
+        }
+    }
+
+    async fn reservation(&self, change: ReservationChange) {
+        let Ok(_permit) = self.writes.acquire().await else {
+            return;
+        };
+        if !self.leading() {
+            return;
+        }
+        match change {
+            ReservationChange::Create { node, group } => {
+                if let Err(e) = self.create_reservation(&node, &group).await {
+                    warn!(error = %e, "reservation pod");
+                }
+            }
+            ReservationChange::Delete { uid, name } => {
+                let pods: Api<Pod> = Api::namespaced(self.client.clone(), api::keys::RESERVATION_NAMESPACE);
+                let params = kube::api::DeleteParams {
+                    preconditions: Some(kube::api::Preconditions {
+                        uid: Some(uid.to_string()),
+                        resource_version: None,
+                    }),
+                    ..kube::api::DeleteParams::default()
+                };
+                if let Err(e) = pods.delete(&name, &params).await {
+                    debug!(pod = %name, error = %e, "deleting reservation pod");
+                }
             }
         }
     }
@@ -549,5 +680,46 @@ fn volcano_status(s: &api::PodGroupStatus) -> serde_json::Value {
         "running": s.running,
         "succeeded": s.succeeded,
         "failed": s.failed,
+    })
+}
+
+/// The reservation pod of a shared-GPU group: pinned to the node, asking for one whole GPU, labelled with
+/// the group, tolerating every taint (it must land where its sharers run), running `kai-gpu-reservation`,
+/// which reports the device the device plugin gave it.
+fn reservation_pod(node: &str, group: &str, image: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": reservation_pod_name(node, group),
+            "namespace": api::keys::RESERVATION_NAMESPACE,
+            "labels": { "app": api::keys::RESERVATION_APP, api::keys::GPU_GROUP: group },
+            "annotations": { "karpenter.sh/do-not-disrupt": "true" },
+        },
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": api::keys::RESERVATION_APP,
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{ "operator": "Exists" }],
+            "containers": [{
+                "name": "reservation",
+                "image": image,
+                "command": ["/kai-gpu-reservation"],
+                "env": [
+                    { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+                    { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
+                ],
+                "resources": {
+                    "limits": { "nvidia.com/gpu": "1", "cpu": "10m", "memory": "32Mi" },
+                    "requests": { "nvidia.com/gpu": "1", "cpu": "1m", "memory": "16Mi" },
+                },
+                "securityContext": {
+                    "runAsNonRoot": true,
+                    "readOnlyRootFilesystem": true,
+                    "allowPrivilegeEscalation": false,
+                    "capabilities": { "drop": ["ALL"] },
+                },
+            }],
+        },
     })
 }

@@ -128,7 +128,7 @@ pub struct MinRuntimeArgs {
 }
 
 /// GPU sharing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GpuSharingArgs {
     /// Schedule `gpu-fraction` / `gpu-memory` pods (the chart's `global.gpuSharing`).
@@ -140,6 +140,32 @@ pub struct GpuSharingArgs {
     /// Create reservation pods that hold the physical device for the sharers.
     #[serde(default = "yes")]
     pub reservation_pods: bool,
+    /// Image of the reservation pods (runs `kai-gpu-reservation`).
+    #[serde(default = "reservation_image")]
+    pub reservation_image: String,
+    /// How long a bind waits for a new reservation pod to report its device.
+    #[serde(default = "reservation_timeout", with = "duration_str")]
+    pub reservation_timeout: Duration,
+}
+
+fn reservation_image() -> String {
+    "ghcr.io/kai-rs/kai-scheduler:latest".to_owned()
+}
+
+fn reservation_timeout() -> Duration {
+    Duration::from_secs(40)
+}
+
+impl Default for GpuSharingArgs {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            placement: PlacementStrategy::Binpack,
+            reservation_pods: true,
+            reservation_image: reservation_image(),
+            reservation_timeout: reservation_timeout(),
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -195,7 +221,7 @@ impl Default for PipeliningArgs {
 }
 
 /// Plugin settings. Every plugin is on; these tune them.
-#[derive(Clone, Copy, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "lowercase")]
 pub struct Plugins {
     /// Node order.

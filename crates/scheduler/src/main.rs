@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use kai_scheduler::apply::{Applier, ApplyMetrics};
+use kai_scheduler::apply::{Applier, ApplierOptions, ApplyMetrics};
 use kai_scheduler::cache::ingest::Ingest;
 use kai_scheduler::cache::watch::{self, Offered};
 use kai_scheduler::config::Config;
@@ -117,16 +117,21 @@ async fn main() -> anyhow::Result<()> {
     let mut elector_task = tokio::spawn(elector.run(shutdown.clone()));
 
     let (feedback_tx, mut feedback_rx) = mpsc::unbounded_channel();
+    let options = ApplierOptions {
+        identity,
+        bind_concurrency: args.bind_concurrency,
+        write_concurrency: args.write_concurrency,
+        gpu_sharing: config.plugins.gpusharing.clone(),
+    };
     let applier = Arc::new(Applier::new(
         client.clone(),
         eviction,
-        &identity,
         leadership.guard(),
         feedback_tx,
-        args.bind_concurrency,
-        args.write_concurrency,
+        options,
         apply_metrics,
     ));
+
     let (mut events, kinds) = watch::start(&client, offered, 8192);
     let mut ingest = Ingest::new(&args.scheduler_name, &args.default_queue);
     let mut cluster = Cluster::default();

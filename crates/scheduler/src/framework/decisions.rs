@@ -17,6 +17,8 @@ pub struct Bind {
     pub node: Arc<str>,
     /// Shared-GPU groups to label the pod with (fractions).
     pub gpu_groups: Vec<Arc<str>>,
+    /// For each group, the device its reservation pod holds, when already known.
+    pub devices: Vec<Option<Arc<str>>>,
     /// GPU request kind (decides the `received-resource-type` annotation).
     pub gpu: GpuRequest,
     /// Gang.
@@ -166,6 +168,45 @@ pub struct QueueStatus {
     pub fingerprint: u64,
 }
 
+/// A GPU reservation pod to create or delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReservationChange {
+    /// Hold a physical device on `node` for shared-GPU group `group`.
+    Create {
+        /// Node.
+        node: Arc<str>,
+        /// Group id.
+        group: Arc<str>,
+    },
+    /// The group has no sharer any more: release the device.
+    Delete {
+        /// Pod UID (precondition).
+        uid: Arc<str>,
+        /// Pod name.
+        name: Arc<str>,
+    },
+}
+
+/// The reservation pod's name for a group on a node: stable, so a retried creation finds the pod it
+/// created before, and within the 253-character limit.
+#[must_use]
+pub fn reservation_pod_name(node: &str, group: &str) -> String {
+    let short: String = group
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(12)
+        .collect::<String>()
+        .to_lowercase();
+    let name = format!("gpu-reservation-{node}-{short}");
+    if name.len() <= 253 {
+        return name;
+    }
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    node.hash(&mut h);
+    format!("gpu-reservation-{:016x}-{short}", h.finish())
+}
+
 /// Everything a cycle decided.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Decisions {
@@ -183,6 +224,8 @@ pub struct Decisions {
     pub events: Vec<Event>,
     /// Queue statuses that changed.
     pub queue_statuses: Vec<QueueStatus>,
+    /// GPU reservation pods to create or delete.
+    pub reservations: Vec<ReservationChange>,
 }
 
 impl Decisions {

@@ -13,6 +13,7 @@ pub mod fairness;
 pub mod gang;
 pub mod ordering;
 pub mod placement;
+pub mod reservations;
 pub mod status;
 pub mod topology;
 
@@ -362,7 +363,14 @@ impl<'c> Session<'c> {
             let group_key = t.group.map(|g| self.cluster.group(g).key.clone());
             match (&before, &t.assumed) {
                 (b, Assumed::Binding { node }) if !matches!(b, Assumed::Binding { .. }) => {
+                    let n = self.cluster.node(*node);
+                    let devices = t
+                        .gpu_groups
+                        .iter()
+                        .map(|g| n.shared_gpu(g).and_then(|i| n.shared_gpus[i].device.clone()))
+                        .collect();
                     decisions.binds.push(Bind {
+                        devices,
                         uid: t.uid.clone(),
                         namespace: t.namespace.clone(),
                         name: t.name.clone(),
@@ -393,6 +401,7 @@ impl<'c> Session<'c> {
         }
         self.stats.gangs_waiting = self.outcomes.values().filter(|o| !o.why.is_empty()).count() as u64;
         status::report(&mut self, &mut decisions);
+        reservations::reconcile(&mut self, &mut decisions);
         (decisions, self.stats)
     }
 }

@@ -124,6 +124,8 @@ pub struct Cluster {
     topologies: HashMap<String, Vec<String>>,
     /// Change counters.
     pub epochs: Epochs,
+    /// Reservation pods requested and not yet seen, by shared-GPU group, with when they were asked for.
+    pub reservations_pending: HashMap<Arc<str>, Millis>,
     /// Gangs that did not fit, remembered across cycles so an unchanged cluster costs nothing to
     /// schedule again (by root PodGroup).
     pub memo: HashMap<GroupId, crate::actions::allocate::Memo>,
@@ -273,6 +275,8 @@ impl Cluster {
         let request = task.request.times(sign);
         let gpu = task.gpu;
         let groups = Self::device_groups(task);
+        let reservation = task.reservation_for.clone();
+        let (uid, device) = (task.uid.clone(), task.gpu_device.clone());
         let node = self
             .nodes
             .get_mut(node_id.0)
@@ -298,6 +302,54 @@ impl Cluster {
                 Self::contribute_shared(node, group, milli, status, sign);
             }
         }
+        if let Some(group) = reservation {
+            Self::contribute_reservation(node, &group, uid, device, status.holds_node() && sign > 0);
+        }
+    }
+
+    /// A reservation pod takes over (or gives back) the accounting of its shared device.
+    fn contribute_reservation(
+        node: &mut Node,
+        group: &Arc<str>,
+        uid: Arc<str>,
+        device: Option<Arc<str>>,
+        present: bool,
+    ) {
+        let index = match node.shared_gpu(group) {
+            Some(i) => i,
+            None if present => {
+                node.shared_gpus.push(SharedGpu {
+                    group: group.clone(),
+                    used_milli: 0,
+                    releasing_milli: 0,
+                    nominated_milli: 0,
+                    holders: 0,
+                    nominated_holders: 0,
+                    releasing_holders: 0,
+                    reservation: None,
+                    device: None,
+                });
+                node.shared_gpus.len() - 1
+            }
+            None => return,
+        };
+        let d = &mut node.shared_gpus[index];
+        let before = d.device_contribution();
+        if present {
+            d.reservation = Some(uid);
+            d.device = device;
+        } else if d.reservation.as_ref() == Some(&uid) {
+            d.reservation = None;
+            d.device = None;
+        }
+        let after = d.device_contribution();
+        let remove = d.holders == 0 && d.reservation.is_none();
+        node.used.0[GPU] += after.0 - before.0;
+        node.releasing.0[GPU] += after.1 - before.1;
+        node.nominated.0[GPU] += after.2 - before.2;
+        if remove {
+            node.shared_gpus.swap_remove(index);
+        }
     }
 
     /// The shared devices a task holds. A fractional pod placed without a group label (placed by
@@ -322,6 +374,8 @@ impl Cluster {
                     holders: 0,
                     nominated_holders: 0,
                     releasing_holders: 0,
+                    reservation: None,
+                    device: None,
                 });
                 node.shared_gpus.len() - 1
             }
@@ -346,7 +400,7 @@ impl Cluster {
             _ => apply(&mut device.used_milli, milli),
         }
         let after = device.device_contribution();
-        let remove = device.holders == 0;
+        let remove = device.holders == 0 && device.reservation.is_none();
         node.used.0[GPU] += after.0 - before.0;
         node.releasing.0[GPU] += after.1 - before.1;
         node.nominated.0[GPU] += after.2 - before.2;
@@ -1048,6 +1102,28 @@ impl Cluster {
                         devices.insert((node, g.clone()), d);
                     }
                 }
+            }
+        }
+        for (_, task) in self.tasks.iter() {
+            let (Some(node), Some(group)) = (task.node, task.reservation_for.clone()) else {
+                continue;
+            };
+            if !task.status.holds_node() {
+                continue;
+            }
+            let mut scratch = Node::new("scratch", Resources::ZERO);
+            if let Some(d) = devices.remove(&(node, group.clone())) {
+                scratch.shared_gpus.push(d);
+            }
+            Self::contribute_reservation(
+                &mut scratch,
+                &group,
+                task.uid.clone(),
+                task.gpu_device.clone(),
+                true,
+            );
+            if let Some(d) = scratch.shared_gpus.pop() {
+                devices.insert((node, group), d);
             }
         }
         for ((node, _), d) in &devices {

@@ -25,6 +25,11 @@ pub struct SharedGpu {
     pub nominated_holders: u32,
     /// Of `holders`, those releasing.
     pub releasing_holders: u32,
+    /// The reservation pod holding the physical device (UID), once it exists. While it does, the
+    /// device is accounted through that pod's own `nvidia.com/gpu` request instead.
+    pub reservation: Option<Arc<str>>,
+    /// The device the reservation pod reported (`run.ai/reserve_for_gpu_index`).
+    pub device: Option<Arc<str>>,
 }
 
 impl SharedGpu {
@@ -43,6 +48,9 @@ impl SharedGpu {
     /// How the whole device counts on the node: (used, releasing, nominated) in milli-GPUs.
     #[must_use]
     pub fn device_contribution(&self) -> (i64, i64, i64) {
+        if self.reservation.is_some() {
+            return (0, 0, 0);
+        }
         let active = self.holders - self.nominated_holders;
         if active > 0 {
             let releasing = if active == self.releasing_holders { 1000 } else { 0 };
@@ -184,6 +192,8 @@ mod tests {
             holders: 1,
             nominated_holders: 0,
             releasing_holders: 0,
+            reservation: None,
+            device: None,
         };
         assert_eq!(g.device_contribution(), (1000, 0, 0));
         assert_eq!(g.free_now(), 500);
