@@ -214,28 +214,28 @@ impl Applier {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &b.namespace);
         // Shared GPUs: label the pod with its device groups before it lands, so a restart rebuilds
         // occupancy from the labels.
-        if b.gpu.is_shared() {
-            if let Err(why) = self.prepare_shared(&pods, &b).await {
-                warn!(pod = %format!("{}/{}", b.namespace, b.name), error = %why, "preparing shared-GPU pod failed");
-                gang_failed.store(true, Ordering::Release);
-                self.metrics
-                    .binds
-                    .get_or_create(&ResultLabel { result: "error" })
-                    .inc();
-                let _ = self.feedback.send(Feedback::BindFailed { uid: b.uid.clone() });
-                self.event(Event {
-                    object: EventObject::Pod {
-                        namespace: b.namespace.clone(),
-                        name: b.name.clone(),
-                        uid: b.uid.clone(),
-                    },
-                    type_: EventType::Warning,
-                    reason: "FailedBinding",
-                    message: why,
-                })
-                .await;
-                return;
-            }
+        if b.gpu.is_shared()
+            && let Err(why) = self.prepare_shared(&pods, &b).await
+        {
+            warn!(pod = %format!("{}/{}", b.namespace, b.name), error = %why, "preparing shared-GPU pod failed");
+            gang_failed.store(true, Ordering::Release);
+            self.metrics
+                .binds
+                .get_or_create(&ResultLabel { result: "error" })
+                .inc();
+            let _ = self.feedback.send(Feedback::BindFailed { uid: b.uid.clone() });
+            self.event(Event {
+                object: EventObject::Pod {
+                    namespace: b.namespace.clone(),
+                    name: b.name.clone(),
+                    uid: b.uid.clone(),
+                },
+                type_: EventType::Warning,
+                reason: "FailedBinding",
+                message: why,
+            })
+            .await;
+            return;
         }
         let binding = Binding {
             metadata: ObjectMeta {
