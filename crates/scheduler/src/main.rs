@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use kai_scheduler::apply::{Applier, ApplierOptions, ApplyMetrics};
-use kai_scheduler::cache::ingest::Ingest;
+use kai_scheduler::cache::ingest::{Ingest, Partition};
 use kai_scheduler::cache::watch::{self, Offered};
 use kai_scheduler::config::Config;
 use kai_scheduler::metrics::CycleMetrics;
@@ -48,6 +48,13 @@ struct Args {
     /// Binds in flight at most (the client QPS limit applies on top).
     #[arg(long, env = "KAI_BIND_CONCURRENCY", default_value_t = 64)]
     bind_concurrency: usize,
+    /// Serve only this node pool: nodes, PodGroups and pods labelled `<node-pool-label>=<value>` (KAI's
+    /// scheduling shards). Without it, the scheduler serves what carries no pool label.
+    #[arg(long, env = "KAI_NODE_POOL")]
+    node_pool: Option<String>,
+    /// Label key of node pools.
+    #[arg(long, env = "KAI_NODE_POOL_LABEL", default_value = api::keys::NODE_POOL)]
+    node_pool_label: String,
     /// Other writes (statuses, evictions, events) in flight at most.
     #[arg(long, env = "KAI_WRITE_CONCURRENCY", default_value_t = 16)]
     write_concurrency: usize,
@@ -108,7 +115,12 @@ async fn main() -> anyhow::Result<()> {
     let eviction = discovery::eviction_version(&client).await?;
     info!(?offered, ?eviction, "server capabilities");
 
-    let election = args.common.leader_election(&args.scheduler_name)?;
+    // One lease per shard, as KAI names it.
+    let lease_name = match &args.node_pool {
+        Some(pool) => format!("{}-{pool}", args.scheduler_name),
+        None => args.scheduler_name.clone(),
+    };
+    let election = args.common.leader_election(&lease_name)?;
     let identity = match &election {
         lease::LeaderElection::Enabled(config) => config.identity().to_owned(),
         lease::LeaderElection::Disabled => lease::default_identity(),
@@ -133,7 +145,11 @@ async fn main() -> anyhow::Result<()> {
     ));
 
     let (mut events, kinds) = watch::start(&client, offered, 8192);
-    let mut ingest = Ingest::new(&args.scheduler_name, &args.default_queue);
+    let partition = Partition {
+        key: args.node_pool_label.clone(),
+        value: args.node_pool.clone(),
+    };
+    let mut ingest = Ingest::new(&args.scheduler_name, &args.default_queue, partition);
     let mut cluster = Cluster::default();
     let mut state = loop_state::LoopState::new(args.schedule_period, args.min_cycle_interval);
     let mut was_leader = false;

@@ -17,16 +17,51 @@ pub struct Ingest {
     pub scheduler_name: String,
     /// Queue of PodGroups that name none.
     pub default_queue: String,
+    /// The node pool this scheduler serves.
+    pub partition: Partition,
     listed: HashSet<Kind>,
+}
+
+/// A node pool (KAI's scheduling shard): the nodes, PodGroups and pods whose pool label equals the
+/// value, or, without a value, those that carry no pool label. Several schedulers can so split one
+/// cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Partition {
+    /// Label key (KAI's `kai.scheduler/node-pool`).
+    pub key: String,
+    /// The pool served; `None` serves what carries no pool label.
+    pub value: Option<String>,
+}
+
+impl Default for Partition {
+    fn default() -> Self {
+        Self {
+            key: api::keys::NODE_POOL.to_owned(),
+            value: None,
+        }
+    }
+}
+
+impl Partition {
+    /// Whether an object with these labels belongs to the pool.
+    #[must_use]
+    pub fn admits(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+        let value = labels.and_then(|l| l.get(&self.key));
+        match &self.value {
+            Some(pool) => value == Some(pool),
+            None => value.is_none(),
+        }
+    }
 }
 
 impl Ingest {
     /// New ingestion for a scheduler name and default queue.
     #[must_use]
-    pub fn new(scheduler_name: &str, default_queue: &str) -> Self {
+    pub fn new(scheduler_name: &str, default_queue: &str, partition: Partition) -> Self {
         Self {
             scheduler_name: scheduler_name.to_owned(),
             default_queue: default_queue.to_owned(),
+            partition,
             listed: HashSet::new(),
         }
     }
@@ -42,6 +77,9 @@ impl Ingest {
         match event {
             Event::Pod(c) => self.pod(cluster, *c),
             Event::Node(c) => match *c {
+                Change::Apply(n) if !self.partition.admits(n.metadata.labels.as_ref()) => {
+                    cluster.remove_node(&n.name_any());
+                }
                 Change::Apply(n) => {
                     let u = convert::node(&mut cluster.names, &n);
                     cluster.apply_node(u);
@@ -61,6 +99,9 @@ impl Ingest {
                 }
             },
             Event::PodGroup(c) => match c {
+                Change::Apply(pg) if !self.partition.admits(pg.metadata.labels.as_ref()) => {
+                    cluster.remove_group(&group_key(GroupKind::Kai, &key(&pg)));
+                }
                 Change::Apply(pg) => cluster.apply_group(convert::pod_group(&pg, &self.default_queue)),
                 Change::Delete(pg) => cluster.remove_group(&group_key(GroupKind::Kai, &key(&pg))),
                 Change::Listed(keys) => {
@@ -69,6 +110,9 @@ impl Ingest {
                 }
             },
             Event::VolcanoPodGroup(c) => match c {
+                Change::Apply(pg) if !self.partition.admits(pg.metadata.labels.as_ref()) => {
+                    cluster.remove_group(&group_key(GroupKind::Volcano, &key(&pg)));
+                }
                 Change::Apply(pg) => {
                     let g = convert::volcano_pod_group(&mut cluster.names, &pg, &self.default_queue);
                     cluster.apply_group(g);
@@ -131,7 +175,8 @@ impl Ingest {
     fn pod(&mut self, cluster: &mut Cluster, change: Change<k8s_openapi::api::core::v1::Pod>) {
         match change {
             Change::Apply(p) => {
-                let u = convert::pod(&mut cluster.names, &p, &self.scheduler_name);
+                let mut u = convert::pod(&mut cluster.names, &p, &self.scheduler_name);
+                u.ours &= self.partition.admits(p.metadata.labels.as_ref());
                 // Pods of other schedulers matter only while they hold a node.
                 if u.ours || convert::foreign_pod_holds_node(&u) {
                     cluster.apply_pod(u);
