@@ -10,12 +10,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use scheduler::config::Config;
 use scheduler::framework::Session;
-use scheduler::framework::fairness::to_share_units;
 use scheduler::model::resources::{CPU, GPU, MEMORY};
 use scheduler::model::{Cluster, Millis, QueueId};
 use serde::Serialize;
 
-use crate::render::{Column, Group, bytes, num, table};
+use crate::render::{Column, Group, bytes, num, spec_units, table};
 use crate::snapshot::Snapshot;
 
 /// One resource of a queue, in the Queue spec's units: GPU devices, CPU millicores, memory megabytes
@@ -28,7 +27,8 @@ pub struct QueueResource {
     pub limit: f64,
     /// Weight for the surplus.
     pub over_quota_weight: f64,
-    /// Fair share from the last cycle, when the scheduler wrote one.
+    /// Fair share: from the status (`None` when the scheduler wrote none), else as the scheduler's
+    /// division computes it over the snapshot.
     pub fair_share: Option<f64>,
     /// Allocated to running work of the queue and its children.
     pub allocated: f64,
@@ -63,7 +63,7 @@ pub struct QueueRow {
     pub cpu: QueueResource,
     /// Memory, in megabytes.
     pub memory: QueueResource,
-    /// Source of allocated and requested.
+    /// Source of allocated, requested and fair share.
     pub usage_source: UsageSource,
     /// What is wrong with the queue's definition.
     pub problems: Vec<String>,
@@ -117,25 +117,28 @@ pub fn report(snapshot: &Snapshot, model: &Cluster, now: Millis) -> QueuesReport
             let status = snapshot.queue_status(&q.name);
             let allocated = ssn.fairness.allocated(id);
             let requested = ssn.fairness.requested(id);
+            let fair_share = ssn.fairness.report(id).map(|r| r.fair_share.to_resources());
             let resource = |slot: usize, name: &str| {
                 let spec = q.resources[slot];
-                let (alloc, req) = match status {
+                let (alloc, req, fair) = match status {
                     Some(s) => (
                         share_of(&s.allocated, slot, name),
                         share_of(&s.requested, slot, name),
+                        s.fair_share
+                            .contains_key(name)
+                            .then(|| share_of(&s.fair_share, slot, name)),
                     ),
                     None => (
-                        to_share_units(slot, allocated.0[slot]),
-                        to_share_units(slot, requested.0[slot]),
+                        spec_units(slot, allocated.0[slot]),
+                        spec_units(slot, requested.0[slot]),
+                        fair_share.map(|f| spec_units(slot, f.0[slot])),
                     ),
                 };
                 QueueResource {
                     quota: spec.quota,
                     limit: spec.limit,
                     over_quota_weight: spec.weight,
-                    fair_share: status
-                        .filter(|s| s.fair_share.contains_key(name))
-                        .map(|s| share_of(&s.fair_share, slot, name)),
+                    fair_share: fair,
                     allocated: alloc,
                     requested: req,
                 }
@@ -160,17 +163,15 @@ pub fn report(snapshot: &Snapshot, model: &Cluster, now: Millis) -> QueuesReport
     QueuesReport { queues }
 }
 
-/// A status quantity in share units (GPU devices, CPU millicores, memory MB); 0 when absent or unreadable.
+/// A status quantity in the Queue spec's units (GPU devices, CPU millicores, memory MB); 0 when absent
+/// or unreadable.
 fn share_of(map: &BTreeMap<String, Quantity>, slot: usize, name: &str) -> f64 {
     let Some(q) = map.get(name) else { return 0.0 };
     let model = match slot {
         CPU | GPU => api::quantity::milli_value(&q.0),
         _ => api::quantity::value(&q.0),
     };
-    model.map_or(0.0, |v| match slot {
-        GPU => v as f64 / 1000.0,
-        _ => to_share_units(slot, v),
-    })
+    model.map_or(0.0, |v| spec_units(slot, v))
 }
 
 fn limit_cell(v: f64, scale: f64, fmt: fn(f64) -> String) -> String {
@@ -258,13 +259,13 @@ pub fn render(report: &QueuesReport) -> String {
         out.push_str(&p);
         out.push('\n');
     }
-    out.push_str("\"-\": unlimited (quota, limit) or not reported yet (fair share).\n");
+    out.push_str("\"-\": unlimited (quota, limit) or not reported (fair share).\n");
     if report
         .queues
         .iter()
         .any(|q| q.usage_source == UsageSource::Snapshot)
     {
-        out.push_str("Queues without a status show usage computed from the pods (the scheduler has not written it yet).\n");
+        out.push_str("Queues without a status: usage and fair share computed from the snapshot.\n");
     }
     out
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use scheduler::model::Resources;
-use scheduler::model::resources::{PODS, ResourceNames};
+use scheduler::model::resources::{GPU, MEMORY, PODS, ResourceNames, format_bytes};
 
 /// Column alignment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +175,57 @@ pub fn binary_bytes(b: f64) -> String {
     num(b)
 }
 
+/// A model amount (milli-GPUs, millicores, bytes) in the Queue spec's units: GPU devices, CPU
+/// millicores, memory megabytes (10^6 bytes), other resources as they are.
+#[must_use]
+pub fn spec_units(slot: usize, raw: i64) -> f64 {
+    let v = raw as f64;
+    match slot {
+        GPU => v / 1000.0,
+        MEMORY => v / 1e6,
+        _ => v,
+    }
+}
+
+/// A Queue spec amount back in model units.
+#[must_use]
+pub fn spec_to_raw(slot: usize, v: f64) -> i64 {
+    let raw = match slot {
+        GPU => v * 1000.0,
+        MEMORY => v * 1e6,
+        _ => v,
+    };
+    // Saturating conversion is the intent for absurd values.
+    raw.round() as i64
+}
+
+/// A model amount for text: Kubernetes notation (`2`, `0.5`, `500m`); memory in whole Mi/Gi/Ti when it
+/// is one (`8Gi`), else in decimal units (`64G`, as queue quotas are written in MB).
+#[must_use]
+pub fn amount(names: &ResourceNames, slot: usize, raw: i64) -> String {
+    if slot == MEMORY {
+        return if raw != 0 && raw % (1 << 20) == 0 {
+            format_bytes(raw)
+        } else {
+            bytes(raw as f64)
+        };
+    }
+    names.format_amount(slot, raw)
+}
+
+/// A Queue spec amount of the named resource for text (see [`amount`]); `-` for -1 (unlimited/none).
+#[must_use]
+pub fn spec_text(resource: &str, v: f64) -> String {
+    if v < 0.0 {
+        return "-".to_owned();
+    }
+    let names = ResourceNames::default();
+    match names.get(resource) {
+        Some(slot) => amount(&names, slot, spec_to_raw(slot, v)),
+        None => num(v),
+    }
+}
+
 /// A resource vector as `name -> amount` in Kubernetes notation (`8`, `500m`, `8Gi`), zeros and the pod
 /// slot left out: the JSON form of amounts.
 #[must_use]
@@ -252,5 +303,15 @@ mod tests {
         assert_eq!(a.get("memory").map(String::as_str), Some("8Gi"));
         assert_eq!(a.get("nvidia.com/gpu").map(String::as_str), Some("2"));
         assert!(!a.contains_key("pods"));
+        assert_eq!(amount(&names, MEMORY, 8 << 30), "8Gi");
+        assert_eq!(amount(&names, MEMORY, 64_000_000_000), "64G");
+        assert_eq!(amount(&names, MEMORY, 1536 << 20), "1536Mi");
+        assert_eq!(amount(&names, MEMORY, 0), "0");
+        assert_eq!(amount(&names, GPU, 1500), "1.5");
+        assert_eq!(spec_units(MEMORY, 64_000_000_000), 64_000.0);
+        assert_eq!(spec_to_raw(GPU, 2.5), 2500);
+        assert_eq!(spec_text("memory", 64_000.0), "64G");
+        assert_eq!(spec_text("cpu", 1500.0), "1500m");
+        assert_eq!(spec_text("nvidia.com/gpu", -1.0), "-");
     }
 }

@@ -80,7 +80,7 @@ fn a_queue_at_its_limit_says_so() {
     assert_eq!(why.reason, "OverLimit");
     assert_eq!(
         why.message,
-        "queue team-a would exceed its nvidia.com/gpu limit: limit 4 nvidia.com/gpu, allocated 4 nvidia.com/gpu, this gang asks for 2 nvidia.com/gpu"
+        "queue team-a at its nvidia.com/gpu limit 4: allocated 4, gang needs 2"
     );
     assert_eq!(e.analysis.queue_gate.as_ref(), Some(why));
     let team = &e.analysis.queues[0];

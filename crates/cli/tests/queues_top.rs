@@ -51,9 +51,10 @@ fn queue_tree_with_status_and_snapshot_usage() {
     assert_eq!(team_a.cpu.allocated, 3500.0);
     let team_b = &r.queues[4];
     assert_eq!(team_b.usage_source, queues::UsageSource::Snapshot);
+    // Computed by the scheduler's division: quota 2, asks 3, within its limit 4 and the free GPUs.
     assert_eq!(
         (team_b.gpu.allocated, team_b.gpu.requested, team_b.gpu.fair_share),
-        (2.0, 3.0, None)
+        (2.0, 3.0, Some(3.0))
     );
     assert_eq!((team_b.gpu.quota, team_b.gpu.limit), (2.0, 4.0));
     // The parent rolls its children up (team-a has no pods in the snapshot).
@@ -169,15 +170,15 @@ fn snapshots_read_lists_and_skip_other_kinds() {
 const GOLDEN_QUEUES: &str = r#"
                            GPU (devices)               CPU (cores)            MEMORY
 QUEUE                PRIO  QUOTA LIMIT FAIR ALLOC REQ  QUOTA LIMIT ALLOC REQ  QUOTA LIMIT ALLOC  REQ
-default-parent-queue  100      -     -    -     0   0      -     -     0   0      -     -     0    0
-  default-queue       100      -     -    -     0   0      -     -     0   0      -     -     0    0
-department-1          100      8     -    -     2   3      -     -     2   3      -     -  2.1G 3.2G
+default-parent-queue  100      -     -    0     0   0      -     -     0   0      -     -     0    0
+  default-queue       100      -     -    0     0   0      -     -     0   0      -     -     0    0
+department-1          100      8     -    3     2   3      -     -     2   3      -     -  2.1G 3.2G
   team-a              100      6     8  5.5     3   5      -     -   3.5   5      -     -  3.2G 5.4G
-  team-b              100      2     4    -     2   3      -     -     2   3      -     -  2.1G 3.2G
-orphan (!)            100      1     -    -     0   0      -     -     0   0      -     -     0    0
+  team-b              100      2     4    3     2   3      -     -     2   3      -     -  2.1G 3.2G
+orphan (!)            100      1     -    0     0   0      -     -     0   0      -     -     0    0
 (!) orphan: parent queue "no-such-parent" does not exist
-"-": unlimited (quota, limit) or not reported yet (fair share).
-Queues without a status show usage computed from the pods (the scheduler has not written it yet).
+"-": unlimited (quota, limit) or not reported (fair share).
+Queues without a status: usage and fair share computed from the snapshot.
 "#;
 
 const GOLDEN_TOP: &str = r#"

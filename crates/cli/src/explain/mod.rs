@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 
 use scheduler::actions::{self, victims};
 use scheduler::config::Config;
+use scheduler::fairshare::units::to_raw;
 use scheduler::framework::decisions::EvictionCause;
 use scheduler::framework::explain::{FitFailure, QueueGate, Why, miss_text};
-use scheduler::framework::fairness::to_share_units;
 use scheduler::framework::placement::{Mode, NodeMiss};
 use scheduler::framework::status::rfc3339;
 use scheduler::framework::{Session, own_nominated};
@@ -24,7 +24,7 @@ use scheduler::model::{
 };
 use serde::Serialize;
 
-use crate::render::{amounts, bytes, num};
+use crate::render::{amount, amounts, spec_units};
 use crate::snapshot::Snapshot;
 
 mod text;
@@ -493,8 +493,8 @@ fn queue_states(ssn: &Session<'_>, leaf: Option<QueueId>, request: &Resources) -
                         resource: cluster.names.name(*s).to_owned(),
                         quota: queue.resources[*s].quota,
                         limit: queue.resources[*s].limit,
-                        allocated: to_share_units(*s, allocated.0[*s]),
-                        requested: to_share_units(*s, requested.0[*s]),
+                        allocated: spec_units(*s, allocated.0[*s]),
+                        requested: spec_units(*s, requested.0[*s]),
                     })
                     .collect(),
             }
@@ -601,14 +601,6 @@ fn scarce_slot(f: &FitFailure) -> usize {
         })
         .max()
         .map_or(if f.pod_request.gpu() > 0 { GPU } else { CPU }, |(_, _, s)| s)
-}
-
-pub(crate) fn share_text(slot: usize, v: f64) -> String {
-    match slot {
-        CPU => format!("{} cores", num(v / 1000.0)),
-        MEMORY => bytes(v * 1e6),
-        _ => num(v),
-    }
 }
 
 pub(crate) fn plural(n: u32, one: &str, many: &str) -> String {
@@ -724,59 +716,39 @@ fn to_fit(
                 false,
             ))
         }
-        Why::Queue(QueueGate::OverLimit {
-            queue,
-            slot,
-            limit,
-            allocated,
-            requested,
-        }) => {
-            let excess = allocated + requested - limit;
-            let summary = if requested > limit {
-                format!(
-                    "nothing can free enough: this gang alone asks for {} {} and queue {queue}'s limit is {}; \
-                     raise the limit to at least {} or make the gang smaller",
-                    share_text(*slot, *requested),
-                    names.name(*slot),
-                    share_text(*slot, *limit),
-                    share_text(*slot, *requested)
-                )
-            } else {
-                format!(
-                    "queue {queue} would have to free {} {} of the {} it has allocated, or its limit be \
+        Why::Queue(gate) => {
+            // Shortfall amounts are in fair-share units; messages use the resource's notation.
+            let s = gate.shortfall();
+            let text = |v: f64| amount(names, s.slot, to_raw(s.slot, v));
+            let name = names.name(s.slot);
+            let queue = s.queue_name.as_str();
+            let excess = s.used + s.requested - s.bound;
+            let summary = match gate {
+                QueueGate::OverLimit(_) if s.requested > s.bound => format!(
+                    "nothing can free enough: this gang alone asks for {} {name} and queue {queue}'s limit is \
+                     {}; raise the limit to at least {} or make the gang smaller",
+                    text(s.requested),
+                    text(s.bound),
+                    text(s.requested)
+                ),
+                QueueGate::OverLimit(_) => format!(
+                    "queue {queue} would have to free {} {name} of the {} it has allocated, or its limit be \
                      raised to at least {}",
-                    share_text(*slot, excess),
-                    names.name(*slot),
-                    share_text(*slot, *allocated),
-                    share_text(*slot, allocated + requested)
-                )
+                    text(excess),
+                    text(s.used),
+                    text(s.used + s.requested)
+                ),
+                QueueGate::NonPreemptibleOverQuota(_) => format!(
+                    "non-preemptible work in queue {queue} would have to free {} {name} (deserved quota {}), \
+                     or this gang be made preemptible",
+                    text(excess),
+                    text(s.bound)
+                ),
             };
             Some(fit(
                 FitKind::QueueRoom,
                 summary,
-                Amounts::from([(names.name(*slot).to_owned(), share_text(*slot, excess))]),
-                Some(queue),
-                true,
-            ))
-        }
-        Why::Queue(QueueGate::NonPreemptibleOverQuota {
-            queue,
-            slot,
-            quota,
-            allocated,
-            requested,
-        }) => {
-            let excess = allocated + requested - quota;
-            Some(fit(
-                FitKind::QueueRoom,
-                format!(
-                    "non-preemptible work in queue {queue} would have to free {} {} (quota {}), or this gang \
-                     be made preemptible",
-                    share_text(*slot, excess),
-                    names.name(*slot),
-                    share_text(*slot, *quota)
-                ),
-                Amounts::from([(names.name(*slot).to_owned(), share_text(*slot, excess))]),
+                Amounts::from([(name.to_owned(), text(excess))]),
                 Some(queue),
                 true,
             ))

@@ -1,9 +1,7 @@
 //! `kai explain pg` as text: labelled fields wrapped to the terminal's width. Pure.
 
-use scheduler::model::resources::{CPU, MEMORY};
-
-use super::{Amounts, Explanation, PodStates, Verdict, Victim, plural, share_text};
-use crate::render::{num, wrap};
+use super::{Amounts, Explanation, PodStates, Verdict, Victim, plural};
+use crate::render::{spec_text, wrap};
 
 const LABEL: usize = 15;
 
@@ -42,22 +40,6 @@ fn states(p: &PodStates) -> String {
         format!("{total} (none exist yet)")
     } else {
         format!("{total}: {}", parts.join(", "))
-    }
-}
-
-fn limit_text(slot_name: &str, v: f64) -> String {
-    if v < 0.0 {
-        "-".to_owned()
-    } else {
-        share_of_name(slot_name, v)
-    }
-}
-
-fn share_of_name(name: &str, v: f64) -> String {
-    match name {
-        "cpu" => share_text(CPU, v),
-        "memory" => share_text(MEMORY, v),
-        _ => num(v),
     }
 }
 
@@ -242,10 +224,10 @@ pub fn render(e: &Explanation, width: usize) -> String {
                 format!(
                     "{} allocated {}, requested {}, quota {}, limit {}",
                     r.resource,
-                    share_of_name(&r.resource, r.allocated),
-                    share_of_name(&r.resource, r.requested),
-                    limit_text(&r.resource, r.quota),
-                    limit_text(&r.resource, r.limit)
+                    spec_text(&r.resource, r.allocated),
+                    spec_text(&r.resource, r.requested),
+                    spec_text(&r.resource, r.quota),
+                    spec_text(&r.resource, r.limit)
                 )
             })
             .collect();
