@@ -74,7 +74,8 @@ struct TypeMeta {
 
 impl Snapshot {
     /// Reads objects from a YAML stream: any number of documents, each an object or a `List` of objects
-    /// (what `kubectl get ... -o yaml` prints). Kinds scheduling does not read are skipped.
+    /// (what `kubectl get ... -o yaml` prints, or manifests as written: pods without a UID get
+    /// `namespace/name`). Kinds scheduling does not read are skipped.
     ///
     /// # Errors
     /// A document that is not YAML or an object of a known kind that does not match its schema.
@@ -120,7 +121,16 @@ impl Snapshot {
                 }
             }
             ("", "Node") => self.nodes.push(parse(value, "Node", index)?),
-            ("", "Pod") => self.pods.push(parse(value, "Pod", index)?),
+            ("", "Pod") => {
+                let mut pod: Pod = parse(value, "Pod", index)?;
+                // Manifests as written have no UID, and the model keys pods by it.
+                if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
+                    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+                    let name = pod.metadata.name.as_deref().unwrap_or_default();
+                    pod.metadata.uid = Some(format!("{ns}/{name}"));
+                }
+                self.pods.push(pod);
+            }
             ("scheduling.run.ai", "PodGroup") => self.pod_groups.push(parse(value, "PodGroup", index)?),
             ("scheduling.volcano.sh", "PodGroup") => {
                 self.volcano_pod_groups

@@ -350,3 +350,75 @@ Analysis of a snapshot at 2026-01-01T01:00:00Z (one scheduling cycle simulated, 
   To fit:      more than exists: the gang needs 8 nvidia.com/gpu and the nodes its pods may use have
                6 in all; add at least 2 nvidia.com/gpu of capacity there, or lower minMember
 ";
+
+/// The seed manifests as users apply them (no UIDs, no status), from the e2e fixtures.
+const SEED_HIERARCHICAL: &str = include_str!("../../../e2e/fixtures/seeds/000-hierarchical-podgroups.yaml");
+const SEED_VOLCANO: &str = include_str!("../../../e2e/fixtures/seeds/003-volcano-podgroup.yaml");
+const DEFAULT_QUEUES: &str = include_str!("../../../e2e/fixtures/kai/default-queues.yaml");
+
+#[test]
+fn a_child_podgroup_is_explained_with_its_whole_gang() {
+    let yaml = stream(&[
+        default_priority_classes(),
+        node("node-0", 0, &[]),
+        queue("training", None, -1.0, -1.0),
+        SEED_HIERARCHICAL.to_owned(),
+    ]);
+    let (snapshot, model) = load(&yaml);
+    let e = explain(
+        &snapshot,
+        &model,
+        &key("ml-training", "data-preprocessors"),
+        &Config::default(),
+        NOW,
+    )
+    .unwrap();
+    assert_eq!(e.part_of.as_deref(), Some("ml-training/ml-pipeline"));
+    // Both preprocessors exist (distinct pods although the manifests carry no UID); the trainers do not.
+    assert_eq!(e.pods.pending, 2);
+    let why = &e.analysis.reasons[0];
+    assert_eq!(why.reason, "NotReady");
+    assert_eq!(why.message, "waiting for pods: the gang needs 6, 2 exist so far");
+    assert!(e.analysis.to_fit.is_none());
+    let text = render(&e, 1000);
+    assert!(
+        text.contains("  Part of:     gang ml-training/ml-pipeline (parentPodGroup); analysed as a whole\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn volcano_min_resources_are_checked_against_free_capacity() {
+    // Seed 003's Volcano PodGroup (minResources cpu 16) on three 8-CPU nodes with 16 CPUs taken.
+    let yaml = stream(&[
+        default_priority_classes(),
+        DEFAULT_QUEUES.to_owned(),
+        node("node-0", 2, &[]),
+        node("node-1", 2, &[]),
+        node("node-2", 2, &[]),
+        SEED_VOLCANO.to_owned(),
+        pods("default", "training-job-pg", 8, 1, &[], None).replace(
+            "pod-group-name: training-job-pg",
+            "scheduling.k8s.io/group-name: training-job-pg",
+        ),
+        pod_group("other", "busy", "default-queue", 2, "train"),
+        pods("other", "busy", 2, 0, &["node-0", "node-1"], None).replace("cpu: \"1\"", "cpu: \"8\""),
+    ]);
+    let (snapshot, model) = load(&yaml);
+    let volcano = snapshot.find_pod_group("default", "training-job-pg").unwrap();
+    assert_eq!(volcano.kind, GroupKind::Volcano);
+    let e = explain(&snapshot, &model, &volcano, &Config::default(), NOW).unwrap();
+    assert_eq!(e.kind, "PodGroup (volcano)");
+    assert_eq!(e.queue, "default-queue");
+    assert_eq!(e.pods.pending, 8);
+    assert_eq!(e.analysis.reasons[0].reason, "InsufficientMinResources");
+    let fit = e.analysis.to_fit.as_ref().unwrap();
+    assert_eq!(fit.kind, FitKind::MinResources);
+    assert_eq!(fit.free.get("cpu").map(String::as_str), Some("8"));
+    assert!(
+        fit.summary
+            .starts_with("free cpu 8 in the cluster (minResources "),
+        "{}",
+        fit.summary
+    );
+}
