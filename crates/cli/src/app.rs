@@ -215,7 +215,7 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
                 };
                 bail!("PodGroup {namespace}/{name} not found; {hint}");
             };
-            let e = explain::explain(&snapshot, &model, &key, &config, now)?;
+            let e = explain::explain_for(&snapshot, &model, &key, &config, now, &options.scheduler_name)?;
             match output {
                 Output::Table => Ok(explain::render(&e, width())),
                 Output::Json => json(&e),

@@ -422,3 +422,47 @@ fn volcano_min_resources_are_checked_against_free_capacity() {
         fit.summary
     );
 }
+
+#[test]
+fn pods_the_scheduler_does_not_try_are_named() {
+    let yaml = stream(&[
+        default_priority_classes(),
+        node("node-0", 2, &[]),
+        queue("team-a", None, -1.0, -1.0),
+        pod_group("ml", "elsewhere", "team-a", 2, "train"),
+        pods("ml", "elsewhere", 2, 1, &[], None)
+            .replace("schedulerName: kai-scheduler", "schedulerName: default-scheduler"),
+        pod_group("ml", "broken", "team-a", 1, "train"),
+        pod_group("ml", "empty", "team-a", 1, "train"),
+        pods("ml", "broken", 1, 0, &[], None).replace(
+            "pod-group-name: broken",
+            "pod-group-name: broken, gpu-fraction: \"abc\"",
+        ),
+    ]);
+    let (snapshot, model) = load(&yaml);
+    let e = explain(
+        &snapshot,
+        &model,
+        &key("ml", "elsewhere"),
+        &Config::default(),
+        NOW,
+    )
+    .unwrap();
+    assert_eq!(e.analysis.verdict, Verdict::Waiting);
+    assert_eq!(e.analysis.reasons[0].reason, "OtherScheduler");
+    assert_eq!(
+        e.analysis.reasons[0].message,
+        "2 of its waiting pods name another scheduler (spec.schedulerName is not kai-scheduler); this scheduler does not place them"
+    );
+    let e = explain(&snapshot, &model, &key("ml", "broken"), &Config::default(), NOW).unwrap();
+    assert_eq!(e.analysis.reasons[0].reason, "PodProblem");
+    assert!(
+        e.analysis.reasons[0]
+            .message
+            .starts_with("pod ml/broken-0 cannot be scheduled: gpu-fraction \"abc\" must be"),
+        "{}",
+        e.analysis.reasons[0].message
+    );
+    let e = explain(&snapshot, &model, &key("ml", "empty"), &Config::default(), NOW).unwrap();
+    assert_eq!(e.analysis.reasons[0].reason, "NoPods");
+}

@@ -341,6 +341,54 @@ fn reason_of(why: &Why, names: &ResourceNames) -> Reason {
     }
 }
 
+/// Why waiting pods are not even tried, read from the pods themselves: they name another scheduler (the
+/// model keeps such pods only while they hold a node, so the snapshot's pods are read again with the
+/// scheduler's conversion), something about them cannot be read, or there are none.
+fn pod_notes(
+    snapshot: &Snapshot,
+    cluster: &Cluster,
+    key: &GroupKey,
+    tasks: &[TaskId],
+    scheduler: &str,
+) -> Vec<Reason> {
+    let mut names = cluster.names.clone();
+    let foreign = snapshot
+        .pods
+        .iter()
+        .map(|p| scheduler::cache::convert::pod(&mut names, p, scheduler))
+        .filter(|u| !u.ours && u.group_key.as_ref() == Some(key) && u.api.status == TaskStatus::Pending)
+        .count();
+    let mut notes = Vec::new();
+    if foreign > 0 {
+        notes.push(Reason {
+            reason: "OtherScheduler".to_owned(),
+            message: format!(
+                "{foreign} of its waiting pods name another scheduler (spec.schedulerName is not {scheduler}); \
+                 this scheduler does not place them"
+            ),
+        });
+    }
+    for t in tasks.iter().map(|t| cluster.task(*t)) {
+        if let (TaskStatus::Pending, Some(problem)) = (t.status, &t.problem) {
+            notes.push(Reason {
+                reason: "PodProblem".to_owned(),
+                message: format!("pod {} cannot be scheduled: {problem}", t.key()),
+            });
+        }
+    }
+    if notes.is_empty() && tasks.is_empty() {
+        notes.push(Reason {
+            reason: "NoPods".to_owned(),
+            message: format!(
+                "no pod of this scheduler names this PodGroup yet (annotation {} or {})",
+                api::keys::POD_GROUP_NAME,
+                api::keys::POD_GROUP_SEED
+            ),
+        });
+    }
+    notes
+}
+
 /// A running gang that could be evicted, with the queues above it (to match a queue's subtree).
 struct Holder {
     gang: usize,
@@ -787,6 +835,21 @@ pub fn explain(
     config: &Config,
     now: Millis,
 ) -> Result<Explanation, ExplainError> {
+    explain_for(snapshot, model, key, config, now, api::keys::SCHEDULER_NAME)
+}
+
+/// [`explain`] for a scheduler with another `spec.schedulerName` (named in messages).
+///
+/// # Errors
+/// When the PodGroup is not in the model.
+pub fn explain_for(
+    snapshot: &Snapshot,
+    model: &Cluster,
+    key: &GroupKey,
+    config: &Config,
+    now: Millis,
+    scheduler_name: &str,
+) -> Result<Explanation, ExplainError> {
     let gid = model
         .group_id(key)
         .ok_or_else(|| ExplainError::NotFound(key.to_string()))?;
@@ -855,6 +918,11 @@ pub fn explain(
         }
     }
     let outcome = ssn.outcomes.get(&g).cloned().unwrap_or_default();
+    let mut reasons: Vec<Reason> = blocking.iter().map(|w| reason_of(w, &names)).collect();
+    if reasons.is_empty() && !satisfied {
+        let tasks: Vec<TaskId> = ssn.gangs[g].tasks().collect();
+        reasons = pod_notes(snapshot, ssn.cluster, key, &tasks, scheduler_name);
+    }
     let (decisions, _) = ssn.close();
     let evictions: Vec<Victim> = {
         let mut by_gang: BTreeMap<String, (usize, Resources, &'static str)> = BTreeMap::new();
@@ -936,7 +1004,7 @@ pub fn explain(
             snapshot_time: rfc3339(now),
             verdict,
             placed_by: outcome.placed_by.map(str::to_owned),
-            reasons: blocking.iter().map(|w| reason_of(w, &names)).collect(),
+            reasons,
             request: gang_request,
             nodes,
             queues,

@@ -102,6 +102,12 @@ pub fn render(e: &Explanation, width: usize) -> String {
         );
     }
     match &e.written {
+        None if e.kind != "PodGroup" => field(
+            &mut out,
+            "Status:",
+            "not shown for Volcano PodGroups (the scheduler's reasons are on the pods' conditions and in events)",
+            width,
+        ),
         None => field(
             &mut out,
             "Status:",
