@@ -20,6 +20,7 @@ use crate::snapshot::Snapshot;
 /// One resource of a queue, in the Queue spec's units: GPU devices, CPU millicores, memory megabytes
 /// (10^6 bytes).
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct QueueResource {
     /// Deserved amount; -1 unlimited.
     pub quota: f64,
@@ -48,6 +49,7 @@ pub enum UsageSource {
 
 /// One queue.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct QueueRow {
     /// Name.
     pub name: String,
@@ -71,6 +73,7 @@ pub struct QueueRow {
 
 /// The whole tree, parents before children, siblings by name.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct QueuesReport {
     /// Queues in tree order.
     pub queues: Vec<QueueRow>,

@@ -10,6 +10,7 @@ use crate::render::{Column, Group, binary_bytes, num, table};
 
 /// A GPU device split among fractional pods.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SharedDevice {
     /// The `runai-gpu-group` id.
     pub group: String,
@@ -21,6 +22,7 @@ pub struct SharedDevice {
 
 /// One node.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeRow {
     /// Name.
     pub name: String,
@@ -56,6 +58,7 @@ pub struct NodeRow {
 
 /// Every node, by name, with totals.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TopReport {
     /// Nodes.
     pub nodes: Vec<NodeRow>,

@@ -67,7 +67,7 @@ fn explain_reads_a_snapshot_file() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["analysis"]["to_fit"]["kind"], "add-capacity");
+    assert_eq!(v["analysis"]["toFit"]["kind"], "add-capacity");
 
     let out = kai(
         env!("CARGO_BIN_EXE_kai"),
@@ -98,7 +98,7 @@ fn queues_and_top_print_tables_and_json() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["total"]["gpus_free"], 6.0);
+    assert_eq!(v["total"]["gpusFree"], 6.0);
     std::fs::remove_file(file).unwrap();
 }
 

@@ -324,7 +324,7 @@ fn json_has_the_same_facts() {
     assert_eq!(v["analysis"]["verdict"], "waiting");
     assert_eq!(v["analysis"]["reasons"][0]["reason"], "PodSchedulingErrors");
     assert_eq!(v["analysis"]["nodes"]["eligible"], 3);
-    assert_eq!(v["analysis"]["to_fit"]["free"]["nvidia.com/gpu"], "2");
+    assert_eq!(v["analysis"]["toFit"]["free"]["nvidia.com/gpu"], "2");
     assert_eq!(v["pods"]["pending"], 8);
 }
 

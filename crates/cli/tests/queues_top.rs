@@ -69,8 +69,8 @@ fn queue_tree_with_status_and_snapshot_usage() {
     assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
     assert_eq!(text, GOLDEN_QUEUES.trim_start_matches('\n'), "{text}");
     let json: serde_json::Value = serde_json::to_value(&r).unwrap();
-    assert_eq!(json["queues"][3]["gpu"]["fair_share"], 5.5);
-    assert_eq!(json["queues"][4]["usage_source"], "snapshot");
+    assert_eq!(json["queues"][3]["gpu"]["fairShare"], 5.5);
+    assert_eq!(json["queues"][4]["usageSource"], "snapshot");
 }
 
 #[test]
@@ -127,7 +127,7 @@ fn top_shows_whole_and_shared_gpus_and_who_holds_them() {
     assert_eq!(text, GOLDEN_TOP.trim_start_matches('\n'), "{text}");
     let json: serde_json::Value = serde_json::to_value(&r).unwrap();
     assert_eq!(json["nodes"][1]["shared"][0]["fill"], 0.75);
-    assert_eq!(json["total"]["gpus_free"], 10.0);
+    assert_eq!(json["total"]["gpusFree"], 10.0);
 }
 
 #[test]

@@ -43,6 +43,7 @@ pub type Amounts = BTreeMap<String, String>;
 
 /// A reason code and its message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Reason {
     /// CamelCase code (`PodSchedulingErrors`, `OverLimit`, ...).
     pub reason: String,
@@ -52,6 +53,7 @@ pub struct Reason {
 
 /// The PodGroup's pods by state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodStates {
     /// All pods naming the PodGroup.
     pub total: u32,
@@ -75,6 +77,7 @@ pub struct PodStates {
 
 /// A condition as written on the PodGroup.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WrittenCondition {
     /// Type.
     #[serde(rename = "type")]
@@ -91,6 +94,7 @@ pub struct WrittenCondition {
 
 /// What the scheduler wrote in the PodGroup's status.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WrittenStatus {
     /// Phase.
     pub phase: Option<String>,
@@ -114,6 +118,7 @@ pub enum Verdict {
 
 /// What the gang asks for now.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GangRequest {
     /// Pods the scheduler would try to place now.
     pub pods: u32,
@@ -127,6 +132,7 @@ pub struct GangRequest {
 
 /// Nodes that refuse one pod for one reason.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeCount {
     /// The reason.
     pub reason: String,
@@ -136,6 +142,7 @@ pub struct NodeCount {
 
 /// How every node answers for the largest pod to place.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeFit {
     /// The pod (`namespace/name`).
     pub pod: String,
@@ -156,6 +163,7 @@ pub struct NodeFit {
 /// One resource of a queue on the gang's path, in the Queue spec's units (GPU devices, CPU millicores,
 /// memory MB).
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct QueueResourceState {
     /// Resource name.
     pub resource: String,
@@ -171,6 +179,7 @@ pub struct QueueResourceState {
 
 /// A queue on the path from the gang's queue to the root.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct QueueState {
     /// Name.
     pub name: String,
@@ -180,6 +189,7 @@ pub struct QueueState {
 
 /// A gang that holds resources and could be evicted.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Victim {
     /// `namespace/name` of its PodGroup.
     pub gang: String,
@@ -215,6 +225,7 @@ pub enum FitKind {
 
 /// What would have to free for the gang to fit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ToFit {
     /// What kind of change.
     pub kind: FitKind,
@@ -234,6 +245,7 @@ pub struct ToFit {
 
 /// The fresh analysis.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Analysis {
     /// When the snapshot was taken.
     pub snapshot_time: String,
@@ -259,6 +271,7 @@ pub struct Analysis {
 
 /// Everything `kai explain pg` shows.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Explanation {
     /// `PodGroup` or `PodGroup (volcano)`.
     pub kind: String,
