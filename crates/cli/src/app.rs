@@ -401,3 +401,138 @@ mod tests {
         assert!(Args::try_parse_from(["kai", "explain", "pod", "x"]).is_err());
     }
 }
+
+/// The listing code against a fake API server.
+#[cfg(test)]
+mod fetch_tests {
+    use std::convert::Infallible;
+    use std::sync::{Arc, Mutex};
+
+    use http::{Request, Response, StatusCode};
+    use kube::client::Body;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// A client whose requests (`path?query`) are answered by `respond`; also returns the request log.
+    fn fake(
+        respond: impl Fn(&str) -> (StatusCode, Value) + Send + Sync + 'static,
+    ) -> (Client, Arc<Mutex<Vec<String>>>) {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let respond = Arc::new(respond);
+        let seen = log.clone();
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let (respond, seen) = (respond.clone(), seen.clone());
+            async move {
+                let uri = request.uri().to_string();
+                let (code, body) = respond(&uri);
+                seen.lock().expect("log").push(uri);
+                let response = Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(Body::from(body.to_string().into_bytes()))
+                    .expect("response");
+                Ok::<_, Infallible>(response)
+            }
+        });
+        (Client::new(service, "default"), log)
+    }
+
+    fn resources(group_version: &str, plural: &str) -> (StatusCode, Value) {
+        let kind = if plural == "queues" { "Queue" } else { "PodGroup" };
+        (
+            StatusCode::OK,
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+                "resources": [{"name": plural, "singularName": "", "namespaced": plural != "queues", "kind": kind, "verbs": ["list"]}]}),
+        )
+    }
+
+    fn not_found() -> (StatusCode, Value) {
+        (
+            StatusCode::NOT_FOUND,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "NotFound", "code": 404, "message": "the server could not find the requested resource"}),
+        )
+    }
+
+    fn list(kind: &str, items: Vec<Value>, continue_: &str) -> (StatusCode, Value) {
+        (
+            StatusCode::OK,
+            json!({"kind": format!("{kind}List"), "apiVersion": "v1", "metadata": {"continue": continue_}, "items": items}),
+        )
+    }
+
+    fn node(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": {"nvidia.com/gpu": "2"}, "conditions": [{"type": "Ready", "status": "True"}]}})
+    }
+
+    /// A server with the KAI CRDs and neither Volcano nor Topology; nodes come in two pages.
+    fn cluster(uri: &str) -> (StatusCode, Value) {
+        let path = uri.split('?').next().unwrap_or(uri);
+        match path {
+            "/apis/scheduling.run.ai/v2alpha2" => resources("scheduling.run.ai/v2alpha2", "podgroups"),
+            "/apis/scheduling.run.ai/v2" => resources("scheduling.run.ai/v2", "queues"),
+            "/api/v1/nodes" if uri.contains("continue=page-2") => list("Node", vec![node("n2")], ""),
+            "/api/v1/nodes" => list("Node", vec![node("n1")], "page-2"),
+            "/api/v1/pods" => list("Pod", vec![], ""),
+            "/apis/scheduling.run.ai/v2alpha2/podgroups" => list("PodGroup", vec![], ""),
+            "/apis/scheduling.run.ai/v2/queues" => list("Queue", vec![], ""),
+            "/apis/scheduling.k8s.io/v1/priorityclasses" => list("PriorityClass", vec![], ""),
+            _ => not_found(),
+        }
+    }
+
+    #[tokio::test]
+    async fn lists_everything_page_by_page_and_skips_apis_not_served() {
+        let (client, log) = fake(cluster);
+        let snapshot = fetch(&client).await.unwrap();
+        let nodes: Vec<_> = snapshot
+            .nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        assert_eq!(nodes, ["n1", "n2"]);
+        let log = log.lock().unwrap();
+        assert!(
+            log.iter()
+                .all(|u| !u.contains("volcano.sh/v1beta1/") && !u.contains("/topologies")),
+            "{log:?}"
+        );
+        assert!(
+            log.iter()
+                .any(|u| u.starts_with("/apis/scheduling.volcano.sh/v1beta1")),
+            "{log:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_crds_are_named() {
+        let (client, _) = fake(|_| not_found());
+        let e = fetch(&client).await.unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "the API server does not serve podgroups and queues of scheduling.run.ai: the KAI CRDs are not \
+             installed in this cluster (install the chart or apply crds/)"
+        );
+    }
+
+    #[tokio::test]
+    async fn forbidden_lists_say_what_was_refused() {
+        let (client, _) = fake(|uri| {
+            if uri.starts_with("/api/v1/pods") {
+                (
+                    StatusCode::FORBIDDEN,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Forbidden", "code": 403,
+                        "message": "pods is forbidden: User \"dev\" cannot list resource \"pods\" at the cluster scope"}),
+                )
+            } else {
+                cluster(uri)
+            }
+        });
+        let e = format!("{:#}", fetch(&client).await.unwrap_err());
+        assert_eq!(
+            e,
+            "not allowed to list pods: pods is forbidden: User \"dev\" cannot list resource \"pods\" at the cluster scope"
+        );
+    }
+}
