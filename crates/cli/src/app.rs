@@ -13,6 +13,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::ListParams;
 use kube::{Api, Client};
 use runtime::client::RateLimit;
+use scheduler::cache::ingest::Partition;
 use scheduler::config::Config;
 use serde::de::DeserializeOwned;
 
@@ -46,6 +47,13 @@ pub struct Args {
     /// Queue of PodGroups that name none.
     #[arg(long, global = true, env = "KAI_DEFAULT_QUEUE", default_value = api::keys::DEFAULT_QUEUE)]
     pub default_queue: String,
+    /// The node pool the scheduler serves (KAI's scheduling shards): only nodes, PodGroups and pods
+    /// labelled `<node-pool-label>=<value>`; without it, what carries no pool label.
+    #[arg(long, global = true, env = "KAI_NODE_POOL")]
+    pub node_pool: Option<String>,
+    /// Label key of node pools.
+    #[arg(long, global = true, env = "KAI_NODE_POOL_LABEL", default_value = api::keys::NODE_POOL)]
+    pub node_pool_label: String,
     /// The scheduler's configuration file (actions and plugin settings), to simulate exactly what it runs.
     #[arg(long, global = true, env = "KAI_SCHEDULER_CONFIG", value_name = "FILE")]
     pub scheduler_config: Option<String>,
@@ -181,6 +189,8 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
         from_file,
         scheduler_name,
         default_queue,
+        node_pool,
+        node_pool_label,
         scheduler_config,
         command,
     } = args;
@@ -191,6 +201,10 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
     let options = ModelOptions {
         scheduler_name,
         default_queue,
+        partition: Partition {
+            key: node_pool_label,
+            value: node_pool,
+        },
     };
     let (snapshot, default_namespace) = match &from_file {
         Some(path) => (read_file(path)?, "default".to_owned()),
@@ -215,6 +229,14 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
                 };
                 bail!("PodGroup {namespace}/{name} not found; {hint}");
             };
+            if model.group_id(&key).is_none() {
+                let pool = options.partition.value.as_deref().unwrap_or("(none)");
+                bail!(
+                    "PodGroup {namespace}/{name} is not in node pool {pool} (label {}); name its pool with \
+                     --node-pool",
+                    options.partition.key
+                );
+            }
             let e = explain::explain_for(&snapshot, &model, &key, &config, now, &options.scheduler_name)?;
             match output {
                 Output::Table => Ok(explain::render(&e, width())),

@@ -8,7 +8,7 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use scheduler::cache::ingest::Ingest;
+use scheduler::cache::ingest::{Ingest, Partition};
 use scheduler::cache::watch::{Change, Event};
 use scheduler::model::{Cluster, GroupKey, GroupKind};
 use serde::Deserialize;
@@ -52,6 +52,8 @@ pub struct ModelOptions {
     pub scheduler_name: String,
     /// Queue of PodGroups that name none.
     pub default_queue: String,
+    /// The node pool the scheduler serves (KAI's scheduling shards).
+    pub partition: Partition,
 }
 
 impl Default for ModelOptions {
@@ -59,6 +61,7 @@ impl Default for ModelOptions {
         Self {
             scheduler_name: api::keys::SCHEDULER_NAME.to_owned(),
             default_queue: api::keys::DEFAULT_QUEUE.to_owned(),
+            partition: Partition::default(),
         }
     }
 }
@@ -150,7 +153,11 @@ impl Snapshot {
     /// The scheduler's model of these objects, built through the scheduler's own ingestion path.
     #[must_use]
     pub fn model(&self, options: &ModelOptions) -> Cluster {
-        let mut ingest = Ingest::new(&options.scheduler_name, &options.default_queue);
+        let mut ingest = Ingest::new(
+            &options.scheduler_name,
+            &options.default_queue,
+            options.partition.clone(),
+        );
         let mut cluster = Cluster::default();
         // References first (priority classes, topologies, queues) so gangs resolve once.
         for pc in &self.priority_classes {

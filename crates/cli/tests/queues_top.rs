@@ -3,8 +3,9 @@
 mod fixtures;
 
 use fixtures::*;
-use kai_cli::snapshot::Snapshot;
+use kai_cli::snapshot::{ModelOptions, Snapshot};
 use kai_cli::{queues, top};
+use scheduler::cache::ingest::Partition;
 
 fn queue_tree() -> String {
     stream(&[
@@ -128,6 +129,32 @@ fn top_shows_whole_and_shared_gpus_and_who_holds_them() {
     let json: serde_json::Value = serde_json::to_value(&r).unwrap();
     assert_eq!(json["nodes"][1]["shared"][0]["fill"], 0.75);
     assert_eq!(json["total"]["gpusFree"], 10.0);
+}
+
+#[test]
+fn node_pools_are_seen_as_the_scheduler_of_that_pool_sees_them() {
+    let yaml = stream(&[
+        node("shared-0", 2, &[]),
+        node("pool-a-0", 4, &[(api::keys::NODE_POOL, "pool-a")]),
+        queue("team-a", None, -1.0, -1.0),
+    ]);
+    let snapshot = Snapshot::from_yaml(&yaml).unwrap();
+    let names = |options: &ModelOptions| -> Vec<String> {
+        top::report(&snapshot.model(options))
+            .nodes
+            .into_iter()
+            .map(|n| n.name)
+            .collect()
+    };
+    assert_eq!(names(&ModelOptions::default()), ["shared-0"]);
+    let pool_a = ModelOptions {
+        partition: Partition {
+            key: api::keys::NODE_POOL.to_owned(),
+            value: Some("pool-a".to_owned()),
+        },
+        ..ModelOptions::default()
+    };
+    assert_eq!(names(&pool_a), ["pool-a-0"]);
 }
 
 #[test]
