@@ -110,7 +110,7 @@ fn a_queue_at_its_limit_says_so() {
     assert_eq!(fit.smallest_eviction, None);
     let text = render(&e, 1000);
     let queue_lines = format!(
-        "  Queue:       team-a: nvidia.com/gpu allocated 4, requested 6, quota 2, limit 4\n{}department-1: no quota or limit on what the gang asks for\n",
+        "  Queue:       team-a: nvidia.com/gpu allocated 4, requested 6, fair share 4, quota 2, limit 4\n{}department-1: no quota or limit on what the gang asks for\n",
         " ".repeat(15)
     );
     assert!(text.contains(&queue_lines), "{text}");

@@ -175,6 +175,8 @@ pub struct QueueResourceState {
     pub allocated: f64,
     /// Requested (queue and children).
     pub requested: f64,
+    /// Fair share, as the scheduler's division computes it over the snapshot.
+    pub fair_share: f64,
 }
 
 /// A queue on the path from the gang's queue to the root.
@@ -546,6 +548,10 @@ fn queue_states(ssn: &Session<'_>, leaf: Option<QueueId>, request: &Resources) -
             let queue = cluster.queue(q);
             let allocated = ssn.fairness.allocated(q);
             let requested = ssn.fairness.requested(q);
+            let fair_share = ssn
+                .fairness
+                .report(q)
+                .map_or(Resources::ZERO, |r| r.fair_share.to_resources());
             QueueState {
                 name: queue.name.to_string(),
                 resources: slots
@@ -556,6 +562,7 @@ fn queue_states(ssn: &Session<'_>, leaf: Option<QueueId>, request: &Resources) -
                         limit: queue.resources[*s].limit,
                         allocated: spec_units(*s, allocated.0[*s]),
                         requested: spec_units(*s, requested.0[*s]),
+                        fair_share: spec_units(*s, fair_share.0[*s]),
                     })
                     .collect(),
             }

@@ -228,10 +228,11 @@ pub fn render(e: &Explanation, width: usize) -> String {
             .filter(|r| r.quota >= 0.0 || r.limit >= 0.0)
             .map(|r| {
                 format!(
-                    "{} allocated {}, requested {}, quota {}, limit {}",
+                    "{} allocated {}, requested {}, fair share {}, quota {}, limit {}",
                     r.resource,
                     spec_text(&r.resource, r.allocated),
                     spec_text(&r.resource, r.requested),
+                    spec_text(&r.resource, r.fair_share),
                     spec_text(&r.resource, r.quota),
                     spec_text(&r.resource, r.limit)
                 )
