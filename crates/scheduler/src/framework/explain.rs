@@ -122,7 +122,9 @@ fn queue_message(gate: &QueueGate, names: &ResourceNames) -> String {
     }
 }
 
-fn miss_text(miss: &NodeMiss, names: &ResourceNames) -> String {
+/// How one node refusing one pod reads in messages (`kai explain` counts nodes per reason with it).
+#[must_use]
+pub fn miss_text(miss: &NodeMiss, names: &ResourceNames) -> String {
     match miss {
         NodeMiss::Static(s) => s.to_string(),
         NodeMiss::Insufficient(slot) => format!("insufficient {}", names.name(*slot)),
