@@ -189,3 +189,18 @@ fn s47_a_gang_stuck_below_its_minimum_is_evicted_whole_after_the_grace_period() 
         "the other job keeps running"
     );
 }
+
+#[test]
+fn a_gangs_reservations_are_not_counted_twice() {
+    // One GPU is taken by another scheduler's pod; evicting the low-priority 1-GPU gang frees one GPU,
+    // which cannot hold a 2x1 GPU gang: nothing must be evicted for nothing.
+    let mut s = one_queue(2.0);
+    s.node("n0", 64_000, 256, 2);
+    s.foreign_pod("other", "n0", 1_000, 1);
+    s.gang(train("low", 1, 1).running_on(&["n0"]).created(0));
+    s.gang(build("high", 2, 1).created(10));
+    settle(&mut s, 3);
+    assert!(s.evicted.is_empty(), "{:?}", s.evicted);
+    assert_eq!(s.count("low", TaskStatus::Running), 1);
+    assert_eq!(s.count("high", TaskStatus::Pipelined), 0);
+}

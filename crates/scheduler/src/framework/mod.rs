@@ -65,15 +65,11 @@ pub struct GangOutcome {
 
 /// Reservations of a gang on a node.
 #[must_use]
-pub fn own_nominated(cluster: &Cluster, gang: &Gang, node: NodeId) -> Resources {
-    let mut total = Resources::ZERO;
-    for t in gang.tasks() {
-        let task = cluster.task(t);
-        if task.status == TaskStatus::Pipelined && task.node == Some(node) {
-            total.add(&task.request);
-        }
-    }
-    total
+pub fn own_nominated(_cluster: &Cluster, _gang: &Gang, _node: NodeId) -> Resources {
+    // A gang gives back its reservations before it is placed again (allocate and the victim search
+    // both do), so while it is being placed every reservation on a node is someone else's, including
+    // those its own earlier pods took in this attempt: they must not count as free room twice.
+    Resources::ZERO
 }
 
 /// Per-cycle state.
