@@ -199,6 +199,9 @@ async fn main() -> anyhow::Result<()> {
                 let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
                 let result = span.in_scope(|| cycle::run(&mut cluster, &config, now));
                 let elapsed = started.elapsed();
+                if result.stats.attempt_budget_exhausted {
+                    tracing::error!("allocate stopped at its attempt budget; please report this with the scheduler's logs");
+                }
                 cycle_metrics.observe(&result, elapsed, &cluster);
                 async {
                     if !result.decisions.is_empty() {

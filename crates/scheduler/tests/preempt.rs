@@ -204,3 +204,36 @@ fn a_gangs_reservations_are_not_counted_twice() {
     assert_eq!(s.count("low", TaskStatus::Running), 1);
     assert_eq!(s.count("high", TaskStatus::Pipelined), 0);
 }
+
+#[test]
+fn a_reserved_gang_waiting_for_evictions_is_tried_once_per_cycle() {
+    // The victim's eviction is in flight (the simulated API server is not told): the preemptor stays
+    // reserved across cycles, and each cycle tries it a bounded number of times.
+    let mut s = one_queue(1.0);
+    s.node("n0", 64_000, 256, 2);
+    s.gang(train("train", 1, 2).running_on(&["n0"]).created(0));
+    s.gang(build("build", 1, 1).created(10));
+    let first = kai_scheduler::cycle::run(&mut s.cluster, &s.config, s.now);
+    assert_eq!(first.decisions.evictions.len(), 1);
+    for i in 1..4 {
+        let r = kai_scheduler::cycle::run(&mut s.cluster, &s.config, s.now + i * 1000);
+        assert!(
+            r.stats.gangs_tried <= 2,
+            "cycle {i} tried {} gangs",
+            r.stats.gangs_tried
+        );
+        assert!(r.decisions.binds.is_empty() && r.decisions.evictions.is_empty());
+    }
+    assert_eq!(s.count("build", TaskStatus::Pipelined), 1);
+    s.cluster.check_invariants().expect("invariants");
+}
+
+#[test]
+fn an_elastic_gang_at_its_maximum_is_not_tried_again_and_again() {
+    let mut s = one_queue(8.0);
+    s.node("n0", 64_000, 256, 8);
+    s.gang(train("elastic", 6, 1).min(2).max(4).created(0));
+    let r = kai_scheduler::cycle::run(&mut s.cluster, &s.config, s.now);
+    assert_eq!(r.decisions.binds.len(), 4, "grows to maxMember, no further");
+    assert!(r.stats.gangs_tried <= 4, "tried {} times", r.stats.gangs_tried);
+}

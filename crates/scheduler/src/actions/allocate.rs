@@ -52,8 +52,20 @@ pub fn allocate(ssn: &mut Session<'_>) {
         }
         candidates.push(g);
     }
+    // Every attempt binds at least one pod or drops the gang for this cycle, so this bound is never
+    // reached; it guards the loop against a future mistake turning into a hung scheduler.
+    let mut budget: usize = candidates
+        .iter()
+        .map(|g| ssn.gangs[*g].tasks().count() + 1)
+        .sum::<usize>()
+        * 2;
     let mut queue = JobQueues::new(ssn, candidates.into_iter(), false);
     while let Some(g) = queue.pop(ssn) {
+        if budget == 0 {
+            ssn.stats.attempt_budget_exhausted = true;
+            break;
+        }
+        budget -= 1;
         let version = gang_version(ssn, g);
         let root = ssn.gangs[g].root;
         if let Some(memo) = ssn.cluster.memo.get(&root)
@@ -67,9 +79,13 @@ pub fn allocate(ssn: &mut Session<'_>) {
         }
         ssn.stats.gangs_tried += 1;
         match try_allocate(ssn, g) {
-            Ok(()) => {
+            Ok(progress) => {
                 ssn.cluster.memo.remove(&root);
-                if has_work(ssn, g) && ssn.gangs[g].is_satisfied(ssn.cluster) {
+                // An elastic gang competes again for one more pod, but only after binding one now:
+                // a gang that only reserved (waits for evictions) or has nothing left to place is done
+                // for this cycle.
+                let more = ssn.gangs[g].pending(ssn.cluster).next().is_some();
+                if progress == Progress::Bound && more && ssn.gangs[g].is_satisfied(ssn.cluster) {
                     queue.push(ssn, g);
                 }
             }
@@ -126,11 +142,22 @@ fn blocked(ssn: &Session<'_>, g: usize) -> Option<Why> {
     None
 }
 
+/// What a successful attempt achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Nothing to place (e.g. an elastic gang at its maximum).
+    Nothing,
+    /// Pods were placed to be bound now.
+    Bound,
+    /// Pods were reserved on resources still being freed.
+    Reserved,
+}
+
 /// Tries to place one gang (or grow an elastic one by one pod).
 ///
 /// # Errors
 /// Why it cannot be placed now; nothing of it is placed then.
-pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
+pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<Progress, Why> {
     let checkpoint = ssn.checkpoint();
     let was_satisfied = ssn.gangs[g].is_satisfied(ssn.cluster);
     // Reservations from earlier cycles are released and re-placed, preferring the same node.
@@ -151,7 +178,7 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
     };
     if tasks.is_empty() {
         ssn.rollback(checkpoint);
-        return Ok(());
+        return Ok(Progress::Nothing);
     }
     let gang = &ssn.gangs[g];
     let queue = gang
@@ -205,8 +232,10 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<(), Why> {
     }
     if pipelined_any {
         ssn.explain(g, Why::Pipelined);
+        Ok(Progress::Reserved)
+    } else {
+        Ok(Progress::Bound)
     }
-    Ok(())
 }
 
 /// Places the pods of a gang, honouring its topology constraints: the gang-level domain first (tightest

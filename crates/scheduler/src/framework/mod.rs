@@ -117,6 +117,8 @@ pub struct SessionStats {
     pub placements: u64,
     /// Gangs left waiting with a reason at the end of the cycle.
     pub gangs_waiting: u64,
+    /// Allocate stopped at its attempt budget (a defect if it ever happens; logged).
+    pub attempt_budget_exhausted: bool,
 }
 
 impl<'c> Session<'c> {
