@@ -21,9 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::model::{
-    Assumed, Cluster, GroupId, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId, TaskStatus,
-};
+use crate::model::{Assumed, Cluster, GroupId, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId};
 use decisions::{Bind, Decisions, Evict, EvictionCause};
 use explain::Why;
 use fairness::Fairness;
