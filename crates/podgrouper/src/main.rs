@@ -1,0 +1,2 @@
+//! `kai-podgrouper`: see the library crate.
+fn main() {}
