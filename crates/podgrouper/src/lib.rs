@@ -6,4 +6,6 @@
 //! Must not: decide placement, or keep state another component needs (everything it knows is in the
 //! API server: the PodGroup and the pod's annotation and label).
 
+pub mod controller;
 pub mod grouping;
+pub mod metrics;

@@ -4,10 +4,9 @@
 //! the exception: their pods are the ranks of one distributed run, so they get one gang of
 //! `min(parallelism, completions)`. Any Job opts in or out with `scheduling.run.ai/gang-scheduling`.
 
-use super::common::{gang_annotation, name, uid};
+use super::common::{gang_annotation, uid};
 use super::generic::{per_pod, whole};
 use super::json::{clamp_i32, int_at, str_at};
-use super::names::pg_name;
 use super::{Shape, Warning, Workload};
 
 pub(crate) fn job(w: &Workload<'_>, warnings: &mut Vec<Warning>) -> Shape {
@@ -20,7 +19,6 @@ pub(crate) fn job(w: &Workload<'_>, warnings: &mut Vec<Warning>) -> Shape {
     let completions = int_at(&top.data, &["spec", "completions"]).filter(|c| *c > 0);
     let min = completions.map_or(parallelism, |c| parallelism.min(c));
     let mut shape = whole(w, clamp_i32(min), "train");
-    shape.name = pg_name(name(top), uid(top), None);
     shape.gang = true;
     shape
 }

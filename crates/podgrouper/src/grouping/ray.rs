@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use api::{SubGroup, keys};
 use serde_json::Value;
 
-use super::common::{annotations, gang_annotation, labels, name, topology_from};
+use super::common::{gang_annotation, name, topology_from};
 use super::generic::whole;
 use super::json::{at, bool_at, clamp_i32, int_at, str_at, string_map_at};
 use super::{GroupingError, Shape, Warning, Workload};
@@ -123,7 +123,6 @@ fn shape_from_cluster_spec(w: &Workload<'_>, spec: &Value, gang: bool, warnings:
         .cloned();
     shape.sub_groups = sub_groups;
     shape.gang = true;
-    let _ = (labels, annotations);
     shape
 }
 
