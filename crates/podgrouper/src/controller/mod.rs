@@ -202,10 +202,10 @@ pub async fn run(
     let readiness = (pods.clone(), pod_groups.clone());
     tokio::spawn(async move {
         let (pods, pod_groups) = readiness;
-        if pods.wait_until_ready().await.is_ok() && pod_groups.wait_until_ready().await.is_ok() {
-            info!("caches synced; ready");
-            ready.store(true, Ordering::Relaxed);
-        }
+        owners::store_ready(&pods).await;
+        owners::store_ready(&pod_groups).await;
+        info!("caches synced; ready");
+        ready.store(true, Ordering::Relaxed);
     });
 
     let reporter = Reporter {
@@ -284,9 +284,8 @@ where
     let flag = Arc::clone(&synced);
     let store = reader.clone();
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            flag.store(true, Ordering::Relaxed);
-        }
+        owners::store_ready(&store).await;
+        flag.store(true, Ordering::Relaxed);
     });
     tokio::spawn(
         async move {
@@ -490,6 +489,11 @@ fn error_policy(pod: Arc<Pod>, error: &ReconcileError, ctx: Arc<Context>) -> Act
         ReconcileError::Grouping(GroupingError::NotReady { .. }) => {
             debug!(pod = %pod.name_any(), %error, "not ready to group yet");
             Duration::from_secs(15)
+        }
+        // Sibling pods of one group race to write its condition; the loser retries at once.
+        ReconcileError::Condition { source, .. } if owners::status_code(source) == Some(409) => {
+            debug!(pod = %pod.name_any(), "condition write lost a race; retrying");
+            Duration::from_secs(1)
         }
         _ => {
             warn!(pod = %pod.name_any(), %error, category = error.category(), "reconcile failed");

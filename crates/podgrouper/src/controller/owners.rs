@@ -331,12 +331,8 @@ impl Owners {
         };
         if let KindState::Ready(kind) = &state {
             let ready = match &kind.cache {
-                Cache::Metadata(s) => tokio::time::timeout(SYNC_TIMEOUT, s.wait_until_ready())
-                    .await
-                    .is_ok(),
-                Cache::Full(s) => tokio::time::timeout(SYNC_TIMEOUT, s.wait_until_ready())
-                    .await
-                    .is_ok(),
+                Cache::Metadata(s) => tokio::time::timeout(SYNC_TIMEOUT, store_ready(s)).await.is_ok(),
+                Cache::Full(s) => tokio::time::timeout(SYNC_TIMEOUT, store_ready(s)).await.is_ok(),
             };
             if !ready {
                 return Err(OwnerError::NotSynced(gvk.kind.clone()));
@@ -530,6 +526,20 @@ impl KindCache {
         o.types = Some(self.types());
         o
     }
+}
+
+/// Waits until `store` is filled. `Store::wait_until_ready` wakes only its latest waiter (a oneshot
+/// underneath), so concurrent reconciles waiting on one new kind would sleep until a timeout; polling
+/// in short rounds re-registers each waiter.
+pub(crate) async fn store_ready<K>(store: &Store<K>)
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    while tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready())
+        .await
+        .is_err()
+    {}
 }
 
 /// The reference to follow: the controller reference if one is marked, else the first (KAI follows
