@@ -36,6 +36,9 @@ struct Args {
     /// Address of the admin server (`/livez`, `/readyz`, `/metrics`).
     #[arg(long, env = "KAI_ADMIN_ADDR", default_value = "0.0.0.0:8081")]
     admin_addr: SocketAddr,
+    /// Group only the pods of this namespace (default: all namespaces).
+    #[arg(long, env = "KAI_PODGROUPER_NAMESPACE")]
+    namespace: Option<String>,
     /// Instance name on events (defaults to the pod name from `POD_NAME`, else the host name).
     #[arg(long, env = "POD_NAME", default_value = "kai-podgrouper")]
     instance: String,
@@ -50,6 +53,7 @@ async fn main() -> anyhow::Result<()> {
         max_concurrent_reconciles,
         knative_gang_schedule,
         admin_addr,
+        namespace,
         instance,
     } = Args::parse();
     tracing_subscriber::fmt()
@@ -80,6 +84,7 @@ async fn main() -> anyhow::Result<()> {
         },
         concurrency: max_concurrent_reconciles.max(1),
         instance,
+        namespace,
     };
     tracing::info!(scheduler = %config.scheduler_name, admin = %admin_addr, "kai-podgrouper starting");
     controller::run(client, config, metrics, ready, shutdown_signal()).await?;

@@ -44,6 +44,8 @@ pub struct Config {
     pub concurrency: u16,
     /// Instance name reported on events (the pod name in a cluster).
     pub instance: String,
+    /// Only pods of this namespace are grouped (all namespaces when `None`).
+    pub namespace: Option<String>,
 }
 
 /// A reconcile failed; the pod is retried.
