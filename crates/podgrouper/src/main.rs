@@ -1,11 +1,10 @@
 //! `kai-podgrouper`: makes the PodGroup of every pod whose `schedulerName` is the scheduler's.
 //!
-//! Flags below; `/livez`, `/readyz` and `/metrics` on the admin address. Until the shared `runtime`
-//! crate lands, the admin server, tracing and shutdown are set up here, minimally.
+//! Flags: `--help`. Endpoints `/livez`, `/readyz` (caches synced, CRDs present) and `/metrics` on the
+//! admin address. With `--leader-elect` only the lease holder reconciles; losing the lease ends the
+//! process (its Deployment restarts it as a follower).
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -13,11 +12,16 @@ use kai_podgrouper::controller::{self, Config};
 use kai_podgrouper::grouping::Settings;
 use kai_podgrouper::metrics::Metrics;
 use prometheus_client::registry::Registry;
+use runtime::args::CommonArgs;
+use runtime::client::{self, RateLimit};
+use runtime::{admin, crd, lease, shutdown, telemetry};
 
 /// Makes the PodGroup every kai-scheduler pod belongs to, from the pod's owner chain.
 #[derive(Debug, Parser)]
 #[command(name = "kai-podgrouper", version, about)]
 struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
     /// Pods with this `spec.schedulerName` are grouped.
     #[arg(long, env = "KAI_SCHEDULER_NAME", default_value = api::keys::SCHEDULER_NAME)]
     scheduler_name: String,
@@ -33,47 +37,63 @@ struct Args {
     /// One gang per Knative revision (`min-scale` pods); `false` gives one group per pod.
     #[arg(long, env = "KAI_KNATIVE_GANG_SCHEDULE", default_value_t = true, action = clap::ArgAction::Set)]
     knative_gang_schedule: bool,
-    /// Address of the admin server (`/livez`, `/readyz`, `/metrics`).
-    #[arg(long, env = "KAI_ADMIN_ADDR", default_value = "0.0.0.0:8081")]
-    admin_addr: SocketAddr,
     /// Group only the pods of this namespace (default: all namespaces).
     #[arg(long, env = "KAI_PODGROUPER_NAMESPACE")]
     namespace: Option<String>,
-    /// Instance name on events (defaults to the pod name from `POD_NAME`, else the host name).
-    #[arg(long, env = "POD_NAME", default_value = "kai-podgrouper")]
-    instance: String,
 }
+
+/// KAI's podgrouper defaults.
+const RATE_LIMIT: RateLimit = RateLimit {
+    qps: 50.0,
+    burst: 300,
+};
+const USER_AGENT: &str = concat!("kai-podgrouper/", env!("CARGO_PKG_VERSION"));
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let Args {
+        common,
         scheduler_name,
         queue_label_key,
         default_queue,
         max_concurrent_reconciles,
         knative_gang_schedule,
-        admin_addr,
         namespace,
-        instance,
     } = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kai_podgrouper=info")),
-        )
-        .init();
+    telemetry::init(&common)?;
+    let shutdown = shutdown::on_signals()?;
 
-    let mut registry = Registry::default();
+    let client = client::build(USER_AGENT, common.rate_limit(RATE_LIMIT)).await?;
+    let lease_client = client::build(USER_AGENT, RateLimit::UNLIMITED).await?;
+
+    let mut registry = Registry::with_prefix("kai_podgrouper");
     let metrics = Metrics::register(&mut registry);
-    let ready = Arc::new(AtomicBool::new(false));
-    let listener = tokio::net::TcpListener::bind(admin_addr)
-        .await
-        .with_context(|| format!("binding {admin_addr}"))?;
-    tokio::spawn(admin_server(listener, Arc::new(registry), Arc::clone(&ready)));
+    let readiness = admin::Readiness::new();
+    let crds_ready = readiness.gate("crds");
+    let caches_ready = readiness.gate("caches");
+    let admin_server = tokio::spawn(admin::serve(
+        common.admin_address,
+        admin::AdminState::new(readiness.clone(), registry),
+        shutdown.clone().cancelled_owned(),
+    ));
 
-    let client = kube::Client::try_default()
-        .await
-        .context("building the Kubernetes client")?;
+    crd::wait_for_crds(
+        &client,
+        &["podgroups.scheduling.run.ai"],
+        Duration::from_secs(120),
+    )
+    .await
+    .context("waiting for the PodGroup CRD")?;
+    crds_ready.set_ready();
+
+    let (elector, leadership) = lease::Elector::new(lease_client, common.leader_election("kai-podgrouper")?);
+    let mut elector_task = tokio::spawn(elector.run(shutdown.clone()));
+    let mut state = leadership.subscribe();
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        led = state.wait_for(lease::LeaderState::is_leader) => { led.context("leader election stopped")?; }
+    }
+
     let config = Config {
         scheduler_name,
         settings: Settings {
@@ -83,75 +103,38 @@ async fn main() -> anyhow::Result<()> {
             field_manager: api::keys::FIELD_MANAGER_PODGROUPER.to_owned(),
         },
         concurrency: max_concurrent_reconciles.max(1),
-        instance,
+        instance: common.identity.clone().unwrap_or_else(lease::default_identity),
         namespace,
     };
-    tracing::info!(scheduler = %config.scheduler_name, admin = %admin_addr, "kai-podgrouper starting");
-    controller::run(client, config, metrics, ready, shutdown_signal()).await?;
+    if !shutdown.is_cancelled() {
+        tracing::info!(scheduler = %config.scheduler_name, "kai-podgrouper leading; grouping pods");
+        let stop = shutdown.clone();
+        let mut lost = leadership.subscribe();
+        let lost = async move {
+            let _ = lost.wait_for(|s| !s.is_leader()).await;
+        };
+        let run = controller::run(
+            client,
+            config,
+            metrics,
+            caches_ready,
+            leadership.guard(),
+            async move {
+                tokio::select! { () = stop.cancelled() => {}, () = lost => {} }
+            },
+        );
+        tokio::select! {
+            () = run => {}
+            _ = &mut elector_task => anyhow::bail!("leader election stopped"),
+        }
+        if !shutdown.is_cancelled() {
+            anyhow::bail!("lost the lease; exiting so a restart follows the new leader");
+        }
+    }
+    elector_task.await.context("leader election task")?;
+    admin_server.await.context("admin server task")??;
     tracing::info!("kai-podgrouper stopped");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            s.recv().await;
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { () = ctrl_c => {}, () = term => {} }
-}
-
-async fn admin_server(listener: tokio::net::TcpListener, registry: Arc<Registry>, ready: Arc<AtomicBool>) {
-    use axum::http::{StatusCode, header};
-    use axum::routing::get;
-    let app = axum::Router::new()
-        .route("/livez", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let ready = ready.load(Ordering::Relaxed);
-                async move {
-                    if ready {
-                        (StatusCode::OK, "ok")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
-                    }
-                }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(move || {
-                let registry = Arc::clone(&registry);
-                async move {
-                    let mut body = String::new();
-                    match prometheus_client::encoding::text::encode(&mut body, &registry) {
-                        Ok(()) => (
-                            StatusCode::OK,
-                            [(
-                                header::CONTENT_TYPE,
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            )],
-                            body,
-                        ),
-                        Err(_) => (
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            [(header::CONTENT_TYPE, "text/plain")],
-                            String::new(),
-                        ),
-                    }
-                }
-            }),
-        );
-    if let Err(e) = axum::serve(listener, app).await {
-        tracing::error!(error = %e, "admin server stopped");
-    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
-//! The podgrouper's Prometheus metrics (prefix `kai_podgrouper_`).
+//! The podgrouper's Prometheus metrics (the binary registers them under the prefix `kai_podgrouper_`).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Label set with one stable, low-cardinality category.
@@ -40,19 +40,18 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Metrics registered under `registry` with prefix `kai_podgrouper`.
+    /// Metrics registered in `registry` (made with `Registry::with_prefix("kai_podgrouper")`).
     #[must_use]
-    pub fn register(registry: &mut Registry) -> Self {
+    pub fn register(r: &mut Registry) -> Self {
         let m = Self {
             reconciles: Counter::default(),
             failures: Family::default(),
-            duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            duration: runtime::metrics::duration_histogram(),
             pod_groups_applied: Counter::default(),
             pod_groups_unchanged: Counter::default(),
             pods_patched: Counter::default(),
             warnings: Family::default(),
         };
-        let r = registry.sub_registry_with_prefix("kai_podgrouper");
         r.register("reconciles", "Reconciles run", m.reconciles.clone());
         r.register(
             "reconcile_failures",

@@ -22,6 +22,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use runtime::lease::LeaderGuard;
 use serde_json::json;
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -78,6 +79,9 @@ pub enum ReconcileError {
     /// Annotating the pod failed.
     #[error("annotating pod: {0}")]
     PatchPod(#[source] kube::Error),
+    /// This process does not hold the lease; it must not write.
+    #[error("not the leader")]
+    NotLeader,
 }
 
 impl ReconcileError {
@@ -91,6 +95,7 @@ impl ReconcileError {
             Self::ApplyPodGroup { .. } => "apply_podgroup",
             Self::Condition { .. } => "podgroup_condition",
             Self::PatchPod(_) => "patch_pod",
+            Self::NotLeader => "not_leader",
         }
     }
 }
@@ -139,6 +144,7 @@ impl ClusterView for Caches {
 
 struct Context {
     client: Client,
+    leader: LeaderGuard,
     config: Config,
     caches: Caches,
     metrics: Metrics,
@@ -147,18 +153,27 @@ struct Context {
     reported: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
 }
 
-/// Runs the podgrouper until `shutdown` resolves. `ready` turns true once the pod and PodGroup caches
-/// are filled.
-///
-/// # Errors
-/// Never at present; the signature leaves room for start-up checks.
+impl Context {
+    /// Fails unless this process holds the lease right now.
+    fn may_write(&self) -> Result<(), ReconcileError> {
+        self.leader
+            .check()
+            .map(drop)
+            .map_err(|_| ReconcileError::NotLeader)
+    }
+}
+
+/// Runs the podgrouper until `shutdown` resolves. `ready` is set once the pod and PodGroup caches are
+/// filled; `leader` is checked right before every write, so a process that lost its lease stops writing
+/// at once (the caller stops the controller and exits).
 pub async fn run(
     client: Client,
     config: Config,
     metrics: Metrics,
-    ready: Arc<AtomicBool>,
+    ready: runtime::admin::ReadinessGate,
+    leader: LeaderGuard,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) -> Result<(), ReconcileError> {
+) {
     let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded::<ObjectRef<Pod>>();
     let reported: Arc<Mutex<HashMap<String, BTreeSet<String>>>> = Arc::default();
 
@@ -207,7 +222,7 @@ pub async fn run(
         owners::store_ready(&pods).await;
         owners::store_ready(&pod_groups).await;
         info!("caches synced; ready");
-        ready.store(true, Ordering::Relaxed);
+        ready.set_ready();
     });
 
     let reporter = Reporter {
@@ -217,6 +232,7 @@ pub async fn run(
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client,
+        leader,
         caches: Caches {
             pods: pods.clone(),
             owners,
@@ -242,7 +258,6 @@ pub async fn run(
             }
         })
         .await;
-    Ok(())
 }
 
 /// Keeps only what grouping reads: metadata (with only the podgrouper's managed-fields entries),
@@ -341,6 +356,7 @@ async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileEr
     if pod.metadata.deletion_timestamp.is_some() || finished {
         return Ok(Action::await_change());
     }
+    ctx.may_write()?;
     let namespace = pod.namespace().unwrap_or_default();
     let (owners, chain_break) = ctx.caches.owners.chain(pod).await?;
     let input = Input {
@@ -361,6 +377,7 @@ async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileEr
                 (*pg).clone()
             }
             _ => {
+                ctx.may_write()?;
                 let params = PatchParams::apply(&ctx.config.settings.field_manager).force();
                 let applied = api
                     .patch(&grouping.name, &params, &Patch::Apply(&desired))
@@ -383,6 +400,7 @@ async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileEr
     }
 
     if let Some(patch) = grouping::pod_patch(pod, &outcome.decision, &ctx.config.settings) {
+        ctx.may_write()?;
         let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
         let params = PatchParams::apply(&ctx.config.settings.field_manager).force();
         api.patch(&pod.name_any(), &params, &Patch::Apply(&patch.0))
@@ -492,6 +510,7 @@ fn error_policy(pod: Arc<Pod>, error: &ReconcileError, ctx: Arc<Context>) -> Act
             debug!(pod = %pod.name_any(), %error, "not ready to group yet");
             Duration::from_secs(15)
         }
+        ReconcileError::NotLeader => Duration::from_secs(5),
         // Sibling pods of one group race to write its condition; the loser retries at once.
         ReconcileError::Condition { source, .. } if owners::status_code(source) == Some(409) => {
             debug!(pod = %pod.name_any(), "condition write lost a race; retrying");
