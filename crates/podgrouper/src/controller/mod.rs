@@ -523,3 +523,46 @@ fn error_policy(pod: Arc<Pod>, error: &ReconcileError, ctx: Arc<Context>) -> Act
     };
     Action::requeue(wait)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trimmed_pods_keep_what_grouping_reads() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [
+                {"manager": "kai-podgrouper", "operation": "Apply"},
+                {"manager": "kubectl", "operation": "Update"}]},
+            "spec": {"schedulerName": "kai-scheduler", "nodeName": "n1", "priorityClassName": "train",
+                     "containers": [{"name": "c", "image": "x"}], "volumes": [{"name": "v"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1"},
+        }))
+        .expect("pod");
+        trim_pod(&mut pod, "kai-podgrouper");
+        let managers: Vec<_> = pod
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|m| m.manager.clone())
+            .collect();
+        assert_eq!(managers, ["kai-podgrouper"]);
+        let spec = pod.spec.as_ref().expect("spec");
+        assert!(spec.containers.is_empty() && spec.volumes.is_none());
+        assert_eq!(
+            (
+                spec.scheduler_name.as_deref(),
+                spec.node_name.as_deref(),
+                spec.priority_class_name.as_deref()
+            ),
+            (Some("kai-scheduler"), Some("n1"), Some("train"))
+        );
+        let status = pod.status.as_ref().expect("status");
+        assert_eq!(
+            (status.phase.as_deref(), status.pod_ip.as_deref()),
+            (Some("Running"), None)
+        );
+        assert_eq!(pod.labels().get("a").map(String::as_str), Some("b"));
+    }
+}

@@ -94,7 +94,7 @@ pub struct Owners {
     pods: Store<Pod>,
     kinds: RwLock<HashMap<GroupVersionKind, KindState>>,
     starting: tokio::sync::Mutex<()>,
-    below: Arc<Mutex<HashMap<String, HashSet<ObjectRef<Pod>>>>>,
+    below: Arc<Mutex<OwnerIndex>>,
     trigger: UnboundedSender<ObjectRef<Pod>>,
 }
 
@@ -148,28 +148,19 @@ impl Owners {
     }
 
     fn remember(&self, pod: &Pod, owners: &[Object]) {
-        let pod_ref = ObjectRef::from_obj(pod);
-        let mut below = self
-            .below
+        let uids = owners.iter().filter_map(|o| o.metadata.uid.clone()).collect();
+        self.below
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for owner in owners {
-            if let Some(uid) = owner.metadata.uid.as_ref() {
-                below.entry(uid.clone()).or_default().insert(pod_ref.clone());
-            }
-        }
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(ObjectRef::from_obj(pod), uids);
     }
 
     /// Forgets a pod that is gone.
     pub fn forget(&self, pod: &ObjectRef<Pod>) {
-        let mut below = self
-            .below
+        self.below
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        below.retain(|_, pods| {
-            pods.remove(pod);
-            !pods.is_empty()
-        });
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .forget(pod);
     }
 
     /// A cached object of a kind already met, for the rules' lookups (never a request).
@@ -461,12 +452,10 @@ impl Owners {
                 if initial || !changed {
                     continue;
                 }
-                let pods: Vec<ObjectRef<Pod>> = below
+                let pods = below
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .get(&uid)
-                    .map(|s| s.iter().cloned().collect())
-                    .unwrap_or_default();
+                    .pods_below(&uid);
                 debug!(%kind, name = ?obj.meta().name, pods = pods.len(), "owner changed; re-grouping its pods");
                 for pod in pods {
                     if trigger.unbounded_send(pod).is_err() {
@@ -528,6 +517,42 @@ impl KindCache {
     }
 }
 
+/// Which pods hang below which owner (by uid), both ways so a pod is forgotten without a scan.
+#[derive(Debug, Default)]
+pub(crate) struct OwnerIndex {
+    by_owner: HashMap<String, HashSet<ObjectRef<Pod>>>,
+    by_pod: HashMap<ObjectRef<Pod>, Vec<String>>,
+}
+
+impl OwnerIndex {
+    /// Records the pod's current owners (replacing what was recorded for it).
+    pub(crate) fn record(&mut self, pod: ObjectRef<Pod>, owner_uids: Vec<String>) {
+        self.forget(&pod);
+        for uid in &owner_uids {
+            self.by_owner.entry(uid.clone()).or_default().insert(pod.clone());
+        }
+        self.by_pod.insert(pod, owner_uids);
+    }
+
+    pub(crate) fn forget(&mut self, pod: &ObjectRef<Pod>) {
+        for uid in self.by_pod.remove(pod).unwrap_or_default() {
+            if let Some(pods) = self.by_owner.get_mut(&uid) {
+                pods.remove(pod);
+                if pods.is_empty() {
+                    self.by_owner.remove(&uid);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn pods_below(&self, owner_uid: &str) -> Vec<ObjectRef<Pod>> {
+        self.by_owner
+            .get(owner_uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
 /// Waits until `store` is filled. `Store::wait_until_ready` wakes only its latest waiter (a oneshot
 /// underneath), so concurrent reconciles waiting on one new kind would sleep until a timeout; polling
 /// in short rounds re-registers each waiter.
@@ -580,4 +605,75 @@ fn fingerprint(meta: &kube::api::ObjectMeta, data: Option<&Value>) -> u64 {
             .hash(&mut h);
     }
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_records_replaces_and_forgets() {
+        let mut index = OwnerIndex::default();
+        let a = ObjectRef::<Pod>::new("a").within("ns");
+        let b = ObjectRef::<Pod>::new("b").within("ns");
+        index.record(a.clone(), vec!["rs".into(), "deploy".into()]);
+        index.record(b.clone(), vec!["rs".into()]);
+        assert_eq!(index.pods_below("deploy"), vec![a.clone()]);
+        assert_eq!(index.pods_below("rs").len(), 2);
+        index.record(a.clone(), vec!["other".into()]);
+        assert!(index.pods_below("deploy").is_empty());
+        index.forget(&b);
+        index.forget(&a);
+        assert!(index.by_owner.is_empty() && index.by_pod.is_empty());
+    }
+
+    #[test]
+    fn follows_the_controller_reference_first() {
+        let r = |name: &str, controller: Option<bool>| OwnerReference {
+            name: name.into(),
+            controller,
+            ..OwnerReference::default()
+        };
+        let refs = [r("plain", None), r("ctrl", Some(true))];
+        assert_eq!(
+            controller_ref(Some(&refs)).map(|r| r.name),
+            Some("ctrl".to_owned())
+        );
+        assert_eq!(
+            controller_ref(Some(&refs[..1])).map(|r| r.name),
+            Some("plain".to_owned())
+        );
+        assert_eq!(controller_ref(None), None);
+    }
+
+    #[test]
+    fn fingerprint_ignores_status_but_not_spec_labels_or_cluster_name() {
+        let meta = kube::api::ObjectMeta {
+            generation: Some(1),
+            ..Default::default()
+        };
+        let base = serde_json::json!({"spec": {"replicas": 1}, "status": {"ready": 0}});
+        let status_only = serde_json::json!({"spec": {"replicas": 1}, "status": {"ready": 1}});
+        let spec = serde_json::json!({"spec": {"replicas": 2}, "status": {"ready": 0}});
+        let named = serde_json::json!({"spec": {"replicas": 1}, "status": {"rayClusterName": "c"}});
+        let print = |m: &kube::api::ObjectMeta, d: &Value| fingerprint(m, Some(d));
+        assert_eq!(print(&meta, &base), print(&meta, &status_only));
+        assert_ne!(print(&meta, &base), print(&meta, &spec));
+        assert_ne!(print(&meta, &base), print(&meta, &named));
+        let labelled = kube::api::ObjectMeta {
+            labels: Some([("a".into(), "b".into())].into()),
+            ..meta.clone()
+        };
+        assert_ne!(fingerprint(&meta, None), fingerprint(&labelled, None));
+    }
+
+    #[test]
+    fn spec_is_cached_only_for_kinds_the_rules_read() {
+        assert!(needs_spec("batch", "Job"));
+        assert!(needs_spec("kubeflow.org", "PyTorchJob"));
+        assert!(needs_spec("ray.io", "RayCluster"));
+        assert!(!needs_spec("apps", "ReplicaSet"));
+        assert!(!needs_spec("trainer.kubeflow.org", "TrainJob"));
+        assert!(!needs_spec("serving.knative.dev", "Revision"));
+    }
 }
