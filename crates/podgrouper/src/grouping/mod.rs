@@ -357,23 +357,21 @@ pub fn group(
     settings: &Settings,
     view: &dyn ClusterView,
 ) -> Result<Outcome, GroupingError> {
+    let named = explicit::named_groups(input.pod, settings);
+    let mut computed_warnings = Vec::new();
+    let computed = compute(input, settings, view, &mut computed_warnings);
     let mut warnings = Vec::new();
     if let Some(b) = input.chain_break {
         warnings.push(Warning::ChainBroken(b.clone()));
     }
-    let named = explicit::named_groups(input.pod, settings);
-    let computed = compute(input, settings, view, &mut warnings);
     if let Some(join) = explicit::choose(input.pod, &named, computed.as_ref().ok(), view, &mut warnings) {
-        // The user's group wins; problems computing our own do not matter then.
-        let warnings = warnings
-            .into_iter()
-            .filter(|w| !matches!(w, Warning::QueueNotFound { .. }))
-            .collect();
+        // The user's group wins; problems computing a group of our own do not concern them.
         return Ok(Outcome {
             decision: Decision::Join(join),
             warnings,
         });
     }
+    warnings.extend(computed_warnings);
     let grouping = computed?;
     Ok(Outcome {
         decision: Decision::Apply(Box::new(grouping)),

@@ -1678,3 +1678,27 @@ fn every_pod_of_a_group_computes_the_same_group() {
         (&gb.name, gb.min_member, &gb.sub_groups, &gb.queue)
     );
 }
+
+#[test]
+fn a_joined_pod_hears_only_about_its_own_group() {
+    // The computed group would warn (missing replicated-job label, unknown default priority); the pod
+    // names its own group, so only that group's problems are reported.
+    let js = obj(
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        "js",
+        "u",
+        json!({"replicatedJobs": [{"name": "w"}]}),
+    );
+    let p = pod("p").owned_by(&js).annotation(keys::POD_GROUP_SEED, "mine");
+    let view = View {
+        priority_classes: Some(std::collections::BTreeSet::new()),
+        ..View::default()
+    };
+    let out = run(&p, &[js], &view);
+    assert!(matches!(&out.decision, Decision::Join(j) if j.group == "mine"));
+    assert_eq!(
+        out.warnings,
+        vec![Warning::NamedGroupMissing { group: "mine".into() }]
+    );
+}
