@@ -372,7 +372,7 @@ async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileEr
         let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &namespace);
         let existing = ctx.caches.pod_group(&namespace, &grouping.name);
         let current = match existing {
-            Some(pg) if grouping::pod_group_up_to_date(&pg, &desired) => {
+            Some(pg) if grouping::pod_group_up_to_date(&pg, &desired, &ctx.config.settings.field_manager) => {
                 ctx.metrics.pod_groups_unchanged.inc();
                 (*pg).clone()
             }

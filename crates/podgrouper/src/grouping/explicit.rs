@@ -3,7 +3,10 @@
 //! Such a pod joins that group and no other is made for it.
 
 use api::keys;
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::ObjectMeta;
 
 use super::{ClusterView, Grouping, Join, Settings, Warning};
 
@@ -65,17 +68,29 @@ pub(crate) fn choose(
 /// Whether `manager` owns `f:metadata.<section>.f:<key>` of the pod (server-side-apply bookkeeping).
 #[must_use]
 pub fn managed_by(pod: &Pod, manager: &str, section: &str, key: &str) -> bool {
-    let field = format!("f:{key}");
-    pod.metadata
-        .managed_fields
+    managed_keys(&pod.metadata, manager, section).contains(key)
+}
+
+/// The keys of `metadata.<section>` (`f:labels`, `f:annotations`) that `manager` owns.
+#[must_use]
+pub fn managed_keys(meta: &ObjectMeta, manager: &str, section: &str) -> BTreeSet<String> {
+    meta.managed_fields
         .iter()
         .flatten()
         .filter(|m| m.manager.as_deref() == Some(manager))
-        .any(|m| {
+        .filter_map(|m| {
             m.fields_v1
-                .as_ref()
-                .and_then(|f| f.0.get("f:metadata"))
-                .and_then(|meta| meta.get(section))
-                .is_some_and(|s| s.get(&field).is_some())
+                .as_ref()?
+                .0
+                .get("f:metadata")?
+                .get(section)?
+                .as_object()
         })
+        .flat_map(|fields| {
+            fields
+                .keys()
+                .filter_map(|k| k.strip_prefix("f:"))
+                .map(str::to_owned)
+        })
+        .collect()
 }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
-use super::explicit::managed_by;
+use super::explicit::{managed_by, managed_keys};
 use super::{Decision, Grouping, Settings};
 
 /// The PodGroup to apply for `grouping` in `namespace`. Only the fields the podgrouper owns are set,
@@ -41,9 +41,14 @@ pub fn pod_group_manifest(grouping: &Grouping, namespace: &str) -> PodGroup {
 }
 
 /// Whether `existing` already carries everything `desired` sets (extra keys written by others are
-/// fine), so an apply can be skipped.
+/// fine, keys `manager` applied earlier and no longer wants are not), so an apply can be skipped.
 #[must_use]
-pub fn pod_group_up_to_date(existing: &PodGroup, desired: &PodGroup) -> bool {
+pub fn pod_group_up_to_date(existing: &PodGroup, desired: &PodGroup, manager: &str) -> bool {
+    let no_stale = |section: &str, want: &Option<BTreeMap<String, String>>| {
+        managed_keys(&existing.metadata, manager, section)
+            .iter()
+            .all(|k| want.as_ref().is_some_and(|w| w.contains_key(k)))
+    };
     let subset = |want: &Option<BTreeMap<String, String>>, have: &Option<BTreeMap<String, String>>| {
         want.iter()
             .flatten()
@@ -59,6 +64,8 @@ pub fn pod_group_up_to_date(existing: &PodGroup, desired: &PodGroup) -> bool {
         && existing.metadata.owner_references == desired.metadata.owner_references
         && subset(&desired.metadata.labels, &existing.metadata.labels)
         && subset(&desired.metadata.annotations, &existing.metadata.annotations)
+        && no_stale("f:labels", &desired.metadata.labels)
+        && no_stale("f:annotations", &desired.metadata.annotations)
 }
 
 /// A server-side-apply body for the pod's group annotation and sub-group label.

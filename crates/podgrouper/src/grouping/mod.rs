@@ -35,7 +35,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
 
-pub use explicit::managed_by;
+pub use explicit::{managed_by, managed_keys};
 pub use manifest::{PodPatch, pod_group_manifest, pod_group_up_to_date, pod_patch};
 pub use names::{bounded_label_value, bounded_name, pod_as_object};
 

@@ -1627,10 +1627,27 @@ fn manifest_and_pod_patch() {
         v["spec"].get("markUnschedulable").is_none() && v.get("status").is_none(),
         "only owned fields: {v}"
     );
-    assert!(super::pod_group_up_to_date(&pg, &pg));
+    let fm = keys::FIELD_MANAGER_PODGROUPER;
+    assert!(super::pod_group_up_to_date(&pg, &pg, fm));
     let mut other = pg.clone();
     other.spec.min_member = Some(2);
-    assert!(!super::pod_group_up_to_date(&other, &pg));
+    assert!(!super::pod_group_up_to_date(&other, &pg, fm));
+    // A label the podgrouper applied earlier and no longer wants needs an apply to go away; one
+    // written by someone else does not.
+    let mut stale = pg.clone();
+    stale
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("old".into(), "x".into());
+    stale.metadata.managed_fields = Some(vec![
+        serde_json::from_value(json!({
+        "manager": fm, "operation": "Apply", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:labels": {"f:old": {}}}}}))
+        .expect("entry"),
+    ]);
+    assert!(!super::pod_group_up_to_date(&stale, &pg, fm));
+    assert!(super::pod_group_up_to_date(&stale, &pg, "someone-else"));
 
     let patch = super::pod_patch(&p.build(), &out.decision, &Settings::default()).expect("patch");
     assert_eq!(
