@@ -449,7 +449,10 @@ async fn report(ctx: &Context, pod: &Pod, warnings: &[Warning]) {
 }
 
 /// Sets or clears the `PodGrouperWarning` condition. The status is shared with the scheduler, so the
-/// write is a merge patch guarded by the resourceVersion read, replacing only this condition.
+/// write is a merge patch guarded by the resourceVersion read that keeps every other condition. (Where
+/// the server honours the CRD's list-map on `conditions`, the scheduler's applies leave this condition
+/// alone too; servers that treat the list as atomic, such as 1.20, let its applies drop it until the
+/// next reconcile puts it back.)
 async fn set_warning_condition(
     api: &Api<PodGroup>,
     pg: &PodGroup,
