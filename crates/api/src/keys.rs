@@ -161,3 +161,48 @@ pub const EVENT_EVICT: &str = "Evict";
 pub const FIELD_MANAGER_PODGROUPER: &str = "kai-podgrouper";
 /// Server-side-apply field manager of the scheduler.
 pub const FIELD_MANAGER_SCHEDULER: &str = "kai-scheduler";
+
+// ---------------------------------------------------------------------------------------------
+// Segments (sub-groups of a fixed size inside one replica type)
+// ---------------------------------------------------------------------------------------------
+
+/// Annotation on a pod, worker template or LeaderWorkerSet: split the workers into sub-groups of this
+/// many pods. Read by the podgrouper.
+pub const SEGMENT_SIZE: &str = "kai.scheduler/segment-size";
+/// Annotation: level every segment's pods must share. Read by the podgrouper.
+pub const SEGMENT_TOPOLOGY_REQUIRED: &str = "kai.scheduler/segment-topology-required-placement";
+/// Annotation: level every segment's pods should share. Read by the podgrouper.
+pub const SEGMENT_TOPOLOGY_PREFERRED: &str = "kai.scheduler/segment-topology-preferred-placement";
+
+// ---------------------------------------------------------------------------------------------
+// Keys other operators set on the pods and objects they create (read by the podgrouper)
+// ---------------------------------------------------------------------------------------------
+
+/// KubeRay: pod label naming the head (`headgroup`) or worker group of a pod.
+pub const RAY_GROUP: &str = "ray.io/group";
+/// JobSet: pod label naming the replicated job a pod belongs to.
+pub const JOBSET_REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+/// Kubeflow training operator: pod label with the lower-cased replica type (`master`, `worker`, ...).
+pub const KUBEFLOW_REPLICA_TYPE: &str = "training.kubeflow.org/replica-type";
+/// Kubeflow training operator: pod label with the pod's index within its replica type.
+pub const KUBEFLOW_REPLICA_INDEX: &str = "training.kubeflow.org/replica-index";
+/// Kubeflow training operator: pod label naming the job.
+pub const KUBEFLOW_JOB_NAME: &str = "training.kubeflow.org/job-name";
+/// Kubeflow MPI operator: pod label with the role (`launcher`, `worker`).
+pub const KUBEFLOW_JOB_ROLE: &str = "training.kubeflow.org/job-role";
+/// LeaderWorkerSet: pod label naming the set.
+pub const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+/// LeaderWorkerSet: pod label with the replica group's index.
+pub const LWS_GROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/group-index";
+/// LeaderWorkerSet: pod label with the pod's index in its group (`0` is the leader).
+pub const LWS_WORKER_INDEX: &str = "leaderworkerset.sigs.k8s.io/worker-index";
+/// LeaderWorkerSet: pod annotation with the group size.
+pub const LWS_SIZE: &str = "leaderworkerset.sigs.k8s.io/size";
+/// Knative: annotation on a Revision with its minimal number of pods.
+pub const KNATIVE_MIN_SCALE: &str = "autoscaling.knative.dev/min-scale";
+/// Spark: pod label with the application's name.
+pub const SPARK_APP_NAME: &str = "spark-app-name";
+/// Spark: pod label with the application's unique id, shared by the driver and its executors.
+pub const SPARK_APP_SELECTOR: &str = "spark-app-selector";
+/// kubectl: the whole last applied manifest; never copied onto a PodGroup.
+pub const LAST_APPLIED_CONFIGURATION: &str = "kubectl.kubernetes.io/last-applied-configuration";

@@ -1,0 +1,571 @@
+//! The controller around [`crate::grouping`]: watches the scheduler's pods, reads owners and the rest
+//! through caches, server-side applies the PodGroup, puts the pod in it, and reports warnings as events
+//! on the pod and a condition on the PodGroup.
+//!
+//! Must not: hold grouping rules (they live in `grouping`), or write anything but PodGroups it owns,
+//! their `PodGrouperWarning` condition, the pod's group annotation and sub-group label, and events.
+
+mod owners;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use api::{PodGroup, Queue, keys};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use runtime::lease::LeaderGuard;
+use serde_json::json;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+pub use owners::{OwnerError, Owners};
+
+use crate::grouping::{self, ClusterView, Decision, GroupingError, Input, Object, Settings, Warning};
+use crate::metrics::Metrics;
+
+/// Condition type the podgrouper sets on a PodGroup while grouping has warnings.
+pub const WARNING_CONDITION: &str = keys::EVENT_PODGROUPER_WARNING;
+
+/// Controller settings (from the binary's flags).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Pods with this `spec.schedulerName` are grouped.
+    pub scheduler_name: String,
+    /// Grouping rule settings.
+    pub settings: Settings,
+    /// Reconciles run at once.
+    pub concurrency: u16,
+    /// Instance name reported on events (the pod name in a cluster).
+    pub instance: String,
+    /// Only pods of this namespace are grouped (all namespaces when `None`).
+    pub namespace: Option<String>,
+}
+
+/// A reconcile failed; the pod is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Reading the owner chain failed.
+    #[error(transparent)]
+    Owner(#[from] OwnerError),
+    /// The workload is not ready to be grouped.
+    #[error(transparent)]
+    Grouping(#[from] GroupingError),
+    /// Applying the PodGroup failed.
+    #[error("applying PodGroup {name}: {source}")]
+    ApplyPodGroup {
+        /// PodGroup name.
+        name: String,
+        /// The failure.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing the PodGroup's warning condition failed.
+    #[error("updating the condition of PodGroup {name}: {source}")]
+    Condition {
+        /// PodGroup name.
+        name: String,
+        /// The failure.
+        #[source]
+        source: kube::Error,
+    },
+    /// Annotating the pod failed.
+    #[error("annotating pod: {0}")]
+    PatchPod(#[source] kube::Error),
+    /// This process does not hold the lease; it must not write.
+    #[error("not the leader")]
+    NotLeader,
+}
+
+impl ReconcileError {
+    /// Stable, low-cardinality category (metric label).
+    #[must_use]
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Owner(OwnerError::Api { .. }) => "owner_api",
+            Self::Owner(OwnerError::NotSynced(_)) => "owner_cache_not_synced",
+            Self::Grouping(e) => e.category(),
+            Self::ApplyPodGroup { .. } => "apply_podgroup",
+            Self::Condition { .. } => "podgroup_condition",
+            Self::PatchPod(_) => "patch_pod",
+            Self::NotLeader => "not_leader",
+        }
+    }
+}
+
+/// The cached state the rules may read.
+pub struct Caches {
+    pods: Store<Pod>,
+    owners: Arc<Owners>,
+    priority_classes: Store<PriorityClass>,
+    priority_classes_synced: Arc<AtomicBool>,
+    queues: Store<Queue>,
+    queues_synced: Arc<AtomicBool>,
+    pod_groups: Store<PodGroup>,
+}
+
+impl ClusterView for Caches {
+    fn object(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Object> {
+        self.owners.cached(api_version, kind, namespace, name)
+    }
+
+    fn pods(&self, namespace: &str, labels: &[(&str, &str)]) -> Vec<Arc<Pod>> {
+        self.pods.state_filter(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && labels
+                    .iter()
+                    .all(|(k, v)| p.labels().get(*k).map(String::as_str) == Some(*v))
+        })
+    }
+
+    fn priority_class_exists(&self, name: &str) -> Option<bool> {
+        self.priority_classes_synced
+            .load(Ordering::Relaxed)
+            .then(|| self.priority_classes.get(&ObjectRef::new(name)).is_some())
+    }
+
+    fn queue_exists(&self, name: &str) -> Option<bool> {
+        self.queues_synced
+            .load(Ordering::Relaxed)
+            .then(|| self.queues.get(&ObjectRef::new(name)).is_some())
+    }
+
+    fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroup>> {
+        self.pod_groups.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+struct Context {
+    client: Client,
+    leader: LeaderGuard,
+    config: Config,
+    caches: Caches,
+    metrics: Metrics,
+    recorder: Recorder,
+    /// Warning messages already reported per pod uid, so each is an event once, not once per reconcile.
+    reported: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
+}
+
+impl Context {
+    /// Fails unless this process holds the lease right now.
+    fn may_write(&self) -> Result<(), ReconcileError> {
+        self.leader
+            .check()
+            .map(drop)
+            .map_err(|_| ReconcileError::NotLeader)
+    }
+}
+
+/// Runs the podgrouper until `shutdown` resolves. `ready` is set once the pod and PodGroup caches are
+/// filled; `leader` is checked right before every write, so a process that lost its lease stops writing
+/// at once (the caller stops the controller and exits).
+pub async fn run(
+    client: Client,
+    config: Config,
+    metrics: Metrics,
+    ready: runtime::admin::ReadinessGate,
+    leader: LeaderGuard,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded::<ObjectRef<Pod>>();
+    let reported: Arc<Mutex<HashMap<String, BTreeSet<String>>>> = Arc::default();
+
+    // Pods of the scheduler, trimmed to what grouping reads.
+    let pod_writer = reflector::store::Writer::<Pod>::default();
+    let pods = pod_writer.as_reader();
+    let owners = Arc::new(Owners::new(client.clone(), pods.clone(), trigger_tx.clone()));
+    let pod_selector = format!("spec.schedulerName={}", config.scheduler_name);
+    let manager = config.settings.field_manager.clone();
+    let forget = (Arc::clone(&owners), Arc::clone(&reported));
+    let pod_stream = watcher(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().fields(&pod_selector),
+    )
+    .default_backoff()
+    .modify(move |p: &mut Pod| trim_pod(p, &manager))
+    .map_ok(move |event| {
+        if let watcher::Event::Delete(p) = &event {
+            forget.0.forget(&ObjectRef::from_obj(p));
+            if let Some(uid) = p.metadata.uid.as_ref() {
+                forget
+                    .1
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(uid);
+            }
+        }
+        event
+    })
+    .reflect(pod_writer)
+    .applied_objects();
+
+    let (priority_classes, priority_classes_synced) =
+        spawn_cache(Api::<PriorityClass>::all(client.clone()), "priorityclasses", None);
+    let (queues, queues_synced) = spawn_cache(Api::<Queue>::all(client.clone()), "queues", None);
+    // A deleted PodGroup is re-made: its pods are re-queued.
+    let (pod_groups, _) = spawn_cache(
+        Api::<PodGroup>::all(client.clone()),
+        "podgroups",
+        Some((pods.clone(), trigger_tx.clone())),
+    );
+
+    let readiness = (pods.clone(), pod_groups.clone());
+    tokio::spawn(async move {
+        let (pods, pod_groups) = readiness;
+        owners::store_ready(&pods).await;
+        owners::store_ready(&pod_groups).await;
+        info!("caches synced; ready");
+        ready.set_ready();
+    });
+
+    let reporter = Reporter {
+        controller: keys::FIELD_MANAGER_PODGROUPER.to_owned(),
+        instance: Some(config.instance.clone()),
+    };
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        leader,
+        caches: Caches {
+            pods: pods.clone(),
+            owners,
+            priority_classes,
+            priority_classes_synced,
+            queues,
+            queues_synced,
+            pod_groups,
+        },
+        metrics,
+        reported,
+        config,
+    });
+    let concurrency = ctx.config.concurrency;
+    Controller::for_stream(pod_stream, pods)
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        .reconcile_on(trigger_rx)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(error = %e, "reconcile round ended with an error");
+            }
+        })
+        .await;
+}
+
+/// Keeps only what grouping reads: metadata (with only the podgrouper's managed-fields entries),
+/// scheduler name, node, priority class; drops containers, volumes and status details.
+fn trim_pod(pod: &mut Pod, manager: &str) {
+    if let Some(fields) = pod.metadata.managed_fields.as_mut() {
+        fields.retain(|f| f.manager.as_deref() == Some(manager));
+    }
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.containers.clear();
+        spec.init_containers = None;
+        spec.volumes = None;
+        spec.affinity = None;
+        spec.tolerations = None;
+    }
+    if let Some(status) = pod.status.as_mut() {
+        *status = k8s_openapi::api::core::v1::PodStatus {
+            phase: status.phase.take(),
+            ..Default::default()
+        };
+    }
+}
+
+/// Starts a cluster-wide cache; the flag turns true once it is filled. With `requeue_on_delete`, a
+/// deleted PodGroup re-queues the pods that name it.
+fn spawn_cache<K>(
+    api: Api<K>,
+    what: &'static str,
+    requeue_on_delete: Option<(
+        Store<Pod>,
+        futures::channel::mpsc::UnboundedSender<ObjectRef<Pod>>,
+    )>,
+) -> (Store<K>, Arc<AtomicBool>)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::<K>::default();
+    let reader = writer.as_reader();
+    let synced = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&synced);
+    let store = reader.clone();
+    tokio::spawn(async move {
+        owners::store_ready(&store).await;
+        flag.store(true, Ordering::Relaxed);
+    });
+    tokio::spawn(
+        async move {
+            let mut stream = std::pin::pin!(
+                watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .reflect(writer)
+            );
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::Delete(obj)) => {
+                        let Some((pods, tx)) = requeue_on_delete.as_ref() else {
+                            continue;
+                        };
+                        let (ns, name) = (obj.meta().namespace.clone(), obj.meta().name.clone());
+                        for pod in pods.state_filter(|p| {
+                            p.metadata.namespace == ns
+                                && p.annotations().get(keys::POD_GROUP_NAME) == name.as_ref()
+                        }) {
+                            let _ = tx.unbounded_send(ObjectRef::from_obj(&*pod));
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => warn!(error = %e, "watch failed; retrying"),
+                }
+            }
+        }
+        .instrument(info_span!("cache", what)),
+    );
+    (reader, synced)
+}
+
+#[tracing::instrument(skip_all, fields(pod = %pod.name_any(), namespace = pod.namespace().unwrap_or_default()))]
+async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    let result = reconcile_inner(&pod, &ctx).await;
+    ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileError> {
+    let spec = pod.spec.as_ref();
+    if spec.and_then(|s| s.scheduler_name.as_deref()) != Some(ctx.config.scheduler_name.as_str()) {
+        return Ok(Action::await_change());
+    }
+    let finished = matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    );
+    if pod.metadata.deletion_timestamp.is_some() || finished {
+        return Ok(Action::await_change());
+    }
+    ctx.may_write()?;
+    let namespace = pod.namespace().unwrap_or_default();
+    let (owners, chain_break) = ctx.caches.owners.chain(pod).await?;
+    let input = Input {
+        pod,
+        owners: &owners,
+        chain_break: chain_break.as_ref(),
+    };
+    let outcome = grouping::group(&input, &ctx.config.settings, &ctx.caches)?;
+
+    let mut condition_error = None;
+    if let Decision::Apply(grouping) = &outcome.decision {
+        let desired = grouping::pod_group_manifest(grouping, &namespace);
+        let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &namespace);
+        let existing = ctx.caches.pod_group(&namespace, &grouping.name);
+        let current = match existing {
+            Some(pg) if grouping::pod_group_up_to_date(&pg, &desired, &ctx.config.settings.field_manager) => {
+                ctx.metrics.pod_groups_unchanged.inc();
+                (*pg).clone()
+            }
+            _ => {
+                ctx.may_write()?;
+                let params = PatchParams::apply(&ctx.config.settings.field_manager).force();
+                let applied = api
+                    .patch(&grouping.name, &params, &Patch::Apply(&desired))
+                    .await
+                    .map_err(|source| ReconcileError::ApplyPodGroup {
+                        name: grouping.name.clone(),
+                        source,
+                    })?;
+                ctx.metrics.pod_groups_applied.inc();
+                debug!(podgroup = %grouping.name, min_member = grouping.min_member, queue = %grouping.queue, "applied PodGroup");
+                applied
+            }
+        };
+        if let Err(source) = set_warning_condition(&api, &current, &outcome.warnings).await {
+            condition_error = Some(ReconcileError::Condition {
+                name: grouping.name.clone(),
+                source,
+            });
+        }
+    }
+
+    if let Some(patch) = grouping::pod_patch(pod, &outcome.decision, &ctx.config.settings) {
+        ctx.may_write()?;
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+        let params = PatchParams::apply(&ctx.config.settings.field_manager).force();
+        api.patch(&pod.name_any(), &params, &Patch::Apply(&patch.0))
+            .await
+            .map_err(ReconcileError::PatchPod)?;
+        ctx.metrics.pods_patched.inc();
+    }
+    report(ctx, pod, &outcome.warnings).await;
+    match condition_error {
+        Some(e) => Err(e),
+        None => Ok(Action::await_change()),
+    }
+}
+
+/// Events on the pod for warnings not yet reported for it.
+async fn report(ctx: &Context, pod: &Pod, warnings: &[Warning]) {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let fresh: Vec<&Warning> = {
+        let mut reported = ctx
+            .reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seen = reported.entry(uid).or_default();
+        warnings.iter().filter(|w| seen.insert(w.to_string())).collect()
+    };
+    let reference = pod.object_ref(&());
+    for warning in fresh {
+        ctx.metrics
+            .warnings
+            .get_or_create(&crate::metrics::Reason {
+                reason: warning.reason(),
+            })
+            .inc();
+        warn!(reason = warning.reason(), "{warning}");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: keys::EVENT_PODGROUPER_WARNING.to_owned(),
+            note: Some(warning.to_string()),
+            action: warning.reason().to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            warn!(error = %e, "could not publish event");
+        }
+    }
+}
+
+/// Sets or clears the `PodGrouperWarning` condition. The status is shared with the scheduler, so the
+/// write is a merge patch guarded by the resourceVersion read that keeps every other condition. (Where
+/// the server honours the CRD's list-map on `conditions`, the scheduler's applies leave this condition
+/// alone too; servers that treat the list as atomic, such as 1.20, let its applies drop it until the
+/// next reconcile puts it back.)
+async fn set_warning_condition(
+    api: &Api<PodGroup>,
+    pg: &PodGroup,
+    warnings: &[Warning],
+) -> Result<(), kube::Error> {
+    let conditions = pg
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let mine = conditions.iter().find(|c| c.type_ == WARNING_CONDITION);
+    let desired = (!warnings.is_empty()).then(|| {
+        let message: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+        (warnings[0].reason().to_owned(), message.join("; "))
+    });
+    let current = mine.map(|c| {
+        (
+            c.reason.clone().unwrap_or_default(),
+            c.message.clone().unwrap_or_default(),
+        )
+    });
+    if current == desired {
+        return Ok(());
+    }
+    let mut next: Vec<_> = conditions
+        .iter()
+        .filter(|c| c.type_ != WARNING_CONDITION)
+        .cloned()
+        .collect();
+    if let Some((reason, message)) = desired {
+        next.push(api::podgroup::PodGroupCondition {
+            type_: WARNING_CONDITION.to_owned(),
+            status: "True".to_owned(),
+            transition_id: None,
+            last_transition_time: Some(k8s_openapi::jiff::Timestamp::now().to_string()),
+            reason: Some(reason),
+            message: Some(message),
+        });
+    }
+    let patch = json!({
+        "metadata": { "resourceVersion": pg.metadata.resource_version },
+        "status": { "conditions": next },
+    });
+    api.patch_status(&pg.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+fn error_policy(pod: Arc<Pod>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.metrics
+        .failures
+        .get_or_create(&crate::metrics::Category {
+            category: error.category(),
+        })
+        .inc();
+    let wait = match error {
+        ReconcileError::Grouping(GroupingError::NotReady { .. }) => {
+            debug!(pod = %pod.name_any(), %error, "not ready to group yet");
+            Duration::from_secs(15)
+        }
+        ReconcileError::NotLeader => Duration::from_secs(5),
+        // Sibling pods of one group race to write its condition; the loser retries at once.
+        ReconcileError::Condition { source, .. } if owners::status_code(source) == Some(409) => {
+            debug!(pod = %pod.name_any(), "condition write lost a race; retrying");
+            Duration::from_secs(1)
+        }
+        _ => {
+            warn!(pod = %pod.name_any(), %error, category = error.category(), "reconcile failed");
+            Duration::from_secs(5)
+        }
+    };
+    Action::requeue(wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trimmed_pods_keep_what_grouping_reads() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [
+                {"manager": "kai-podgrouper", "operation": "Apply"},
+                {"manager": "kubectl", "operation": "Update"}]},
+            "spec": {"schedulerName": "kai-scheduler", "nodeName": "n1", "priorityClassName": "train",
+                     "containers": [{"name": "c", "image": "x"}], "volumes": [{"name": "v"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1"},
+        }))
+        .expect("pod");
+        trim_pod(&mut pod, "kai-podgrouper");
+        let managers: Vec<_> = pod
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|m| m.manager.clone())
+            .collect();
+        assert_eq!(managers, ["kai-podgrouper"]);
+        let spec = pod.spec.as_ref().expect("spec");
+        assert!(spec.containers.is_empty() && spec.volumes.is_none());
+        assert_eq!(
+            (
+                spec.scheduler_name.as_deref(),
+                spec.node_name.as_deref(),
+                spec.priority_class_name.as_deref()
+            ),
+            (Some("kai-scheduler"), Some("n1"), Some("train"))
+        );
+        let status = pod.status.as_ref().expect("status");
+        assert_eq!(
+            (status.phase.as_deref(), status.pod_ip.as_deref()),
+            (Some("Running"), None)
+        );
+        assert_eq!(pod.labels().get("a").map(String::as_str), Some("b"));
+    }
+}

@@ -1,0 +1,148 @@
+//! `kai-podgrouper`: makes the PodGroup of every pod whose `schedulerName` is the scheduler's.
+//!
+//! Flags: `--help`. Endpoints `/livez`, `/readyz` (caches synced, CRDs present) and `/metrics` on the
+//! admin address. With `--leader-elect` only the lease holder reconciles; losing the lease ends the
+//! process (its Deployment restarts it as a follower).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use kai_podgrouper::controller::{self, Config};
+use kai_podgrouper::grouping::Settings;
+use kai_podgrouper::metrics::Metrics;
+use prometheus_client::registry::Registry;
+use runtime::args::CommonArgs;
+use runtime::client::{self, RateLimit};
+use runtime::{admin, crd, lease, shutdown, telemetry};
+
+/// Makes the PodGroup every kai-scheduler pod belongs to, from the pod's owner chain.
+#[derive(Debug, Parser)]
+#[command(name = "kai-podgrouper", version, about)]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Pods with this `spec.schedulerName` are grouped.
+    #[arg(long, env = "KAI_SCHEDULER_NAME", default_value = api::keys::SCHEDULER_NAME)]
+    scheduler_name: String,
+    /// Label naming a workload's queue (on the top owner or the pod). `runai/queue` is also read.
+    #[arg(long, env = "KAI_QUEUE_LABEL_KEY", default_value = api::keys::QUEUE_LABEL)]
+    queue_label_key: String,
+    /// Queue of workloads that name none.
+    #[arg(long, env = "KAI_DEFAULT_QUEUE", default_value = api::keys::DEFAULT_QUEUE)]
+    default_queue: String,
+    /// Reconciles run at once.
+    #[arg(long, env = "KAI_MAX_CONCURRENT_RECONCILES", default_value_t = 10)]
+    max_concurrent_reconciles: u16,
+    /// One gang per Knative revision (`min-scale` pods); `false` gives one group per pod.
+    #[arg(long, env = "KAI_KNATIVE_GANG_SCHEDULE", default_value_t = true, action = clap::ArgAction::Set)]
+    knative_gang_schedule: bool,
+    /// Group only the pods of this namespace (default: all namespaces).
+    #[arg(long, env = "KAI_PODGROUPER_NAMESPACE")]
+    namespace: Option<String>,
+}
+
+/// KAI's podgrouper defaults.
+const RATE_LIMIT: RateLimit = RateLimit {
+    qps: 50.0,
+    burst: 300,
+};
+const USER_AGENT: &str = concat!("kai-podgrouper/", env!("CARGO_PKG_VERSION"));
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let Args {
+        common,
+        scheduler_name,
+        queue_label_key,
+        default_queue,
+        max_concurrent_reconciles,
+        knative_gang_schedule,
+        namespace,
+    } = Args::parse();
+    telemetry::init(&common)?;
+    let shutdown = shutdown::on_signals()?;
+
+    let client = client::build(USER_AGENT, common.rate_limit(RATE_LIMIT)).await?;
+    let lease_client = client::build(USER_AGENT, RateLimit::UNLIMITED).await?;
+
+    let mut registry = Registry::with_prefix("kai_podgrouper");
+    let metrics = Metrics::register(&mut registry);
+    let readiness = admin::Readiness::new();
+    let crds_ready = readiness.gate("crds");
+    let caches_ready = readiness.gate("caches");
+    let admin_server = tokio::spawn(admin::serve(
+        common.admin_address,
+        admin::AdminState::new(readiness.clone(), registry),
+        shutdown.clone().cancelled_owned(),
+    ));
+
+    crd::wait_for_crds(
+        &client,
+        &["podgroups.scheduling.run.ai"],
+        Duration::from_secs(120),
+    )
+    .await
+    .context("waiting for the PodGroup CRD")?;
+    crds_ready.set_ready();
+
+    let (elector, leadership) = lease::Elector::new(lease_client, common.leader_election("kai-podgrouper")?);
+    let mut elector_task = tokio::spawn(elector.run(shutdown.clone()));
+    let mut state = leadership.subscribe();
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        led = state.wait_for(lease::LeaderState::is_leader) => { led.context("leader election stopped")?; }
+    }
+
+    let config = Config {
+        scheduler_name,
+        settings: Settings {
+            queue_label_key,
+            default_queue,
+            knative_gang: knative_gang_schedule,
+            field_manager: api::keys::FIELD_MANAGER_PODGROUPER.to_owned(),
+        },
+        concurrency: max_concurrent_reconciles.max(1),
+        instance: common.identity.clone().unwrap_or_else(lease::default_identity),
+        namespace,
+    };
+    if !shutdown.is_cancelled() {
+        tracing::info!(scheduler = %config.scheduler_name, "kai-podgrouper leading; grouping pods");
+        let stop = shutdown.clone();
+        let mut lost = leadership.subscribe();
+        let lost = async move {
+            let _ = lost.wait_for(|s| !s.is_leader()).await;
+        };
+        let run = controller::run(
+            client,
+            config,
+            metrics,
+            caches_ready,
+            leadership.guard(),
+            async move {
+                tokio::select! { () = stop.cancelled() => {}, () = lost => {} }
+            },
+        );
+        tokio::select! {
+            () = run => {}
+            _ = &mut elector_task => anyhow::bail!("leader election stopped"),
+        }
+        if !shutdown.is_cancelled() {
+            anyhow::bail!("lost the lease; exiting so a restart follows the new leader");
+        }
+    }
+    elector_task.await.context("leader election task")?;
+    admin_server.await.context("admin server task")??;
+    tracing::info!("kai-podgrouper stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_valid() {
+        super::Args::command().debug_assert();
+    }
+}
