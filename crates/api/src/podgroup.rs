@@ -176,8 +176,10 @@ pub struct PodGroupStatus {
     /// Lifecycle phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<PodGroupPhase>,
-    /// Conditions (`Scheduled`, `Unschedulable`, `Invalid`, `TimedOut`, ...).
+    /// Conditions (`Scheduled`, `Unschedulable`, `Invalid`, `TimedOut`, the podgrouper's warnings).
+    /// A map keyed by type, so each writer's server-side apply keeps the others' conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<PodGroupCondition>,
     /// KAI's per-node-pool scheduling conditions, with structured reasons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

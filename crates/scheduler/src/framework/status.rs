@@ -28,6 +28,8 @@ pub mod condition {
     pub const WARNING: &str = "Warning";
     /// `scheduleTimeoutSeconds` passed while unplaced.
     pub const TIMED_OUT: &str = "TimedOut";
+    /// Every condition type the scheduler writes (others are left to their owners).
+    pub const OURS: [&str; 5] = [SCHEDULED, UNSCHEDULABLE, INVALID, WARNING, TIMED_OUT];
 }
 
 /// RFC 3339 from milliseconds.
@@ -448,6 +450,15 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
             format!("not placed within scheduleTimeoutSeconds ({secs}s); still retried, and placed if room appears"),
             now,
         ));
+    }
+    // Conditions other components own (the podgrouper's warnings) are kept as they are: the status
+    // is written whole, and on servers that treat the list as atomic it would otherwise drop them.
+    if let Some(p) = prev {
+        for c in &p.conditions {
+            if !condition::OURS.contains(&c.type_.as_str()) {
+                status.conditions.push(c.clone());
+            }
+        }
     }
     let fingerprint = status_fingerprint(&status);
     let key = group.key.clone();
