@@ -78,7 +78,14 @@ impl Target {
     /// # Errors
     /// When the kubeconfig is missing or unreadable.
     pub async fn resolve() -> anyhow::Result<Self> {
-        let source = KubeconfigSource::from_env();
+        Self::resolve_from(KubeconfigSource::from_env()).await
+    }
+
+    /// Resolves the configuration from a given source without contacting the server.
+    ///
+    /// # Errors
+    /// When the kubeconfig is missing or unreadable.
+    pub async fn resolve_from(source: KubeconfigSource) -> anyhow::Result<Self> {
         let kubeconfig = match &source {
             KubeconfigSource::Env(_) => Kubeconfig::read().with_context(|| format!("reading {source}"))?,
             KubeconfigSource::Local(path) => {
@@ -176,6 +183,36 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::version::Info;
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_missing_local_kubeconfig_says_how_to_start_the_cluster() {
+        let source = KubeconfigSource::Local("/nonexistent/kai-dev/cluster/kubeconfig".into());
+        let err = Target::resolve_from(source).await.expect_err("no kubeconfig");
+        assert!(err.to_string().contains("cargo xtask cluster up"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_cluster_fails_with_the_start_hint() {
+        // Port 1 on loopback: nothing listens, the connection is refused at once.
+        let dir = std::env::temp_dir().join(format!("e2e-connect-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("kubeconfig");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1', \
+             insecure-skip-tls-verify: true}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\n\
+             users:\n- name: u\n  user: {token: t}\ncurrent-context: c\n",
+        )
+        .expect("write");
+        let target = Target::resolve_from(KubeconfigSource::Local(path))
+            .await
+            .expect("resolves");
+        let Err(err) = target.connect().await else {
+            panic!("connected to nothing")
+        };
+        assert!(err.to_string().contains("cargo xtask cluster up"), "{err}");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
 
     fn info(major: &str, minor: &str, git: &str) -> Info {
         Info {

@@ -138,15 +138,13 @@ pub async fn install_crds(client: &Client, crds: &[CrdSource]) -> anyhow::Result
     };
     for source in crds {
         let name = source.crd.name_any();
-        if let Some(existing) = api
+        let existing = api
             .get_opt(&name)
             .await
-            .with_context(|| format!("reading CRD {name}"))?
-        {
-            if !is_ours(&existing) {
-                report.foreign.push(name);
-                continue;
-            }
+            .with_context(|| format!("reading CRD {name}"))?;
+        if existing.is_some_and(|crd| !is_ours(&crd)) {
+            report.foreign.push(name);
+            continue;
         }
         let mut crd = source.crd.clone();
         if !keep_cel {

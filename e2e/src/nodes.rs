@@ -368,11 +368,10 @@ mod tests {
         assert_eq!(patch["status"]["allocatable"]["nvidia.com/gpu"], "4");
         assert_eq!(patch["status"]["conditions"][3]["type"], "Ready");
         assert!(
-            FakeNodes::new("cpu")
+            !FakeNodes::new("cpu")
                 .gpus(0)
                 .capacity
-                .get("nvidia.com/gpu")
-                .is_none()
+                .contains_key("nvidia.com/gpu")
         );
     }
 

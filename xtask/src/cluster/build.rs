@@ -73,8 +73,10 @@ pub(crate) fn build(paths: &DevPaths, dsc: &Path) -> anyhow::Result<()> {
 
     let go = |args: &[&str]| -> Command {
         let mut c = Command::new("go");
+        // Go derives the import path from $PWD: it must be the GOPATH path, not the resolved one.
         c.args(args)
             .current_dir(&link)
+            .env("PWD", &link)
             .env("GOPATH", &gopath)
             .env("GO111MODULE", "off")
             .env("CGO_ENABLED", "0")
@@ -116,6 +118,7 @@ pub(crate) fn build(paths: &DevPaths, dsc: &Path) -> anyhow::Result<()> {
             .arg("--report-filename")
             .arg(work.join("openapi-violations.txt"))
             .current_dir(&link)
+            .env("PWD", &link)
             .env("GOPATH", &gopath)
             .env("GO111MODULE", "off")
             .stdin(Stdio::null());

@@ -286,7 +286,7 @@ pub(crate) fn up() -> anyhow::Result<()> {
     let [etcd, apiserver, controller_manager] = daemons;
     step("etcd", || {
         report_start(&etcd, etcd.ensure_started()?);
-        wait_for(&etcd, Duration::from_secs(30), || etcd_healthy())
+        wait_for(&etcd, Duration::from_secs(30), etcd_healthy)
     })?;
     let rt = runtime()?;
     let client = step("kube-apiserver", || {
