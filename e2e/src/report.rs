@@ -71,6 +71,10 @@ async fn pods(client: &Client, namespace: &str, out: &mut String) {
     }
 }
 
+fn number(value: Option<i32>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
 async fn podgroups(client: &Client, namespace: &str, out: &mut String) {
     let api: Api<api::PodGroup> = Api::namespaced(client.clone(), namespace);
     let _ = writeln!(out, "-- podgroups.scheduling.run.ai");
@@ -83,13 +87,13 @@ async fn podgroups(client: &Client, namespace: &str, out: &mut String) {
                 let status = group.status.clone().unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "   {} minMember={:?} queue={} phase={} running={:?} pending={:?}",
+                    "   {} minMember={} queue={} phase={} running={} pending={}",
                     group.name_any(),
-                    group.spec.min_member,
+                    number(group.spec.min_member),
                     group.spec.queue.as_deref().unwrap_or("-"),
                     status.phase.map_or("-", api::PodGroupPhase::as_str),
-                    status.running,
-                    status.pending,
+                    number(status.running),
+                    number(status.pending),
                 );
                 for condition in &status.conditions {
                     let _ = writeln!(

@@ -25,14 +25,53 @@ use kube::{Client, Config};
 use self::daemon::Daemon;
 use self::pki::Pki;
 
-/// etcd client port (loopback).
-pub(crate) const ETCD_CLIENT_PORT: u16 = 12379;
-/// etcd peer port (loopback).
-pub(crate) const ETCD_PEER_PORT: u16 = 12380;
-/// kube-apiserver secure port (loopback).
-pub(crate) const APISERVER_PORT: u16 = 16443;
-/// kube-controller-manager secure port (loopback; health checks).
-pub(crate) const CONTROLLER_MANAGER_PORT: u16 = 16257;
+/// Environment variable shifting every port by the same amount, for machines where the defaults are
+/// taken. Everything sharing one state directory must use the same value.
+pub(crate) const ENV_PORT_OFFSET: &str = "KAI_DEV_PORT_OFFSET";
+
+/// Loopback ports of the control plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ports {
+    /// etcd client port (default 12379).
+    pub(crate) etcd_client: u16,
+    /// etcd peer port (default 12380).
+    pub(crate) etcd_peer: u16,
+    /// kube-apiserver secure port (default 16443).
+    pub(crate) apiserver: u16,
+    /// kube-controller-manager secure port, for health checks (default 16257).
+    pub(crate) controller_manager: u16,
+}
+
+impl Ports {
+    pub(crate) const DEFAULT: Self = Self {
+        etcd_client: 12379,
+        etcd_peer: 12380,
+        apiserver: 16443,
+        controller_manager: 16257,
+    };
+
+    /// The defaults shifted by `$KAI_DEV_PORT_OFFSET`.
+    pub(crate) fn from_env() -> anyhow::Result<Self> {
+        let offset: u16 = match std::env::var(ENV_PORT_OFFSET) {
+            Ok(value) if !value.trim().is_empty() => value
+                .trim()
+                .parse()
+                .with_context(|| format!("{ENV_PORT_OFFSET}={value} is not a port offset"))?,
+            _ => 0,
+        };
+        let shift = |port: u16| {
+            port.checked_add(offset)
+                .with_context(|| format!("{ENV_PORT_OFFSET}={offset} is too large"))
+        };
+        let d = Self::DEFAULT;
+        Ok(Self {
+            etcd_client: shift(d.etcd_client)?,
+            etcd_peer: shift(d.etcd_peer)?,
+            apiserver: shift(d.apiserver)?,
+            controller_manager: shift(d.controller_manager)?,
+        })
+    }
+}
 
 /// Runs a command, failing with its output when it exits non-zero.
 pub(crate) fn run(command: &mut Command, what: &str) -> anyhow::Result<()> {
@@ -90,13 +129,66 @@ fn step<T>(name: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<
 struct Layout {
     paths: DevPaths,
     pki: Pki,
+    ports: Ports,
 }
 
 impl Layout {
-    fn new() -> Self {
+    /// The ports are `$KAI_DEV_PORT_OFFSET`'s, unless a cluster runs: then the ones it was started with.
+    fn new() -> anyhow::Result<Self> {
         let paths = DevPaths::from_env();
         let pki = Pki::at(&paths.cluster_dir());
-        Self { paths, pki }
+        let wanted = Ports::from_env()?;
+        let mut layout = Self {
+            paths,
+            pki,
+            ports: wanted,
+        };
+        if let Some(recorded) = layout.recorded_ports() {
+            layout.ports = recorded;
+            if layout.daemons().iter().any(|d| d.running_pid().is_some()) {
+                if recorded != wanted && std::env::var_os(ENV_PORT_OFFSET).is_some() {
+                    println!(
+                        "note: the running cluster keeps its ports (apiserver {}); {ENV_PORT_OFFSET} applies after \
+                         `cargo xtask cluster down`",
+                        recorded.apiserver
+                    );
+                }
+            } else {
+                layout.ports = wanted;
+            }
+        }
+        Ok(layout)
+    }
+
+    fn ports_file(&self) -> std::path::PathBuf {
+        self.dir().join("ports")
+    }
+
+    fn recorded_ports(&self) -> Option<Ports> {
+        let text = std::fs::read_to_string(self.ports_file()).ok()?;
+        let numbers: Vec<u16> = text.split_whitespace().filter_map(|n| n.parse().ok()).collect();
+        match numbers[..] {
+            [etcd_client, etcd_peer, apiserver, controller_manager] => Some(Ports {
+                etcd_client,
+                etcd_peer,
+                apiserver,
+                controller_manager,
+            }),
+            _ => None,
+        }
+    }
+
+    fn record_ports(&self) -> anyhow::Result<()> {
+        let p = self.ports;
+        std::fs::create_dir_all(self.dir())?;
+        std::fs::write(
+            self.ports_file(),
+            format!(
+                "{} {} {} {}\n",
+                p.etcd_client, p.etcd_peer, p.apiserver, p.controller_manager
+            ),
+        )
+        .context("recording the ports")
     }
 
     fn dir(&self) -> std::path::PathBuf {
@@ -125,8 +217,8 @@ impl Layout {
     }
 
     fn etcd(&self) -> Daemon {
-        let client = format!("http://127.0.0.1:{ETCD_CLIENT_PORT}");
-        let peer = format!("http://127.0.0.1:{ETCD_PEER_PORT}");
+        let client = format!("http://127.0.0.1:{}", self.ports.etcd_client);
+        let peer = format!("http://127.0.0.1:{}", self.ports.etcd_peer);
         let args = vec![
             "--name=kai-dev".to_owned(),
             format!("--data-dir={}", self.dir().join("etcd").display()),
@@ -141,17 +233,17 @@ impl Layout {
             "etcd",
             "/usr/bin/etcd".into(),
             args,
-            vec![ETCD_CLIENT_PORT, ETCD_PEER_PORT],
+            vec![self.ports.etcd_client, self.ports.etcd_peer],
         )
     }
 
     fn apiserver(&self) -> Daemon {
         let p = |path: &Path| path.display().to_string();
         let args = vec![
-            format!("--etcd-servers=http://127.0.0.1:{ETCD_CLIENT_PORT}"),
+            format!("--etcd-servers=http://127.0.0.1:{}", self.ports.etcd_client),
             "--bind-address=127.0.0.1".to_owned(),
             "--advertise-address=127.0.0.1".to_owned(),
-            format!("--secure-port={APISERVER_PORT}"),
+            format!("--secure-port={}", self.ports.apiserver),
             "--insecure-port=0".to_owned(),
             format!("--cert-dir={}", self.dir().join("apiserver").display()),
             format!("--tls-cert-file={}", p(&self.pki.serving_cert)),
@@ -175,7 +267,7 @@ impl Layout {
             "kube-apiserver",
             self.paths.k8s_bin("kube-apiserver"),
             args,
-            vec![APISERVER_PORT],
+            vec![self.ports.apiserver],
         )
     }
 
@@ -184,7 +276,7 @@ impl Layout {
         let args = vec![
             format!("--kubeconfig={}", p(&self.controller_manager_kubeconfig())),
             "--bind-address=127.0.0.1".to_owned(),
-            format!("--secure-port={CONTROLLER_MANAGER_PORT}"),
+            format!("--secure-port={}", self.ports.controller_manager),
             "--port=0".to_owned(),
             format!("--tls-cert-file={}", p(&self.pki.serving_cert)),
             format!("--tls-private-key-file={}", p(&self.pki.serving_key)),
@@ -204,7 +296,7 @@ impl Layout {
             "kube-controller-manager",
             self.paths.k8s_bin("kube-controller-manager"),
             args,
-            vec![CONTROLLER_MANAGER_PORT],
+            vec![self.ports.controller_manager],
         )
     }
 
@@ -240,7 +332,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// `cargo xtask cluster up`.
 pub(crate) fn up() -> anyhow::Result<()> {
     let started = Instant::now();
-    let layout = Layout::new();
+    let layout = Layout::new()?;
     let _lock = step("lock state directory", || lock(&layout.paths))?;
     let daemons = layout.daemons();
     let all_running = daemons.iter().all(|d| d.running_pid().is_some());
@@ -281,12 +373,15 @@ pub(crate) fn up() -> anyhow::Result<()> {
     }
 
     step("certificates, keys and admin token", || layout.pki.ensure())?;
+    layout.record_ports()?;
     step("kubeconfig", || write_kubeconfigs(&layout))?;
 
     let [etcd, apiserver, controller_manager] = daemons;
     step("etcd", || {
         report_start(&etcd, etcd.ensure_started()?);
-        wait_for(&etcd, Duration::from_secs(30), etcd_healthy)
+        wait_for(&etcd, Duration::from_secs(30), || {
+            etcd_healthy(layout.ports.etcd_client)
+        })
     })?;
     let rt = runtime()?;
     let client = step("kube-apiserver", || {
@@ -330,7 +425,11 @@ fn report_start(daemon: &Daemon, (pid, started): (u32, bool)) {
 fn write_kubeconfigs(layout: &Layout) -> anyhow::Result<()> {
     let ca = std::fs::read_to_string(&layout.pki.ca_cert).context("reading the CA certificate")?;
     let token = layout.pki.admin_token()?;
-    let text = pki::kubeconfig(&format!("https://127.0.0.1:{APISERVER_PORT}"), &ca, &token)?;
+    let text = pki::kubeconfig(
+        &format!("https://127.0.0.1:{}", layout.ports.apiserver),
+        &ca,
+        &token,
+    )?;
     for path in [layout.paths.kubeconfig(), layout.controller_manager_kubeconfig()] {
         if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
             pki::write_private(&path, &text)?;
@@ -367,9 +466,9 @@ fn wait_for(daemon: &Daemon, timeout: Duration, mut healthy: impl FnMut() -> boo
 }
 
 /// etcd's `/health` over plain HTTP/1.0 on loopback.
-fn etcd_healthy() -> bool {
+fn etcd_healthy(port: u16) -> bool {
     use std::io::{Read as _, Write as _};
-    let address = std::net::SocketAddr::from(([127, 0, 0, 1], ETCD_CLIENT_PORT));
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let Ok(mut stream) = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)) else {
         return false;
     };
@@ -425,8 +524,8 @@ async fn wait_apiserver(layout: &Layout, daemon: &Daemon) -> anyhow::Result<Clie
     }
     let version = client.apiserver_version().await?;
     println!(
-        "    ready: {} at https://127.0.0.1:{APISERVER_PORT}",
-        version.git_version
+        "    ready: {} at https://127.0.0.1:{}",
+        version.git_version, layout.ports.apiserver
     );
     Ok(client)
 }
@@ -436,9 +535,10 @@ async fn wait_apiserver(layout: &Layout, daemon: &Daemon) -> anyhow::Result<Clie
 async fn wait_controller_manager(layout: &Layout, client: &Client, daemon: &Daemon) -> anyhow::Result<()> {
     let health = {
         let kubeconfig = Kubeconfig::from_yaml(&format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: kcm\n  cluster:\n    server: https://127.0.0.1:{CONTROLLER_MANAGER_PORT}\n    \
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kcm\n  cluster:\n    server: https://127.0.0.1:{}\n    \
              certificate-authority: {}\ncontexts:\n- name: kcm\n  context: {{cluster: kcm, user: anonymous}}\n\
              users:\n- name: anonymous\n  user: {{}}\ncurrent-context: kcm\n",
+            layout.ports.controller_manager,
             layout.pki.ca_cert.display()
         ))?;
         Client::try_from(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)?
@@ -480,7 +580,7 @@ async fn wait_controller_manager(layout: &Layout, client: &Client, daemon: &Daem
 
 /// `cargo xtask cluster down [--purge]`.
 pub(crate) fn down(purge: bool) -> anyhow::Result<()> {
-    let layout = Layout::new();
+    let layout = Layout::new()?;
     let _lock = lock(&layout.paths)?;
     for daemon in layout.daemons().iter().rev() {
         step(&format!("stop {}", daemon.name), || {
@@ -511,7 +611,7 @@ pub(crate) fn down(purge: bool) -> anyhow::Result<()> {
 
 /// `cargo xtask cluster status`.
 pub(crate) fn status() -> anyhow::Result<()> {
-    let layout = Layout::new();
+    let layout = Layout::new()?;
     println!("state directory: {}", layout.paths.home().display());
     let cached = build::is_cached(&layout.paths);
     println!(
@@ -540,6 +640,7 @@ pub(crate) fn status() -> anyhow::Result<()> {
         }
     }
     println!("kubeconfig: {}", layout.paths.kubeconfig().display());
+    println!("kubectl:    {}", layout.paths.k8s_bin("kubectl").display());
     if all {
         let rt = runtime()?;
         match rt.block_on(async {
