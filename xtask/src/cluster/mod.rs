@@ -338,6 +338,8 @@ pub(crate) fn up() -> anyhow::Result<()> {
     let all_running = daemons.iter().all(|d| d.running_pid().is_some());
     let cached = build::is_cached(&layout.paths);
 
+    // One apt session, so `apt-get update` runs at most as often as needed across both steps.
+    let mut apt = None;
     step("apt packages", || {
         let mut needed = vec!["etcd-server"];
         if !layout.pki.is_complete() {
@@ -350,7 +352,7 @@ pub(crate) fn up() -> anyhow::Result<()> {
             println!("    nothing to install");
             return Ok(());
         }
-        apt::Apt::new()?.ensure_packages(&needed)
+        apt.insert(apt::Apt::new()?).ensure_packages(&needed)
     })?;
 
     if cached {
@@ -361,7 +363,11 @@ pub(crate) fn up() -> anyhow::Result<()> {
         );
     } else {
         let dsc = step("fetch kubernetes source package", || {
-            build::ensure_source(&mut apt::Apt::new()?, &layout.paths)
+            let apt = match &mut apt {
+                Some(apt) => apt,
+                None => apt.insert(apt::Apt::new()?),
+            };
+            build::ensure_source(apt, &layout.paths)
         })?;
         step(
             &format!(
