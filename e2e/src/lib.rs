@@ -1,1 +1,49 @@
-//! placeholder
+//! Tests against a real API server, and the library they stand on.
+//!
+//! Owns: finding the cluster ([`connect`]), installing what the project needs ([`install`]), applying
+//! YAML ([`apply`]), fake nodes ([`nodes`]), the node agent that plays the kubelet ([`agent`]), the
+//! per-test environment ([`harness::TestEnv`]), failure reports ([`report`]), the project's kubectl
+//! ([`kubectl`]) and binaries ([`component`]). `cargo xtask` uses the same code for the local control
+//! plane, so the tests and the developer's cluster are set up alike.
+//!
+//! Must not: be needed by the project's components at run time.
+//!
+//! A test:
+//! ```no_run
+//! use e2e::{FakeNodes, TestEnv};
+//!
+//! # async fn example() -> anyhow::Result<()> {
+//! let t = TestEnv::start("my-test").await?;
+//! let nodes = t.create_nodes(FakeNodes::new("gpu").count(2).gpus(8)).await?;
+//! t.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n").await?;
+//! t.finish().await
+//! # }
+//! ```
+
+pub mod agent;
+pub mod apply;
+pub mod component;
+pub mod connect;
+pub mod harness;
+pub mod install;
+pub mod kubectl;
+pub mod nodes;
+pub mod paths;
+pub mod report;
+
+pub use agent::{EXIT_CODE_ANNOTATION, NodeAgent, RUN_SECONDS_ANNOTATION};
+pub use apply::{Applier, FIELD_MANAGER, Placement};
+pub use component::Component;
+pub use connect::{ServerVersion, Target};
+pub use harness::TestEnv;
+pub use kubectl::Kubectl;
+pub use nodes::FakeNodes;
+pub use paths::DevPaths;
+
+/// The current time as Kubernetes writes it (RFC 3339, whole seconds, UTC).
+#[must_use]
+pub fn now() -> String {
+    jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+        .expect("invariant: the current time is a valid timestamp")
+        .to_string()
+}

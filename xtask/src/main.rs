@@ -1,5 +1,128 @@
-fn main() {
-    for f in api::crds() {
-        println!("# {}\n{}", f.path, serde_yaml::to_string(&f.crd).unwrap());
+//! `cargo xtask`: the project's developer tasks.
+//!
+//! Owns: CRD generation (`crds`), the local Kubernetes control plane (`cluster`), fake nodes (`nodes`),
+//! removing what e2e tests left behind (`e2e-clean`) and the CI entry point (`ci`). Talks to clusters
+//! through the e2e crate's library, so the tests and the developer's cluster are set up by one piece of
+//! code. Must not: be needed by the project's components at run time.
+
+mod ci;
+mod cluster;
+mod crds;
+mod nodes;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "Developer tasks of the KAI scheduler workspace"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Write crds/ from the API types (--check: fail when crds/ is stale).
+    Crds {
+        /// Only check; exit non-zero naming stale files.
+        #[arg(long)]
+        check: bool,
+    },
+    /// The local Kubernetes v1.20.2 control plane (state in $KAI_DEV_HOME, default ~/.cache/kai-dev).
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterTask,
+    },
+    /// Fake nodes on the cluster (KUBECONFIG, else the local control plane).
+    Nodes {
+        #[command(subcommand)]
+        command: NodesTask,
+    },
+    /// Delete namespaces and fake nodes that finished e2e tests left behind (e.g. with KAI_E2E_KEEP=1).
+    E2eClean,
+    /// Run every CI check: fmt, clippy, unit tests, crds --check, cluster up, e2e tests.
+    Ci,
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterTask {
+    /// Build (once) and start etcd, kube-apiserver and kube-controller-manager; install the project's CRDs.
+    Up,
+    /// Stop what `up` started.
+    Down {
+        /// Also remove the cluster state (etcd data, certificates, kubeconfig); cached binaries stay.
+        #[arg(long)]
+        purge: bool,
+    },
+    /// Show what runs, versions and the kubeconfig path.
+    Status,
+}
+
+#[derive(Debug, Subcommand)]
+enum NodesTask {
+    /// Create fake nodes (Ready, with capacity, without the not-ready taint).
+    Create(nodes::CreateArgs),
+    /// Delete the fake nodes whose names start with the prefix.
+    Delete {
+        /// Name prefix.
+        #[arg(long)]
+        prefix: String,
+    },
+    /// Play the kubelet for the fake nodes of a prefix until Ctrl-C (bound pods become Running).
+    Agent {
+        /// Name prefix given to `nodes create`.
+        #[arg(long)]
+        prefix: String,
+    },
+}
+
+fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Task::Crds { check: true } => crds::check(&e2e::paths::crds_dir()),
+        Task::Crds { check: false } => crds::write(&e2e::paths::crds_dir()),
+        Task::Cluster {
+            command: ClusterTask::Up,
+        } => cluster::up(),
+        Task::Cluster {
+            command: ClusterTask::Down { purge },
+        } => cluster::down(purge),
+        Task::Cluster {
+            command: ClusterTask::Status,
+        } => cluster::status(),
+        Task::Nodes { command } => {
+            let rt = async_runtime()?;
+            match command {
+                NodesTask::Create(args) => rt.block_on(nodes::create(&args)),
+                NodesTask::Delete { prefix } => rt.block_on(nodes::delete(&prefix)),
+                NodesTask::Agent { prefix } => rt.block_on(nodes::agent(&prefix)),
+            }
+        }
+        Task::E2eClean => async_runtime()?.block_on(async {
+            let client = cluster::connect().await?;
+            let (namespaces, nodes) = e2e::harness::clean_leftovers(&client).await?;
+            println!("removed {namespaces} test namespaces and {nodes} orphaned fake nodes");
+            Ok(())
+        }),
+        Task::Ci => ci::run(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn cli_is_valid() {
+        super::Cli::command().debug_assert();
     }
 }

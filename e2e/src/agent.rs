@@ -1,0 +1,560 @@
+//! The node agent: plays the kubelet for a set of fake nodes.
+//!
+//! Pods bound to those nodes (`spec.nodeName` set, phase Pending) become Running and Ready. Pods with
+//! [`RUN_SECONDS_ANNOTATION`] finish after that many seconds: Succeeded, or Failed when
+//! [`EXIT_CODE_ANNOTATION`] is non-zero. Pods with a deletion timestamp are deleted with grace period 0,
+//! confirming the deletion as a kubelet would. Works for pods created by the real Job and ReplicaSet
+//! controllers.
+//!
+//! Must not: touch pods on nodes it does not own (nodes are cluster-wide, tests run in parallel).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt as _, reflector as reflect};
+use kube::{Client, ResourceExt as _};
+use serde_json::json;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+/// Pod annotation: seconds after start at which the pod finishes.
+pub const RUN_SECONDS_ANNOTATION: &str = "e2e.kai.dev/run-seconds";
+/// Pod annotation: exit code of the finished pod (non-zero means Failed). Without
+/// [`RUN_SECONDS_ANNOTATION`] the pod finishes right after it starts.
+pub const EXIT_CODE_ANNOTATION: &str = "e2e.kai.dev/exit-code";
+
+/// Concurrent writes to the API server.
+const MAX_IN_FLIGHT: usize = 32;
+/// How often every known pod is looked at again (a write that failed is retried then).
+const RESYNC: Duration = Duration::from_secs(3);
+
+/// A running node agent. Stops when dropped.
+#[derive(Debug)]
+pub struct NodeAgent {
+    task: JoinHandle<()>,
+    selector: String,
+}
+
+impl NodeAgent {
+    /// Starts the agent for the nodes matching `node_selector` (a label selector) on the current runtime.
+    #[must_use]
+    pub fn start(client: Client, node_selector: &str) -> Self {
+        let selector = node_selector.to_owned();
+        let task = tokio::spawn(run(client, selector.clone()));
+        Self { task, selector }
+    }
+
+    /// The label selector of the nodes it plays the kubelet for.
+    #[must_use]
+    pub fn selector(&self) -> &str {
+        &self.selector
+    }
+
+    /// Whether the agent's task ended (it only ends on a panic or when stopped).
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Stops the agent and waits for it.
+    pub async fn stop(self) {
+        self.task.abort();
+        let mut this = self;
+        // The task was aborted; its JoinError says only that.
+        let _ = (&mut this.task).await;
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// What the agent last did to a pod, so watch echoes of its own writes are not acted on twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Starting,
+    Running,
+    Finishing,
+    Deleting,
+}
+
+/// The agent's decision for one pod; pure, so it is unit-tested.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Action {
+    Start,
+    ScheduleFinish { after: Duration, exit_code: i32 },
+    Delete,
+    Nothing,
+}
+
+fn decide(pod: &Pod, stage: Option<Stage>, now: jiff::Timestamp) -> Action {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return if stage == Some(Stage::Deleting) {
+            Action::Nothing
+        } else {
+            Action::Delete
+        };
+    }
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending");
+    match phase {
+        "Pending" if stage.is_none() => Action::Start,
+        "Running" if matches!(stage, None | Some(Stage::Starting)) => match finish_plan(pod) {
+            Some((run_for, exit_code)) => {
+                let started = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.start_time.as_ref())
+                    .map_or(now, |t| t.0);
+                let elapsed = now.duration_since(started).unsigned_abs();
+                Action::ScheduleFinish {
+                    after: run_for.saturating_sub(elapsed),
+                    exit_code,
+                }
+            }
+            None => Action::Nothing,
+        },
+        _ => Action::Nothing,
+    }
+}
+
+/// How long the pod runs and with which exit code, when it finishes at all.
+fn finish_plan(pod: &Pod) -> Option<(Duration, i32)> {
+    let annotations = pod.annotations();
+    let seconds = annotations
+        .get(RUN_SECONDS_ANNOTATION)
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    let exit_code = annotations
+        .get(EXIT_CODE_ANNOTATION)
+        .and_then(|v| v.trim().parse::<i32>().ok());
+    match (seconds, exit_code) {
+        (None, None) => None,
+        (seconds, exit_code) => {
+            let seconds = seconds.filter(|s| s.is_finite() && *s >= 0.0).unwrap_or(0.0);
+            Some((Duration::from_secs_f64(seconds), exit_code.unwrap_or(0)))
+        }
+    }
+}
+
+/// The Running status of a pod.
+fn running_status(pod: &Pod, host_ip: &str, pod_ip: &str, now: &str) -> serde_json::Value {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let condition = |type_: &str| json!({"type": type_, "status": "True", "lastTransitionTime": now});
+    let containers: Vec<serde_json::Value> = spec
+        .containers
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name, "ready": true, "started": true, "restartCount": 0,
+                "image": c.image.clone().unwrap_or_default(), "imageID": "",
+                "containerID": format!("fake://{}/{}", pod.uid().unwrap_or_default(), c.name),
+                "state": {"running": {"startedAt": now}},
+            })
+        })
+        .collect();
+    let init_containers: Vec<serde_json::Value> = spec
+        .init_containers
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name, "ready": true, "restartCount": 0,
+                "image": c.image.clone().unwrap_or_default(), "imageID": "",
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}},
+            })
+        })
+        .collect();
+    json!({
+        "status": {
+            "phase": "Running",
+            "hostIP": host_ip,
+            "podIP": pod_ip,
+            "podIPs": [{"ip": pod_ip}],
+            "startTime": now,
+            "conditions": [
+                condition("Initialized"), condition("Ready"), condition("ContainersReady"), condition("PodScheduled"),
+            ],
+            "containerStatuses": containers,
+            "initContainerStatuses": init_containers,
+        }
+    })
+}
+
+/// The finished status of a pod.
+fn finished_status(pod: &Pod, exit_code: i32, now: &str) -> serde_json::Value {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let (phase, reason) = if exit_code == 0 {
+        ("Succeeded", "Completed")
+    } else {
+        ("Failed", "Error")
+    };
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map_or_else(|| now.to_owned(), |t| t.0.to_string());
+    let not_ready = |type_: &str| json!({"type": type_, "status": "False", "reason": "PodCompleted", "lastTransitionTime": now});
+    let containers: Vec<serde_json::Value> = spec
+        .containers
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name, "ready": false, "started": false, "restartCount": 0,
+                "image": c.image.clone().unwrap_or_default(), "imageID": "",
+                "containerID": format!("fake://{}/{}", pod.uid().unwrap_or_default(), c.name),
+                "state": {"terminated": {
+                    "exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": now,
+                }},
+            })
+        })
+        .collect();
+    json!({
+        "status": {
+            "phase": phase,
+            "conditions": [
+                {"type": "Initialized", "status": "True", "reason": "PodCompleted", "lastTransitionTime": started},
+                not_ready("Ready"), not_ready("ContainersReady"),
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": started},
+            ],
+            "containerStatuses": containers,
+        }
+    })
+}
+
+/// Outcome of one write, fed back to the loop.
+enum Done {
+    /// The write failed; forget the stage so the next look retries.
+    Failed(String),
+    /// The pod's finish timer fired.
+    Finish(String, i32),
+}
+
+struct Agent {
+    client: Client,
+    pods: Store<Pod>,
+    /// Owned node name -> its InternalIP.
+    nodes: HashMap<String, String>,
+    stages: HashMap<String, Stage>,
+    writes: Arc<Semaphore>,
+    done: mpsc::UnboundedSender<Done>,
+    pod_ips: Arc<AtomicU32>,
+}
+
+async fn run(client: Client, selector: String) {
+    let (pods, writer) = reflector::store::<Pod>();
+    let pod_events = reflect(
+        writer,
+        watcher::watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()),
+    )
+    .default_backoff()
+    .boxed();
+    let node_events = watcher::watcher(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default().labels(&selector),
+    )
+    .default_backoff()
+    .boxed();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let mut agent = Agent {
+        client,
+        pods,
+        nodes: HashMap::new(),
+        stages: HashMap::new(),
+        writes: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        done: done_tx,
+        pod_ips: Arc::new(AtomicU32::new(0)),
+    };
+    let mut pod_events = pod_events;
+    let mut node_events = node_events;
+    let mut resync = tokio::time::interval(RESYNC);
+    loop {
+        tokio::select! {
+            Some(event) = node_events.next() => match event {
+                Ok(event) => agent.on_node_event(event),
+                Err(err) => warn!(%err, "node watch failed; retrying"),
+            },
+            Some(event) = pod_events.next() => match event {
+                Ok(event) => agent.on_pod_event(event),
+                Err(err) => warn!(%err, "pod watch failed; retrying"),
+            },
+            Some(done) = done_rx.recv() => agent.on_done(done),
+            _ = resync.tick() => agent.resync(),
+            else => break,
+        }
+    }
+}
+
+fn key_of(pod: &Pod) -> String {
+    pod.uid()
+        .unwrap_or_else(|| format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()))
+}
+
+impl Agent {
+    fn on_node_event(&mut self, event: Event<Node>) {
+        match event {
+            Event::Apply(node) | Event::InitApply(node) => {
+                let name = node.name_any();
+                let ip = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.addresses.as_ref())
+                    .and_then(|a| {
+                        a.iter()
+                            .find(|a| a.type_ == "InternalIP")
+                            .map(|a| a.address.clone())
+                    })
+                    .unwrap_or_default();
+                let new = self.nodes.insert(name.clone(), ip).is_none();
+                if new {
+                    debug!(node = %name, "owning node");
+                    for pod in self.pods.state() {
+                        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()) {
+                            self.handle(&pod);
+                        }
+                    }
+                }
+            }
+            Event::Delete(node) => {
+                self.nodes.remove(&node.name_any());
+            }
+            Event::Init | Event::InitDone => {}
+        }
+    }
+
+    fn on_pod_event(&mut self, event: Event<Pod>) {
+        match event {
+            Event::Apply(pod) | Event::InitApply(pod) => self.handle(&pod),
+            Event::Delete(pod) => {
+                self.stages.remove(&key_of(&pod));
+            }
+            Event::Init | Event::InitDone => {}
+        }
+    }
+
+    fn on_done(&mut self, done: Done) {
+        match done {
+            Done::Failed(key) => {
+                self.stages.remove(&key);
+            }
+            Done::Finish(key, exit_code) => {
+                let pod = self.pods.state().into_iter().find(|p| key_of(p) == key);
+                if let Some(pod) = pod
+                    && pod.metadata.deletion_timestamp.is_none()
+                    && self.stages.get(&key) == Some(&Stage::Running)
+                {
+                    self.stages.insert(key.clone(), Stage::Finishing);
+                    let patch = finished_status(&pod, exit_code, &crate::now());
+                    self.write_status(&pod, key, patch);
+                }
+            }
+        }
+    }
+
+    fn resync(&mut self) {
+        let live: HashSet<String> = self.pods.state().iter().map(|p| key_of(p)).collect();
+        self.stages.retain(|key, _| live.contains(key));
+        for pod in self.pods.state() {
+            self.handle(&pod);
+        }
+    }
+
+    fn handle(&mut self, pod: &Pod) {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            return;
+        };
+        let Some(host_ip) = self.nodes.get(&node).cloned() else {
+            return;
+        };
+        let key = key_of(pod);
+        match decide(pod, self.stages.get(&key).copied(), jiff::Timestamp::now()) {
+            Action::Nothing => {}
+            Action::Delete => {
+                self.stages.insert(key.clone(), Stage::Deleting);
+                self.delete(pod, key);
+            }
+            Action::Start => {
+                self.stages.insert(key.clone(), Stage::Starting);
+                let n = self.pod_ips.fetch_add(1, Ordering::Relaxed);
+                let pod_ip = format!("198.19.{}.{}", (n / 250) % 250, n % 250 + 1);
+                let patch = running_status(pod, &host_ip, &pod_ip, &crate::now());
+                self.write_status(pod, key, patch);
+            }
+            Action::ScheduleFinish { after, exit_code } => {
+                self.stages.insert(key.clone(), Stage::Running);
+                let done = self.done.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = done.send(Done::Finish(key, exit_code));
+                });
+            }
+        }
+    }
+
+    fn write_status(&self, pod: &Pod, key: String, patch: serde_json::Value) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let name = pod.name_any();
+        let writes = Arc::clone(&self.writes);
+        let done = self.done.clone();
+        tokio::spawn(async move {
+            let _permit = writes.acquire_owned().await;
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(err) => {
+                    warn!(pod = %name, %err, "status write failed; will retry");
+                    let _ = done.send(Done::Failed(key));
+                }
+            }
+        });
+    }
+
+    fn delete(&self, pod: &Pod, key: String) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let name = pod.name_any();
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: pod.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let writes = Arc::clone(&self.writes);
+        let done = self.done.clone();
+        tokio::spawn(async move {
+            let _permit = writes.acquire_owned().await;
+            match api.delete(&name, &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+                Err(err) => {
+                    warn!(pod = %name, %err, "delete failed; will retry");
+                    let _ = done.send(Done::Failed(key));
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn pod(phase: &str, annotations: &[(&str, &str)]) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                uid: Some("u1".into()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect::<BTreeMap<_, _>>(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("n".into()),
+                containers: vec![Container {
+                    name: "c".into(),
+                    image: Some("img".into()),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn pending_pods_start_once() {
+        let now = jiff::Timestamp::now();
+        assert_eq!(decide(&pod("Pending", &[]), None, now), Action::Start);
+        assert_eq!(
+            decide(&pod("Pending", &[]), Some(Stage::Starting), now),
+            Action::Nothing
+        );
+        assert_eq!(
+            decide(&pod("Running", &[]), Some(Stage::Starting), now),
+            Action::Nothing
+        );
+    }
+
+    #[test]
+    fn annotated_pods_finish_after_their_run_time() {
+        let now = jiff::Timestamp::now();
+        let mut running = pod(
+            "Running",
+            &[(RUN_SECONDS_ANNOTATION, "5"), (EXIT_CODE_ANNOTATION, "3")],
+        );
+        running.status.as_mut().expect("status").start_time =
+            Some(Time(now - jiff::SignedDuration::from_secs(2)));
+        match decide(&running, Some(Stage::Starting), now) {
+            Action::ScheduleFinish { after, exit_code } => {
+                assert_eq!(exit_code, 3);
+                assert!(
+                    after <= Duration::from_secs(3) && after >= Duration::from_millis(2900),
+                    "{after:?}"
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(decide(&running, Some(Stage::Running), now), Action::Nothing);
+        assert_eq!(
+            decide(
+                &pod("Succeeded", &[(RUN_SECONDS_ANNOTATION, "1")]),
+                Some(Stage::Finishing),
+                now
+            ),
+            Action::Nothing
+        );
+    }
+
+    #[test]
+    fn terminating_pods_are_deleted_once() {
+        let now = jiff::Timestamp::now();
+        let mut terminating = pod("Running", &[]);
+        terminating.metadata.deletion_timestamp = Some(Time(now));
+        assert_eq!(decide(&terminating, Some(Stage::Running), now), Action::Delete);
+        assert_eq!(decide(&terminating, Some(Stage::Deleting), now), Action::Nothing);
+    }
+
+    #[test]
+    fn statuses_look_like_a_kubelets() {
+        let p = pod("Pending", &[]);
+        let running = running_status(&p, "198.18.0.1", "198.19.0.1", "2026-01-01T00:00:00Z");
+        assert_eq!(running["status"]["phase"], "Running");
+        assert_eq!(running["status"]["containerStatuses"][0]["ready"], true);
+        let failed = finished_status(&p, 2, "2026-01-01T00:00:01Z");
+        assert_eq!(failed["status"]["phase"], "Failed");
+        assert_eq!(
+            failed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+            2
+        );
+        assert_eq!(finished_status(&p, 0, "x")["status"]["phase"], "Succeeded");
+    }
+}

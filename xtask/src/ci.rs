@@ -1,0 +1,98 @@
+//! `cargo xtask ci`: everything CI checks, in order, with a summary of the time each step took.
+//!
+//! Formatting, clippy, unit and doc tests, CRD freshness, the local control plane (built and started
+//! when missing), then the e2e tier against it. The cluster is left running.
+
+use std::ffi::OsString;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+
+enum Step {
+    Cargo(&'static [&'static str]),
+    CrdsCheck,
+    ClusterUp,
+}
+
+const STEPS: [(&str, Step); 6] = [
+    (
+        "cargo fmt --check",
+        Step::Cargo(&["fmt", "--all", "--", "--check"]),
+    ),
+    (
+        "cargo clippy",
+        Step::Cargo(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    ),
+    (
+        "unit and doc tests",
+        Step::Cargo(&["test", "--workspace", "--exclude", "e2e", "--locked"]),
+    ),
+    ("cargo xtask crds --check", Step::CrdsCheck),
+    ("cargo xtask cluster up", Step::ClusterUp),
+    ("e2e tests", Step::Cargo(&["test", "-p", "e2e", "--locked"])),
+];
+
+fn cargo() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"))
+}
+
+fn run_step(step: &Step) -> anyhow::Result<()> {
+    match step {
+        Step::Cargo(args) => {
+            let status = Command::new(cargo())
+                .args(*args)
+                .current_dir(e2e::paths::workspace_root())
+                .status()?;
+            if !status.success() {
+                bail!("cargo {} failed ({status})", args.join(" "));
+            }
+            Ok(())
+        }
+        Step::CrdsCheck => crate::crds::check(&e2e::paths::crds_dir()),
+        Step::ClusterUp => crate::cluster::up(),
+    }
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut results: Vec<(&str, Duration, bool)> = Vec::new();
+    let mut failure = None;
+    for (name, step) in &STEPS {
+        println!("\n######## {name}");
+        let step_started = Instant::now();
+        let outcome = run_step(step);
+        let ok = outcome.is_ok();
+        results.push((name, step_started.elapsed(), ok));
+        if let Err(err) = outcome {
+            failure = Some(format!("{name}: {err:#}"));
+            break;
+        }
+    }
+    println!("\n######## summary");
+    for (name, took, ok) in &results {
+        println!(
+            "  {:<28} {:>8.1}s  {}",
+            name,
+            took.as_secs_f64(),
+            if *ok { "ok" } else { "FAILED" }
+        );
+    }
+    for (name, _) in STEPS.iter().skip(results.len()) {
+        println!("  {name:<28} {:>9}  skipped", "-");
+    }
+    println!("  {:<28} {:>8.1}s", "total", started.elapsed().as_secs_f64());
+    if let Some(failure) = failure {
+        bail!("ci failed at {failure}");
+    }
+    println!("The local control plane keeps running; stop it with `cargo xtask cluster down`.");
+    Ok(())
+}
