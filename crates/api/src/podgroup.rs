@@ -173,8 +173,10 @@ pub struct SubGroup {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupStatus {
-    /// Lifecycle phase.
+    /// Lifecycle phase. A plain string in the schema (as in KAI's CRD), so phases other tools write are
+    /// accepted; this scheduler writes the [`PodGroupPhase`] values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub phase: Option<PodGroupPhase>,
     /// Conditions (`Scheduled`, `Unschedulable`, `Invalid`, `TimedOut`, the podgrouper's warnings).
     /// A map keyed by type, so each writer's server-side apply keeps the others' conditions.
