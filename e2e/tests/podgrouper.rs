@@ -1,0 +1,444 @@
+//! The podgrouper against a real API server: the binary runs as a local process (one per test, limited
+//! to the test's namespace); batch Jobs, Deployments and bare pods get their pods from the real
+//! controllers; for the CRD kinds (JobSet, RayCluster, TrainJob, PyTorchJob, LeaderWorkerSet) the test
+//! creates the owner objects and the pods with the owner references their operators would set.
+//!
+//! Each test asserts the PodGroups' fields and the pods' annotations and labels.
+//!
+//! Run one: `cargo test -p e2e --test podgrouper raycluster`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use api::{PodGroup, keys};
+use e2e::TestEnv;
+use e2e::component::Component;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(45);
+const COMPONENT: &str = "podgrouper";
+static BUILT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// A test namespace with the fixture CRDs and a podgrouper watching it.
+async fn start(test: &str) -> anyhow::Result<TestEnv> {
+    BUILT
+        .get_or_try_init(|| async { tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await? })
+        .await?;
+    let t = TestEnv::start(test).await?;
+    t.install_fixture_crds().await?;
+    start_podgrouper(&t)?;
+    Ok(t)
+}
+
+fn start_podgrouper(t: &TestEnv) -> anyhow::Result<()> {
+    t.start_component(COMPONENT, "kai-podgrouper", ["--namespace", t.namespace(), "--admin-address", "127.0.0.1:0"])
+}
+
+/// Applies one object given as JSON; returns it as stored.
+async fn apply(t: &TestEnv, object: &Value) -> anyhow::Result<DynamicObject> {
+    let mut applied = t.apply_yaml(&serde_json::to_string(object)?).await?;
+    applied.pop().ok_or_else(|| anyhow::anyhow!("nothing applied"))
+}
+
+/// An owner reference to `owner` as its controller would write it.
+fn owned_by(owner: &DynamicObject) -> Value {
+    reference(owner, true)
+}
+
+fn reference(owner: &DynamicObject, controller: bool) -> Value {
+    let types = owner.types.clone().unwrap_or_default();
+    json!([{
+        "apiVersion": types.api_version, "kind": types.kind, "name": owner.name_any(),
+        "uid": owner.uid().unwrap_or_default(), "controller": controller,
+    }])
+}
+
+/// A pod of the scheduler, as an operator would create it.
+fn pod(name: &str, labels: Value, owner: &DynamicObject) -> Value {
+    pod_with(name, labels, owned_by(owner))
+}
+
+fn pod_with(name: &str, labels: Value, owner_references: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels, "ownerReferences": owner_references},
+        "spec": {"schedulerName": keys::SCHEDULER_NAME, "containers": [{"name": "c", "image": "busybox"}]},
+    })
+}
+
+fn group_of(p: &Pod) -> Option<String> {
+    p.annotations().get(keys::POD_GROUP_NAME).cloned()
+}
+
+fn sub_group_of(p: &Pod) -> Option<String> {
+    p.labels().get(keys::SUBGROUP_NAME).cloned()
+}
+
+/// Waits until `count` pods matching `selector` all carry a group annotation.
+async fn grouped_pods(t: &TestEnv, selector: &str, count: usize) -> anyhow::Result<Vec<Pod>> {
+    t.wait_for_pods(&format!("{count} grouped pods ({selector})"), selector, TIMEOUT, |pods| {
+        pods.len() == count && pods.iter().all(|p| group_of(p).is_some())
+    })
+    .await
+}
+
+/// Waits until the PodGroup `name` exists and satisfies `accept`.
+async fn pod_group(t: &TestEnv, name: &str, accept: impl Fn(&PodGroup) -> bool) -> anyhow::Result<PodGroup> {
+    let api: Api<PodGroup> = t.api();
+    t.wait_until(&format!("PodGroup {name}"), TIMEOUT, async || Ok(api.get_opt(name).await?.filter(|pg| accept(pg))))
+        .await
+}
+
+async fn pod_groups(t: &TestEnv) -> anyhow::Result<Vec<PodGroup>> {
+    Ok(t.api::<PodGroup>().list(&ListParams::default()).await?.items)
+}
+
+fn owner_of(pg: &PodGroup) -> (String, String) {
+    let o = pg.owner_references().first().cloned().unwrap_or_default();
+    (o.kind, o.name)
+}
+
+fn sub_groups(pg: &PodGroup) -> Vec<(String, i32)> {
+    pg.spec.sub_groups.iter().map(|s| (s.name.clone(), s.min_member.unwrap_or(0))).collect()
+}
+
+fn pairs(v: &[(&str, i32)]) -> Vec<(String, i32)> {
+    v.iter().map(|(n, m)| ((*n).to_owned(), *m)).collect()
+}
+
+fn seed(t: &TestEnv, file: &str) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(e2e::paths::fixtures_dir().join("seeds").join(file))?;
+    Ok(text.replace("namespace: ml-training", &format!("namespace: {}", t.namespace())))
+}
+
+fn batch_job(name: &str, parallelism: i32, completions: i32, annotations: Value) -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"parallelism": parallelism, "completions": completions, "template": {
+            "metadata": {"labels": {"app": name}},
+            "spec": {"schedulerName": keys::SCHEDULER_NAME, "restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "busybox"}]}}},
+    })
+}
+
+#[tokio::test]
+async fn batch_job_groups_per_pod_unless_it_opts_into_a_gang() -> anyhow::Result<()> {
+    let t = start("pg-batch-job").await?;
+    let plain = apply(&t, &batch_job("plain", 2, 2, json!({}))).await?;
+    let gang = apply(&t, &batch_job("ddp", 3, 3, json!({keys::GANG_SCHEDULING: "true"}))).await?;
+
+    // The real Job controller makes the pods; each plain pod gets its own group, owned by the Job.
+    for p in grouped_pods(&t, "app=plain", 2).await? {
+        let expected = format!("pg-{}-{}", p.name_any(), plain.uid().unwrap_or_default());
+        assert_eq!(group_of(&p).as_deref(), Some(expected.as_str()));
+        let pg = pod_group(&t, &expected, |_| true).await?;
+        assert_eq!(owner_of(&pg), ("Job".to_owned(), "plain".to_owned()));
+        assert_eq!((pg.spec.min_member, pg.spec.queue.as_deref()), (Some(1), Some(keys::DEFAULT_QUEUE)));
+        assert_eq!(pg.spec.priority_class_name.as_deref(), Some("train"));
+    }
+    // The opted-in Job is one gang of min(parallelism, completions).
+    let name = format!("pg-ddp-{}", gang.uid().unwrap_or_default());
+    let pods = grouped_pods(&t, "app=ddp", 3).await?;
+    assert!(pods.iter().all(|p| group_of(p).as_deref() == Some(name.as_str())), "{pods:?}");
+    let pg = pod_group(&t, &name, |_| true).await?;
+    assert_eq!((pg.spec.min_member, owner_of(&pg)), (Some(3), ("Job".to_owned(), "ddp".to_owned())));
+    t.finish().await
+}
+
+#[tokio::test]
+async fn indexed_job_is_one_gang_where_the_server_knows_indexed_jobs() -> anyhow::Result<()> {
+    let t = start("pg-indexed-job").await?;
+    let mut job = batch_job("ranks", 2, 4, json!({}));
+    job["spec"]["completionMode"] = json!("Indexed");
+    // A create, not an apply: servers before 1.21 refuse to apply a field they do not know but drop it
+    // on create, as they would for a user's manifest.
+    let job = t.api::<Job>().create(&PostParams::default(), &serde_json::from_value(job)?).await?;
+    let pods = grouped_pods(&t, "app=ranks", 2).await?;
+    let uid = job.uid().unwrap_or_default();
+    if t.server_version().minor >= 21 {
+        let name = format!("pg-ranks-{uid}");
+        assert!(pods.iter().all(|p| group_of(p).as_deref() == Some(name.as_str())), "{pods:?}");
+        assert_eq!(pod_group(&t, &name, |_| true).await?.spec.min_member, Some(2));
+    } else {
+        // Before 1.21 the API server drops `completionMode`: the Job is a plain one, grouped per pod.
+        assert_eq!(job.spec.as_ref().and_then(|s| s.completion_mode.as_deref()), None);
+        for p in &pods {
+            assert_eq!(group_of(p), Some(format!("pg-{}-{uid}", p.name_any())));
+        }
+    }
+    t.finish().await
+}
+
+#[tokio::test]
+async fn deployment_pods_and_bare_pods_get_their_own_groups() -> anyhow::Result<()> {
+    let t = start("pg-deployment").await?;
+    apply(&t, &json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "labels": {keys::QUEUE_LABEL: "serving"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"schedulerName": keys::SCHEDULER_NAME, "containers": [{"name": "c", "image": "busybox"}]}}},
+    }))
+    .await?;
+    for p in grouped_pods(&t, "app=web", 2).await? {
+        let expected = format!("pg-{}-{}", p.name_any(), p.uid().unwrap_or_default());
+        assert_eq!(group_of(&p).as_deref(), Some(expected.as_str()));
+        // The queue does not exist: it is used anyway and reported on the PodGroup.
+        let pg = pod_group(&t, &expected, |pg| pg.status.as_ref().is_some_and(|s| !s.conditions.is_empty())).await?;
+        assert_eq!(owner_of(&pg), ("Pod".to_owned(), p.name_any()));
+        assert_eq!(pg.spec.queue.as_deref(), Some("serving"));
+        assert_eq!(pg.spec.priority_class_name.as_deref(), Some("inference"));
+        let condition = &pg.status.as_ref().expect("status").conditions[0];
+        assert_eq!(condition.type_, keys::EVENT_PODGROUPER_WARNING);
+        let message = condition.message.as_deref().unwrap_or_default();
+        assert!(message.contains("queue serving does not exist"), "{condition:?}");
+    }
+
+    let solo = apply(&t, &json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "solo", "labels": {"app": "solo"}},
+        "spec": {"schedulerName": keys::SCHEDULER_NAME, "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .await?;
+    let p = grouped_pods(&t, "app=solo", 1).await?.remove(0);
+    let expected = format!("pg-solo-{}", solo.uid().unwrap_or_default());
+    assert_eq!(group_of(&p).as_deref(), Some(expected.as_str()));
+    let pg = pod_group(&t, &expected, |_| true).await?;
+    assert_eq!((owner_of(&pg), pg.spec.min_member), (("Pod".to_owned(), "solo".to_owned()), Some(1)));
+    t.finish().await
+}
+
+#[tokio::test]
+async fn seed_000_explicit_pod_group_is_joined_not_duplicated() -> anyhow::Result<()> {
+    let t = start("pg-seed-000-ddp").await?;
+    // As the seed says: `kubectl apply -f pytorch-distributed-training.yaml`.
+    let manifest = seed(&t, "000-pytorch-distributed-training.yaml")?;
+    t.kubectl()?.run_ok(&["apply", "-f", "-"], Some(&manifest)).await?;
+    let pods = t
+        .wait_for_pods("the Job's four pods in the seed's group", "job-name=pytorch-ddp", TIMEOUT, |pods| {
+            pods.len() == 4 && pods.iter().all(|p| group_of(p).as_deref() == Some("pytorch-ddp-training"))
+        })
+        .await?;
+    assert_eq!(pods.len(), 4);
+    // Give the podgrouper time to (wrongly) make a group of its own, then check it did not.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let names: Vec<String> = pod_groups(&t).await?.iter().map(ResourceExt::name_any).collect();
+    assert_eq!(names, ["pytorch-ddp-training"]);
+    t.finish().await
+}
+
+/// The pods KubeRay makes for a cluster: a head and `workers` workers of group `group`, with the
+/// worker template's labels.
+async fn ray_pods(
+    t: &TestEnv,
+    cluster: &DynamicObject,
+    group: &str,
+    workers: usize,
+    worker_labels: &Value,
+) -> anyhow::Result<()> {
+    let name = cluster.name_any();
+    let head_labels = json!({"ray.io/cluster": name, keys::RAY_GROUP: "headgroup"});
+    apply(t, &pod(&format!("{name}-head"), head_labels, cluster)).await?;
+    for i in 0..workers {
+        let mut labels = json!({"ray.io/cluster": name, keys::RAY_GROUP: group});
+        if let (Some(l), Some(extra)) = (labels.as_object_mut(), worker_labels.as_object()) {
+            l.extend(extra.clone());
+        }
+        apply(t, &pod(&format!("{name}-{group}-{i}"), labels, cluster)).await?;
+    }
+    Ok(())
+}
+
+fn resource_of(o: &DynamicObject) -> kube::discovery::ApiResource {
+    let types = o.types.clone().unwrap_or_default();
+    let (group, version) = types.api_version.rsplit_once('/').unwrap_or(("", &types.api_version));
+    let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
+    kube::discovery::ApiResource::from_gvk(&gvk)
+}
+
+#[tokio::test]
+async fn raycluster_is_one_gang_and_follows_its_owner() -> anyhow::Result<()> {
+    let t = start("pg-raycluster").await?;
+    // Seed 000 step 6: gang annotation, queue label only on the worker template.
+    let cluster = t.apply_yaml(&seed(&t, "000-ray-podgroup.yaml")?).await?.remove(0);
+    ray_pods(&t, &cluster, "gpu-workers", 4, &json!({keys::QUEUE_LABEL_LEGACY: "training"})).await?;
+    let pods = grouped_pods(&t, "ray.io/cluster=ray-cluster", 5).await?;
+    let name = format!("pg-ray-cluster-{}", cluster.uid().unwrap_or_default());
+    for p in &pods {
+        assert_eq!(group_of(p).as_deref(), Some(name.as_str()));
+        let expected = if p.name_any().ends_with("-head") { "headgroup" } else { "gpu-workers" };
+        assert_eq!(sub_group_of(p).as_deref(), Some(expected), "{}", p.name_any());
+    }
+    let pg = pod_group(&t, &name, |_| true).await?;
+    assert_eq!((pg.spec.min_member, pg.spec.queue.as_deref()), (Some(5), Some("training")));
+    assert_eq!(sub_groups(&pg), pairs(&[("headgroup", 1), ("gpu-workers", 4)]));
+    assert_eq!(owner_of(&pg), ("RayCluster".to_owned(), "ray-cluster".to_owned()));
+
+    // The scheduler's annotation survives the podgrouper's applies.
+    let pgs: Api<PodGroup> = t.api();
+    let stamp = json!({"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+        "metadata": {"name": name, "annotations": {keys::LAST_START_TIMESTAMP: "2026-01-01T00:00:00Z"}}});
+    pgs.patch(&name, &PatchParams::apply(keys::FIELD_MANAGER_SCHEDULER), &Patch::Apply(&stamp)).await?;
+
+    // Scaling the cluster updates the group without any pod event; so does a new label.
+    let clusters: Api<DynamicObject> = Api::namespaced_with(t.client().clone(), t.namespace(), &resource_of(&cluster));
+    let scale = json!({"metadata": {"labels": {"team": "blue"}},
+        "spec": {"workerGroupSpecs": [{"groupName": "gpu-workers", "replicas": 6, "minReplicas": 6, "maxReplicas": 6,
+            "template": {"metadata": {"labels": {keys::QUEUE_LABEL_LEGACY: "training"}},
+                         "spec": {"schedulerName": keys::SCHEDULER_NAME}}}]}});
+    clusters.patch("ray-cluster", &PatchParams::default(), &Patch::Merge(&scale)).await?;
+    let pg = pod_group(&t, &name, |pg| pg.spec.min_member == Some(7) && pg.labels().contains_key("team")).await?;
+    assert_eq!(sub_groups(&pg), pairs(&[("headgroup", 1), ("gpu-workers", 6)]));
+    let stamp = pg.annotations().get(keys::LAST_START_TIMESTAMP).map(String::as_str);
+    assert_eq!(stamp, Some("2026-01-01T00:00:00Z"));
+    t.finish().await
+}
+
+#[tokio::test]
+async fn seed_002_raycluster_queue_label() -> anyhow::Result<()> {
+    let t = start("pg-seed-002-ray").await?;
+    let cluster = t.apply_yaml(&seed(&t, "002-raycluster-queue-label.yaml")?).await?.remove(0);
+    ray_pods(&t, &cluster, "worker", 2, &json!({})).await?;
+    grouped_pods(&t, "ray.io/cluster=raycluster-sample", 3).await?;
+    let pg = pod_group(&t, &format!("pg-raycluster-sample-{}", cluster.uid().unwrap_or_default()), |_| true).await?;
+    assert_eq!((pg.spec.min_member, pg.spec.queue.as_deref()), (Some(3), Some("team-a")));
+    t.finish().await
+}
+
+#[tokio::test]
+async fn trainjob_is_grouped_through_its_jobset() -> anyhow::Result<()> {
+    let t = start("pg-trainjob").await?;
+    // Seed 001: the TrainJob carries the queue label; the trainer makes a JobSet, JobSet makes Jobs,
+    // the real Job controller makes the pods.
+    let train_job = apply(&t, &json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "pytorch-kai-job", "labels": {keys::QUEUE_LABEL: "prod-queue"}},
+        "spec": {"runtimeRef": {"name": "pytorch-kai-runtime"}, "trainer": {"numNodes": 4}},
+    }))
+    .await?;
+    let node_template = json!({"parallelism": 4, "completions": 4, "template": {
+        "metadata": {"labels": {keys::JOBSET_REPLICATED_JOB: "node", "app": "trainer"}},
+        "spec": {"schedulerName": keys::SCHEDULER_NAME, "restartPolicy": "Never",
+                 "containers": [{"name": "c", "image": "busybox"}]}}});
+    let jobset = apply(&t, &json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "pytorch-kai-job", "ownerReferences": owned_by(&train_job)},
+        "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": node_template}}]},
+    }))
+    .await?;
+    apply(&t, &json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "pytorch-kai-job-node-0", "ownerReferences": owned_by(&jobset)},
+        "spec": node_template,
+    }))
+    .await?;
+    let name = format!("pg-pytorch-kai-job-{}-node", jobset.uid().unwrap_or_default());
+    let pods = grouped_pods(&t, "app=trainer", 4).await?;
+    assert!(pods.iter().all(|p| group_of(p).as_deref() == Some(name.as_str())), "{pods:?}");
+    let pg = pod_group(&t, &name, |_| true).await?;
+    assert_eq!((pg.spec.min_member, pg.spec.queue.as_deref()), (Some(4), Some("prod-queue")));
+    assert_eq!(owner_of(&pg), ("JobSet".to_owned(), "pytorch-kai-job".to_owned()));
+    t.finish().await
+}
+
+#[tokio::test]
+async fn pytorchjob_gang_with_master_and_worker_sub_groups() -> anyhow::Result<()> {
+    let t = start("pg-pytorchjob").await?;
+    let job = apply(&t, &json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 3}}},
+    }))
+    .await?;
+    let labels = |role: &str, index: usize| {
+        json!({keys::KUBEFLOW_JOB_NAME: "pt", keys::KUBEFLOW_REPLICA_TYPE: role,
+               keys::KUBEFLOW_REPLICA_INDEX: index.to_string()})
+    };
+    apply(&t, &pod("pt-master-0", labels("master", 0), &job)).await?;
+    for i in 0..3 {
+        apply(&t, &pod(&format!("pt-worker-{i}"), labels("worker", i), &job)).await?;
+    }
+    let name = format!("pg-pt-{}", job.uid().unwrap_or_default());
+    for p in grouped_pods(&t, &format!("{}=pt", keys::KUBEFLOW_JOB_NAME), 4).await? {
+        assert_eq!(group_of(&p).as_deref(), Some(name.as_str()));
+        let role = if p.name_any().contains("master") { "master" } else { "worker" };
+        assert_eq!(sub_group_of(&p).as_deref(), Some(role));
+    }
+    let pg = pod_group(&t, &name, |_| true).await?;
+    assert_eq!(pg.spec.min_member, Some(4));
+    assert_eq!(sub_groups(&pg), pairs(&[("master", 1), ("worker", 3)]));
+    t.finish().await
+}
+
+#[tokio::test]
+async fn leaderworkerset_gets_one_group_per_replica_group() -> anyhow::Result<()> {
+    let t = start("pg-lws").await?;
+    let lws = apply(&t, &json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "lws"},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 3}},
+    }))
+    .await?;
+    // LWS: leader StatefulSet -> leader pod -> worker StatefulSet -> worker pods. With no operator the
+    // real StatefulSet controller would delete or release pods it controls; here the pods' references
+    // to their StatefulSets are not controller references and the selectors match nothing, so the
+    // controller leaves them alone (the podgrouper follows the first reference when none controls).
+    let labels = |worker: usize| {
+        json!({keys::LWS_NAME: "lws", keys::LWS_GROUP_INDEX: "0", keys::LWS_WORKER_INDEX: worker.to_string()})
+    };
+    let sts = |name: &str, owner: &DynamicObject, selector: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": name, "ownerReferences": owned_by(owner)},
+            "spec": {"replicas": 0, "serviceName": "lws", "selector": {"matchLabels": selector},
+                "template": {"metadata": {"labels": selector},
+                             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})
+    };
+    let leader_sts = apply(&t, &sts("lws", &lws, json!({"no-pod": "lws"}))).await?;
+    let leader = apply(&t, &pod_with("lws-0", labels(0), reference(&leader_sts, false))).await?;
+    let worker_sts = apply(&t, &sts("lws-0", &leader, json!({"no-pod": "lws-0"}))).await?;
+    for i in 1..3 {
+        apply(&t, &pod_with(&format!("lws-0-{i}"), labels(i), reference(&worker_sts, false))).await?;
+    }
+    let name = format!("pg-lws-{}-group-0", lws.uid().unwrap_or_default());
+    for p in grouped_pods(&t, &format!("{}=lws", keys::LWS_NAME), 3).await? {
+        assert_eq!(group_of(&p).as_deref(), Some(name.as_str()), "{}", p.name_any());
+        let role = if p.name_any() == "lws-0" { "leader" } else { "workers" };
+        assert_eq!(sub_group_of(&p).as_deref(), Some(role));
+    }
+    let pg = pod_group(&t, &name, |_| true).await?;
+    assert_eq!((pg.spec.min_member, owner_of(&pg)), (Some(3), ("LeaderWorkerSet".to_owned(), "lws".to_owned())));
+    assert_eq!(sub_groups(&pg), pairs(&[("leader", 1), ("workers", 2)]));
+    t.finish().await
+}
+
+#[tokio::test]
+async fn restart_mid_way_makes_no_duplicate_and_loses_no_group() -> anyhow::Result<()> {
+    let t = start("pg-restart").await?;
+    let job = apply(&t, &batch_job("first", 2, 2, json!({keys::GANG_SCHEDULING: "true"}))).await?;
+    grouped_pods(&t, "app=first", 2).await?;
+    t.stop_component(COMPONENT, Duration::from_secs(5))?;
+
+    // While it is down: more work arrives, and one PodGroup is deleted by hand.
+    apply(&t, &batch_job("second", 2, 2, json!({keys::GANG_SCHEDULING: "true"}))).await?;
+    let first = format!("pg-first-{}", job.uid().unwrap_or_default());
+    t.api::<PodGroup>().delete(&first, &Default::default()).await?;
+    let kept: BTreeMap<String, String> =
+        pod_groups(&t).await?.iter().map(|pg| (pg.name_any(), pg.uid().unwrap_or_default())).collect();
+
+    start_podgrouper(&t)?;
+    grouped_pods(&t, "app=second", 2).await?;
+    pod_group(&t, &first, |_| true).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = pod_groups(&t).await?;
+    let names: Vec<String> = after.iter().map(ResourceExt::name_any).collect();
+    assert_eq!(names.len(), 2, "one group per Job, no duplicates: {names:?}");
+    assert!(names.contains(&first), "the deleted group is made again: {names:?}");
+    for pg in &after {
+        if let Some(uid) = kept.get(&pg.name_any()) {
+            assert_eq!(pg.uid().as_ref(), Some(uid), "a group that existed is kept, not made again");
+        }
+    }
+    t.finish().await
+}
