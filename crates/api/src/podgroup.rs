@@ -173,8 +173,8 @@ pub struct SubGroup {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupStatus {
-    /// Lifecycle phase. A plain string in the schema (as in KAI's CRD), so phases other tools write are
-    /// accepted; this scheduler writes the [`PodGroupPhase`] values.
+    /// Lifecycle phase: Pending, PreScheduling, Scheduled, Running, Failed or Finished. A plain string in
+    /// the schema, as in KAI's CRD, so phases other tools write are accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub phase: Option<PodGroupPhase>,
