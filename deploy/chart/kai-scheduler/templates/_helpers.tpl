@@ -66,12 +66,14 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* The scheduler's configuration file, with gpusharing.enabled from global.gpuSharing. */}}
+{{/* The scheduler's configuration file, with gpusharing.enabled from global.gpuSharing and the
+reservation pods' image from the scheduler's. */}}
 {{- define "kai.scheduler.config" -}}
 {{- $config := deepCopy .Values.scheduler.config -}}
 {{- $plugins := get $config "plugins" | default dict -}}
 {{- $sharing := get $plugins "gpusharing" | default dict -}}
-{{- $_ := set $sharing "enabled" (.Values.global.gpuSharing | default false) -}}
+{{- $_ := set $sharing "enabled" (eq (toString .Values.global.gpuSharing) "true") -}}
+{{- $_ := set $sharing "reservationImage" (include "kai.image" (dict "ctx" . "values" .Values.scheduler)) -}}
 {{- $_ := set $plugins "gpusharing" $sharing -}}
 {{- $_ := set $config "plugins" $plugins -}}
 {{- toYaml $config -}}
@@ -142,4 +144,9 @@ resources:
   {{- toYaml .values.resources | nindent 2 }}
 securityContext:
   {{- toYaml $g.securityContext | nindent 2 }}
+{{- end -}}
+
+{{/* Whether GPU sharing is on: "true" or "". */}}
+{{- define "kai.gpuSharing" -}}
+{{- if eq (toString .Values.global.gpuSharing) "true" }}true{{ end -}}
 {{- end -}}
