@@ -30,7 +30,10 @@ pub fn workspace_root() -> PathBuf {
 /// `deploy/chart/kai-scheduler`.
 #[must_use]
 pub fn chart_dir() -> PathBuf {
-    workspace_root().join("deploy").join("chart").join("kai-scheduler")
+    workspace_root()
+        .join("deploy")
+        .join("chart")
+        .join("kai-scheduler")
 }
 
 /// `deploy/manifests`.
@@ -98,7 +101,12 @@ impl Rendered {
     ///
     /// # Errors
     /// See [`template`] and [`Rendered::parse`].
-    pub fn render(helm: &Helm, release: &str, namespace: &str, values: &[(&str, &str)]) -> anyhow::Result<Self> {
+    pub fn render(
+        helm: &Helm,
+        release: &str,
+        namespace: &str,
+        values: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         Self::parse(&template(helm, release, namespace, values, false)?)
     }
 
@@ -116,7 +124,9 @@ impl Rendered {
     /// The object of `kind` named `name`, if rendered.
     #[must_use]
     pub fn find(&self, kind: &str, name: &str) -> Option<&Value> {
-        self.objects.iter().find(|o| kind_of(o) == kind && name_of(o) == name)
+        self.objects
+            .iter()
+            .find(|o| kind_of(o) == kind && name_of(o) == name)
     }
 
     /// What each Deployment's single container runs, in the order rendered.
@@ -145,7 +155,10 @@ impl Rendered {
             .map(Vec::as_slice)
             .unwrap_or_default();
         let [container] = containers else {
-            bail!("Deployment {name} has {} containers; expected one", containers.len());
+            bail!(
+                "Deployment {name} has {} containers; expected one",
+                containers.len()
+            );
         };
         let command = strings(container.get("command"));
         let binary = command
@@ -159,12 +172,20 @@ impl Rendered {
         args.extend(strings(container.get("args")));
 
         let mut env = Vec::new();
-        for var in container.get("env").and_then(Value::as_array).into_iter().flatten() {
+        for var in container
+            .get("env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let var_name = var.get("name").and_then(Value::as_str).unwrap_or_default();
             let value = if let Some(v) = var.get("value") {
                 v.as_str().unwrap_or_default().to_owned()
             } else {
-                match var.pointer("/valueFrom/fieldRef/fieldPath").and_then(Value::as_str) {
+                match var
+                    .pointer("/valueFrom/fieldRef/fieldPath")
+                    .and_then(Value::as_str)
+                {
                     Some("metadata.namespace") => namespace.clone(),
                     Some("metadata.name") => format!("{name}-local"),
                     _ => bail!("Deployment {name}: env {var_name} has a source a local process cannot get"),
@@ -181,7 +202,12 @@ impl Rendered {
             .map(|v| (v.get("name").and_then(Value::as_str).unwrap_or_default(), v))
             .collect();
         let mut config_files = Vec::new();
-        for mount in container.get("volumeMounts").and_then(Value::as_array).into_iter().flatten() {
+        for mount in container
+            .get("volumeMounts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let volume_name = mount.get("name").and_then(Value::as_str).unwrap_or_default();
             let mount_path = mount.get("mountPath").and_then(Value::as_str).unwrap_or_default();
             let volume = volumes
@@ -194,20 +220,31 @@ impl Rendered {
             let map = self
                 .find("ConfigMap", map_name)
                 .with_context(|| format!("Deployment {name}: ConfigMap {map_name} is not rendered"))?;
-            let data = map.get("data").and_then(Value::as_object).cloned().unwrap_or_default();
+            let data = map
+                .get("data")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
             // `items` picks keys and names their files; without it every key is a file of its name.
-            let items: Vec<(String, String)> = match volume.pointer("/configMap/items").and_then(Value::as_array) {
-                Some(items) => items
-                    .iter()
-                    .map(|i| {
-                        (
-                            i.get("key").and_then(Value::as_str).unwrap_or_default().to_owned(),
-                            i.get("path").and_then(Value::as_str).unwrap_or_default().to_owned(),
-                        )
-                    })
-                    .collect(),
-                None => data.keys().map(|k| (k.clone(), k.clone())).collect(),
-            };
+            let items: Vec<(String, String)> =
+                match volume.pointer("/configMap/items").and_then(Value::as_array) {
+                    Some(items) => items
+                        .iter()
+                        .map(|i| {
+                            (
+                                i.get("key")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or_default()
+                                    .to_owned(),
+                                i.get("path")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or_default()
+                                    .to_owned(),
+                            )
+                        })
+                        .collect(),
+                    None => data.keys().map(|k| (k.clone(), k.clone())).collect(),
+                };
             let sub_path = mount.get("subPath").and_then(Value::as_str);
             for (key, file) in items {
                 if sub_path.is_some_and(|s| s != file) {
@@ -350,7 +387,8 @@ pub fn rendered_components(values: &[(&str, &str)]) -> anyhow::Result<Vec<Compon
 
 /// `--set` values of the plain manifests: the Namespace object included (no `--create-namespace` there),
 /// Volcano's CRD left out (it is in `crds/volcano/` for clusters without Volcano).
-pub const PLAIN_MANIFEST_VALUES: [(&str, &str); 2] = [("namespace.create", "true"), ("volcano.installCRD", "false")];
+pub const PLAIN_MANIFEST_VALUES: [(&str, &str); 2] =
+    [("namespace.create", "true"), ("volcano.installCRD", "false")];
 
 /// The plain manifests as they should be: `(path, content)` of `deploy/manifests/crds.yaml` (the
 /// project's CRDs; apply first) and `deploy/manifests/kai-scheduler.yaml` (everything else).
@@ -367,12 +405,18 @@ pub fn plain_manifests(helm: &Helm) -> anyhow::Result<Vec<(PathBuf, String)>> {
     );
     let mut crds = crds_header;
     let chart_crds = chart_dir().join("crds");
-    for (file, _) in chart_crd_copies()?.into_iter().filter(|(copy, _)| copy.starts_with(&chart_crds)) {
+    for (file, _) in chart_crd_copies()?
+        .into_iter()
+        .filter(|(copy, _)| copy.starts_with(&chart_crds))
+    {
         let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
         crds.push_str("---\n");
         crds.push_str(strip_comment_header(&text));
     }
-    let values: Vec<String> = PLAIN_MANIFEST_VALUES.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let values: Vec<String> = PLAIN_MANIFEST_VALUES
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     let body = template(helm, RELEASE, NAMESPACE, &PLAIN_MANIFEST_VALUES, false)?;
     let main = format!(
         "# Generated by `{command}`: `helm template {RELEASE} deploy/chart/kai-scheduler -n {NAMESPACE} --set {}`;\n\
@@ -384,7 +428,10 @@ pub fn plain_manifests(helm: &Helm) -> anyhow::Result<Vec<(PathBuf, String)>> {
         values.join(",")
     );
     let dir = manifests_dir();
-    Ok(vec![(dir.join("crds.yaml"), crds), (dir.join("kai-scheduler.yaml"), main)])
+    Ok(vec![
+        (dir.join("crds.yaml"), crds),
+        (dir.join("kai-scheduler.yaml"), main),
+    ])
 }
 
 fn strip_comment_header(text: &str) -> &str {
@@ -405,7 +452,10 @@ pub fn chart_crd_copies() -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
     let source = workspace_root().join("crds");
     let chart = chart_dir();
     let mut pairs = Vec::new();
-    for (from, to) in [(source.clone(), chart.join("crds")), (source.join("volcano"), chart.join("files").join("volcano"))] {
+    for (from, to) in [
+        (source.clone(), chart.join("crds")),
+        (source.join("volcano"), chart.join("files").join("volcano")),
+    ] {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&from)
             .with_context(|| format!("reading {}", from.display()))?
             .filter_map(Result::ok)
@@ -426,7 +476,9 @@ fn kind_of(o: &Value) -> &str {
 }
 
 fn name_of(o: &Value) -> &str {
-    o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default()
+    o.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 fn strings(v: Option<&Value>) -> Vec<String> {
@@ -438,4 +490,111 @@ fn strings(v: Option<&Value>) -> Vec<String> {
             other => other.to_string(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MANIFEST: &str = r"
+# Source: x
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, namespace: ns}
+data:
+  a.yaml: 'alpha: 1'
+  b.yaml: 'beta: 2'
+---
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: thing
+  namespace: ns
+  labels: {app.kubernetes.io/component: thing}
+spec:
+  replicas: 2
+  template:
+    spec:
+      serviceAccountName: thing-sa
+      containers:
+        - name: c
+          command: [/usr/local/bin/kai-thing, serve]
+          args: [--config=/etc/x/a.yaml, --other=/etc/y/renamed.yaml, --n=1]
+          env:
+            - {name: PLAIN, value: v}
+            - name: NS
+              valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+          volumeMounts:
+            - {name: whole, mountPath: /etc/x}
+            - {name: picked, mountPath: /etc/y}
+      volumes:
+        - name: whole
+          configMap: {name: cfg}
+        - name: picked
+          configMap: {name: cfg, items: [{key: b.yaml, path: renamed.yaml}]}
+";
+
+    #[test]
+    fn components_reproduce_the_container() {
+        let rendered = Rendered::parse(MANIFEST).expect("parse");
+        assert_eq!(rendered.objects().len(), 2, "empty documents are skipped");
+        let [spec] = rendered
+            .components()
+            .expect("components")
+            .try_into()
+            .expect("one");
+        assert_eq!(spec.component, "thing");
+        assert_eq!(spec.service_account, "thing-sa");
+        assert_eq!(spec.replicas, 2);
+        assert_eq!(spec.binary, "kai-thing");
+        assert_eq!(
+            spec.args,
+            [
+                "serve",
+                "--config=/etc/x/a.yaml",
+                "--other=/etc/y/renamed.yaml",
+                "--n=1"
+            ]
+        );
+        assert_eq!(
+            spec.env,
+            [
+                ("PLAIN".to_owned(), "v".to_owned()),
+                ("NS".to_owned(), "ns".to_owned())
+            ]
+        );
+        let files: Vec<(String, &str)> = spec
+            .config_files
+            .iter()
+            .map(|f| (f.path.display().to_string(), f.content.as_str()))
+            .collect();
+        assert_eq!(
+            files,
+            [
+                ("/etc/x/a.yaml".to_owned(), "alpha: 1"),
+                ("/etc/x/b.yaml".to_owned(), "beta: 2"),
+                ("/etc/y/renamed.yaml".to_owned(), "beta: 2"),
+            ]
+        );
+        assert_eq!(spec.flag("n"), Some("1"));
+        assert_eq!(spec.flag("missing"), None);
+    }
+
+    #[test]
+    fn unreproducible_containers_are_refused() {
+        let secret_env = MANIFEST.replace("fieldPath: metadata.namespace", "fieldPath: spec.nodeName");
+        assert!(Rendered::parse(&secret_env).expect("parse").components().is_err());
+        let secret_volume = MANIFEST.replace("configMap: {name: cfg}", "secret: {secretName: s}");
+        assert!(
+            Rendered::parse(&secret_volume)
+                .expect("parse")
+                .components()
+                .is_err()
+        );
+        assert!(
+            Rendered::parse("metadata: {name: x}\n").is_err(),
+            "a document without a kind"
+        );
+    }
 }

@@ -102,7 +102,10 @@ impl Helm {
     /// # Errors
     /// When Helm cannot run.
     pub fn version(&self) -> anyhow::Result<String> {
-        Ok(self.run(["version", "--template", "{{.Version}}"])?.trim().to_owned())
+        Ok(self
+            .run(["version", "--template", "{{.Version}}"])?
+            .trim()
+            .to_owned())
     }
 }
 

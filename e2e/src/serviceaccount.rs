@@ -77,7 +77,8 @@ pub async fn token(
 /// # Errors
 /// When `admin_kubeconfig` is not a kubeconfig or its current context is missing.
 pub fn kubeconfig_with_token(admin_kubeconfig: &str, user: &str, token: &str) -> anyhow::Result<String> {
-    let config: serde_yaml::Value = serde_yaml::from_str(admin_kubeconfig).context("parsing the kubeconfig")?;
+    let config: serde_yaml::Value =
+        serde_yaml::from_str(admin_kubeconfig).context("parsing the kubeconfig")?;
     let current = config
         .get("current-context")
         .and_then(serde_yaml::Value::as_str)
@@ -100,10 +101,7 @@ pub fn kubeconfig_with_token(admin_kubeconfig: &str, user: &str, token: &str) ->
         .context("the current context names no cluster")?
         .to_owned();
     let cluster = named("clusters", &cluster_name)?;
-    let namespace = context
-        .get("context")
-        .and_then(|c| c.get("namespace"))
-        .cloned();
+    let namespace = context.get("context").and_then(|c| c.get("namespace")).cloned();
     let mut new_context = serde_yaml::Mapping::new();
     new_context.insert("cluster".into(), cluster_name.into());
     new_context.insert("user".into(), user.into());
@@ -135,7 +133,10 @@ mod tests {
         assert_eq!(v["clusters"][0]["cluster"]["certificate-authority-data"], "Q0E=");
         assert_eq!(v["users"][0]["user"]["token"], "t0k3n");
         assert_eq!(v["contexts"][0]["context"]["cluster"], "c");
-        assert!(!out.contains("secret-admin"), "the admin credentials must not leak: {out}");
+        assert!(
+            !out.contains("secret-admin"),
+            "the admin credentials must not leak: {out}"
+        );
         assert!(kubeconfig_with_token("kind: Config\n", "u", "t").is_err());
     }
 }

@@ -86,8 +86,19 @@ pub(crate) fn run(task: HelmTask) -> anyhow::Result<()> {
 
 fn lint(helm: &Helm) -> anyhow::Result<()> {
     let chart = chart::chart_dir();
-    for values in [&[][..], &["global.gpuSharing=true", "scheduler.replicas=2", "podgrouper.replicas=2"][..]] {
-        let mut args = vec!["lint".to_owned(), "--strict".to_owned(), chart.display().to_string()];
+    for values in [
+        &[][..],
+        &[
+            "global.gpuSharing=true",
+            "scheduler.replicas=2",
+            "podgrouper.replicas=2",
+        ][..],
+    ] {
+        let mut args = vec![
+            "lint".to_owned(),
+            "--strict".to_owned(),
+            chart.display().to_string(),
+        ];
         for v in values {
             args.push("--set".to_owned());
             args.push((*v).to_owned());
@@ -101,7 +112,8 @@ fn lint(helm: &Helm) -> anyhow::Result<()> {
 fn expected(helm: &Helm) -> anyhow::Result<Vec<(PathBuf, String)>> {
     let mut files = Vec::new();
     for (copy, source) in chart::chart_crd_copies()? {
-        let text = std::fs::read_to_string(&source).with_context(|| format!("reading {}", source.display()))?;
+        let text =
+            std::fs::read_to_string(&source).with_context(|| format!("reading {}", source.display()))?;
         files.push((copy, text));
     }
     files.extend(chart::plain_manifests(helm)?);
@@ -139,7 +151,10 @@ fn check_fresh(helm: &Helm) -> anyhow::Result<()> {
         }
     }
     // A CRD copy whose source is gone is stale too.
-    let known: Vec<PathBuf> = chart::chart_crd_copies()?.into_iter().map(|(copy, _)| copy).collect();
+    let known: Vec<PathBuf> = chart::chart_crd_copies()?
+        .into_iter()
+        .map(|(copy, _)| copy)
+        .collect();
     let chart = chart::chart_dir();
     for dir in [chart.join("crds"), chart.join("files").join("volcano")] {
         for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
