@@ -385,6 +385,59 @@ pub fn rendered_components(values: &[(&str, &str)]) -> anyhow::Result<Vec<Compon
     Rendered::render(&helm, RELEASE, NAMESPACE, values)?.components()
 }
 
+/// Installs (or upgrades) the chart as `release` in `namespace` (created when missing) on the cluster of
+/// `kubeconfig`, waiting for nothing (the Deployments' pods never start without a kubelet). `skip_crds`
+/// leaves the chart's CRDs out, for clusters that already have them (`cargo xtask cluster up` installs
+/// them). Objects are created client-side: Helm 4's default server-side apply is refused by servers older
+/// than 1.23 for CRDs that carry CEL rules.
+///
+/// # Errors
+/// When Helm fails.
+pub fn install(
+    helm: &Helm,
+    kubeconfig: &Path,
+    release: &str,
+    namespace: &str,
+    values: &[(&str, &str)],
+    skip_crds: bool,
+) -> anyhow::Result<String> {
+    let mut args: Vec<String> = vec![
+        "upgrade".into(),
+        "--install".into(),
+        release.into(),
+        chart_dir().display().to_string(),
+        "--namespace".into(),
+        namespace.into(),
+        "--create-namespace".into(),
+        "--server-side=false".into(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+    ];
+    if skip_crds {
+        args.push("--skip-crds".into());
+    }
+    for (key, value) in values {
+        args.push("--set".into());
+        args.push(format!("{key}={value}"));
+    }
+    helm.run(&args)
+}
+
+/// Uninstalls `release` (what Helm keeps stays: CRDs, default queues, Volcano's CRD).
+///
+/// # Errors
+/// When Helm fails.
+pub fn uninstall(helm: &Helm, kubeconfig: &Path, release: &str, namespace: &str) -> anyhow::Result<String> {
+    helm.run([
+        "uninstall".as_ref(),
+        release.as_ref(),
+        "--namespace".as_ref(),
+        namespace.as_ref(),
+        "--kubeconfig".as_ref(),
+        kubeconfig.as_os_str(),
+    ])
+}
+
 /// `--set` values of the plain manifests: the Namespace object included (no `--create-namespace` there),
 /// Volcano's CRD left out (it is in `crds/volcano/` for clusters without Volcano).
 pub const PLAIN_MANIFEST_VALUES: [(&str, &str); 2] =

@@ -37,6 +37,11 @@ pub(crate) enum HelmTask {
         /// Chart values, `key=value` (as `helm --set`), repeatable.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         values: Vec<String>,
+        /// Helm's `--server-side` (true, false, auto). Default false: Helm 4 applies CRDs server-side by
+        /// default, which a server older than 1.23 (the local 1.20 control plane) refuses because the CRDs
+        /// carry `x-kubernetes-validations`; a client-side create works there (the server drops the rules).
+        #[arg(long, default_value = "false")]
+        server_side: String,
     },
     /// `helm uninstall` a release (CRDs, priority classes and default queues stay, as in any uninstall).
     Uninstall {
@@ -67,7 +72,8 @@ pub(crate) fn run(task: HelmTask) -> anyhow::Result<()> {
             release,
             namespace,
             values,
-        } => install(&helm, &release, &namespace, &values),
+            server_side,
+        } => install(&helm, &release, &namespace, &values, &server_side),
         HelmTask::Uninstall { release, namespace } => {
             let kubeconfig = kubeconfig()?;
             let out = helm.run([
@@ -192,7 +198,13 @@ fn kubeconfig() -> anyhow::Result<PathBuf> {
     Ok(local)
 }
 
-fn install(helm: &Helm, release: &str, namespace: &str, values: &[String]) -> anyhow::Result<()> {
+fn install(
+    helm: &Helm,
+    release: &str,
+    namespace: &str,
+    values: &[String],
+    server_side: &str,
+) -> anyhow::Result<()> {
     let kubeconfig = kubeconfig()?;
     let mut args = vec![
         "upgrade".to_owned(),
@@ -204,6 +216,7 @@ fn install(helm: &Helm, release: &str, namespace: &str, values: &[String]) -> an
         "--create-namespace".to_owned(),
         "--kubeconfig".to_owned(),
         kubeconfig.display().to_string(),
+        format!("--server-side={server_side}"),
     ];
     for value in values {
         if !value.contains('=') {
