@@ -88,7 +88,8 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
 fn build_binaries(binaries: &[&str]) -> anyhow::Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
-    command.args(["build", "--quiet"]);
+    // `--workspace`, as the other e2e tests build, so features unify alike and nothing rebuilds in turn.
+    command.args(["build", "--quiet", "--workspace"]);
     for bin in binaries {
         command.args(["--bin", bin]);
     }
@@ -185,9 +186,10 @@ async fn run(admin: &Client, helm: &Helm, kubeconfig: &Path, id: &str) -> anyhow
         ("global.defaultQueue", &format!("{id}-queue")),
         ("global.gpuSharing", "true"),
         ("global.logFormat", "plain"),
+        // `--set` syntax: a comma inside a value is escaped.
         (
             "global.logLevel",
-            "info,kai_scheduler=debug,kai_podgrouper=debug,kai_runtime=debug",
+            r"info\,kai_scheduler=debug\,kai_podgrouper=debug\,kai_runtime=debug",
         ),
         ("priorityClasses.create", "false"),
         ("defaultQueues.create", "false"),
