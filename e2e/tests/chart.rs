@@ -46,6 +46,12 @@ fn seed_002_install_renders_both_components_with_gpu_sharing() {
     assert_eq!(scheduler.namespace, "kai-scheduler");
     assert_eq!(scheduler.flag("scheduler-name"), Some("kai-scheduler"));
     assert_eq!(scheduler.flag("default-queue"), Some("default-queue"));
+    assert_eq!(scheduler.flag("node-pool-label"), Some("kai.scheduler/node-pool"));
+    assert_eq!(
+        scheduler.flag("node-pool"),
+        None,
+        "no pool: serve what carries no pool label"
+    );
     let config = scheduler_config(scheduler);
     assert!(
         config.plugins.gpusharing.enabled,

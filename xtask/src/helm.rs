@@ -228,3 +228,37 @@ fn install(
     print!("{}", helm.run(&args)?);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser};
+
+    use super::HelmTask;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        task: HelmTask,
+    }
+
+    #[test]
+    fn cli_is_valid() {
+        Cli::command().debug_assert();
+        let parsed = Cli::try_parse_from(["helm", "install", "--set", "a=b", "--set", "c=d"]).expect("parse");
+        let HelmTask::Install {
+            release,
+            values,
+            server_side,
+            ..
+        } = parsed.task
+        else {
+            panic!("not an install: {parsed:?}");
+        };
+        assert_eq!(release, e2e::chart::RELEASE);
+        assert_eq!(values, ["a=b", "c=d"]);
+        assert_eq!(
+            server_side, "false",
+            "client-side by default: the local server is 1.20"
+        );
+    }
+}
