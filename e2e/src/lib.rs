@@ -22,14 +22,17 @@
 
 pub mod agent;
 pub mod apply;
+pub mod chart;
 pub mod component;
 pub mod connect;
 pub mod harness;
+pub mod helm;
 pub mod install;
 pub mod kubectl;
 pub mod nodes;
 pub mod paths;
 pub mod report;
+pub mod serviceaccount;
 
 pub use agent::{EXIT_CODE_ANNOTATION, NodeAgent, RUN_SECONDS_ANNOTATION};
 pub use apply::{Applier, FIELD_MANAGER, Placement};

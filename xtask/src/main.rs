@@ -1,13 +1,14 @@
 //! `cargo xtask`: the project's developer tasks.
 //!
 //! Owns: CRD generation (`crds`), the local Kubernetes control plane (`cluster`), fake nodes (`nodes`),
-//! removing what e2e tests left behind (`e2e-clean`) and the CI entry point (`ci`). Talks to clusters
+//! removing what e2e tests left behind (`e2e-clean`), Helm (`helm`) and the CI entry point (`ci`). Talks to clusters
 //! through the e2e crate's library, so the tests and the developer's cluster are set up by one piece of
 //! code. Must not: be needed by the project's components at run time.
 
 mod ci;
 mod cluster;
 mod crds;
+mod helm;
 mod nodes;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +43,11 @@ enum Task {
     },
     /// Delete namespaces and fake nodes that finished e2e tests left behind (e.g. with KAI_E2E_KEEP=1).
     E2eClean,
+    /// Helm: fetch it, lint and render the chart, check the rendered manifests, install.
+    Helm {
+        #[command(subcommand)]
+        command: helm::HelmTask,
+    },
     /// Run every CI check: fmt, clippy, unit tests, crds --check, cluster up, e2e tests.
     Ci,
 }
@@ -107,6 +113,7 @@ fn main() -> anyhow::Result<()> {
                 NodesTask::Agent { prefix } => rt.block_on(nodes::agent(&prefix)),
             }
         }
+        Task::Helm { command } => helm::run(command),
         Task::E2eClean => async_runtime()?.block_on(async {
             let client = cluster::connect().await?;
             let (namespaces, nodes) = e2e::harness::clean_leftovers(&client).await?;

@@ -1,0 +1,152 @@
+{{/*
+Names. The release `kai-scheduler` gives the objects `kai-scheduler` and `kai-podgrouper`; another release
+name R gives `R-scheduler` and `R-podgrouper` (a name ending in `-scheduler` loses that suffix first), so two
+releases never share a cluster-scoped ClusterRole or ClusterRoleBinding.
+*/}}
+{{- define "kai.prefix" -}}
+{{- $name := default .Release.Name .Values.fullnameOverride -}}
+{{- trimSuffix "-scheduler" $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kai.scheduler.name" -}}
+{{- printf "%s-scheduler" (include "kai.prefix" .) -}}
+{{- end -}}
+
+{{- define "kai.podgrouper.name" -}}
+{{- printf "%s-podgrouper" (include "kai.prefix" .) -}}
+{{- end -}}
+
+{{- define "kai.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "kai.labels" -}}
+helm.sh/chart: {{ include "kai.chart" . }}
+app.kubernetes.io/part-of: kai-scheduler
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Labels of a component's objects; call with (dict "ctx" $ "component" "scheduler"). */}}
+{{- define "kai.componentLabels" -}}
+{{ include "kai.labels" .ctx }}
+app.kubernetes.io/name: {{ printf "kai-%s" .component }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Selector labels of a component; call with (dict "ctx" $ "component" "scheduler"). */}}
+{{- define "kai.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "kai-%s" .component }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Image of a component; call with (dict "ctx" $ "values" .Values.scheduler). */}}
+{{- define "kai.image" -}}
+{{- $g := .ctx.Values.global -}}
+{{- $tag := .values.image.tag | default $g.imageTag | default .ctx.Chart.AppVersion -}}
+{{- if $g.imageRegistry -}}
+{{- printf "%s/%s:%s" $g.imageRegistry .values.image.repository $tag -}}
+{{- else -}}
+{{- printf "%s:%s" .values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether a component elects a leader: "true" or "". Call with the component's values. */}}
+{{- define "kai.leaderElect" -}}
+{{- $mode := toString .leaderElection -}}
+{{- if eq $mode "auto" -}}
+{{- if gt (int .replicas) 1 }}true{{ end -}}
+{{- else if eq $mode "true" -}}
+true
+{{- else if ne $mode "false" -}}
+{{- fail (printf "leaderElection must be auto, true or false, not %q" $mode) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The scheduler's configuration file, with gpusharing.enabled from global.gpuSharing and the
+reservation pods' image from the scheduler's. */}}
+{{- define "kai.scheduler.config" -}}
+{{- $config := deepCopy .Values.scheduler.config -}}
+{{- $plugins := get $config "plugins" | default dict -}}
+{{- $sharing := get $plugins "gpusharing" | default dict -}}
+{{- $_ := set $sharing "enabled" (eq (toString .Values.global.gpuSharing) "true") -}}
+{{- $_ := set $sharing "reservationImage" (include "kai.image" (dict "ctx" . "values" .Values.scheduler)) -}}
+{{- $_ := set $plugins "gpusharing" $sharing -}}
+{{- $_ := set $config "plugins" $plugins -}}
+{{- toYaml $config -}}
+{{- end -}}
+
+{{/* Flags both components share; call with (dict "ctx" $ "values" .Values.scheduler "lease" "name"). */}}
+{{- define "kai.commonArgs" -}}
+{{- $g := .ctx.Values.global -}}
+- --log-level={{ $g.logLevel }}
+- --log-format={{ $g.logFormat }}
+- --admin-address=0.0.0.0:{{ .ctx.Values.adminPort }}
+{{- if not (kindIs "invalid" .values.kubeQps) }}
+- --kube-qps={{ .values.kubeQps }}
+{{- end }}
+{{- if not (kindIs "invalid" .values.kubeBurst) }}
+- --kube-burst={{ .values.kubeBurst }}
+{{- end }}
+{{- if include "kai.leaderElect" .values }}
+- --leader-elect=true
+- --lease-name={{ .lease }}
+- --lease-namespace={{ .ctx.Release.Namespace }}
+{{- end }}
+{{- end -}}
+
+{{/* The pod spec parts both components share; call with (dict "ctx" $ "values" .Values.scheduler). */}}
+{{- define "kai.podCommon" -}}
+{{- $g := .ctx.Values.global -}}
+{{- with $g.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml $g.podSecurityContext | nindent 2 }}
+{{- with $g.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $g.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $g.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $g.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The container parts both components share; call with (dict "ctx" $ "values" .Values.scheduler). */}}
+{{- define "kai.containerCommon" -}}
+{{- $g := .ctx.Values.global -}}
+imagePullPolicy: {{ $g.imagePullPolicy }}
+ports:
+  - name: admin
+    containerPort: {{ .ctx.Values.adminPort }}
+    protocol: TCP
+{{- with .values.extraEnv }}
+env:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+livenessProbe:
+  {{- toYaml .values.livenessProbe | nindent 2 }}
+readinessProbe:
+  {{- toYaml .values.readinessProbe | nindent 2 }}
+resources:
+  {{- toYaml .values.resources | nindent 2 }}
+securityContext:
+  {{- toYaml $g.securityContext | nindent 2 }}
+{{- end -}}
+
+{{/* Whether GPU sharing is on: "true" or "". */}}
+{{- define "kai.gpuSharing" -}}
+{{- if eq (toString .Values.global.gpuSharing) "true" }}true{{ end -}}
+{{- end -}}

@@ -1,0 +1,351 @@
+//! The Helm chart as rendered by Helm (no cluster needed): what it gives each component, its RBAC, its
+//! hardening, and the freshness of its generated copies. Helm is fetched into the tool cache when missing.
+
+use std::collections::BTreeSet;
+
+use e2e::chart::{self, ComponentSpec, Rendered};
+use e2e::helm::Helm;
+use serde_json::Value;
+
+fn helm() -> Helm {
+    Helm::find_or_fetch().expect("Helm (fetched with npm when missing)")
+}
+
+fn render(values: &[(&str, &str)]) -> Rendered {
+    Rendered::render(&helm(), chart::RELEASE, chart::NAMESPACE, values).expect("helm template")
+}
+
+fn component<'a>(components: &'a [ComponentSpec], name: &str) -> &'a ComponentSpec {
+    components
+        .iter()
+        .find(|c| c.component == name)
+        .unwrap_or_else(|| panic!("no {name} among {components:?}"))
+}
+
+fn scheduler_config(spec: &ComponentSpec) -> scheduler::config::Config {
+    let path = spec.flag("config").expect("--config");
+    let file = spec
+        .config_files
+        .iter()
+        .find(|f| f.path.display().to_string() == path)
+        .unwrap_or_else(|| panic!("--config={path} is not a mounted file: {:?}", spec.config_files));
+    scheduler::config::Config::from_yaml(&file.content).expect("the binary loads the chart's configuration")
+}
+
+#[test]
+fn seed_002_install_renders_both_components_with_gpu_sharing() {
+    let components = render(&[("global.gpuSharing", "true")])
+        .components()
+        .expect("components");
+    assert_eq!(components.len(), 2, "{components:?}");
+
+    let scheduler = component(&components, "scheduler");
+    assert_eq!(scheduler.binary, "kai-scheduler");
+    assert_eq!(scheduler.deployment, "kai-scheduler");
+    assert_eq!(scheduler.service_account, "kai-scheduler");
+    assert_eq!(scheduler.namespace, "kai-scheduler");
+    assert_eq!(scheduler.flag("scheduler-name"), Some("kai-scheduler"));
+    assert_eq!(scheduler.flag("default-queue"), Some("default-queue"));
+    assert_eq!(scheduler.flag("node-pool-label"), Some("kai.scheduler/node-pool"));
+    assert_eq!(
+        scheduler.flag("node-pool"),
+        None,
+        "no pool: serve what carries no pool label"
+    );
+    let config = scheduler_config(scheduler);
+    assert!(
+        config.plugins.gpusharing.enabled,
+        "global.gpuSharing=true turns GPU sharing on"
+    );
+    assert_eq!(
+        config.plugins.gpusharing.reservation_image, "ghcr.io/kai-rs/kai-scheduler:0.1.0",
+        "reservation pods run the scheduler's own image"
+    );
+
+    let podgrouper = component(&components, "podgrouper");
+    assert_eq!(podgrouper.binary, "kai-podgrouper");
+    assert_eq!(podgrouper.deployment, "kai-podgrouper");
+    assert_eq!(podgrouper.service_account, "kai-podgrouper");
+    assert_eq!(podgrouper.flag("scheduler-name"), Some("kai-scheduler"));
+    assert_eq!(podgrouper.flag("queue-label-key"), Some("kai.scheduler/queue"));
+    assert!(podgrouper.config_files.is_empty());
+}
+
+#[test]
+fn default_configuration_is_the_binary_default() {
+    let components = render(&[]).components().expect("components");
+    let config = scheduler_config(component(&components, "scheduler"));
+    let mut expected = scheduler::config::Config::default();
+    // The one value the chart sets on purpose: the image of the reservation pods is its own.
+    expected.plugins.gpusharing.reservation_image = "ghcr.io/kai-rs/kai-scheduler:0.1.0".to_owned();
+    assert_eq!(
+        config, expected,
+        "values.yaml spells out the scheduler's defaults; keep them in step"
+    );
+    assert!(
+        !config.plugins.gpusharing.enabled,
+        "GPU sharing is off unless asked for"
+    );
+}
+
+#[test]
+fn rbac_names_every_verb_and_resource() {
+    let rendered = render(&[
+        ("global.gpuSharing", "true"),
+        ("scheduler.replicas", "2"),
+        ("podgrouper.replicas", "2"),
+    ]);
+    let allowed_verbs: BTreeSet<&str> =
+        ["get", "list", "watch", "create", "patch", "update", "delete"].into();
+    let mut roles = 0;
+    for role in rendered.of_kind("ClusterRole").chain(rendered.of_kind("Role")) {
+        roles += 1;
+        let name = role["metadata"]["name"].as_str().unwrap_or_default();
+        for rule in role["rules"].as_array().expect("rules") {
+            for field in ["apiGroups", "resources", "verbs", "resourceNames"] {
+                for item in rule[field].as_array().into_iter().flatten() {
+                    let item = item.as_str().expect("string");
+                    assert!(!item.contains('*'), "{name}: wildcard in {field}: {rule}");
+                }
+            }
+            for verb in rule["verbs"].as_array().expect("verbs") {
+                let verb = verb.as_str().unwrap_or_default();
+                assert!(allowed_verbs.contains(verb), "{name}: verb {verb} ({rule})");
+            }
+            let resources: Vec<&str> = rule["resources"]
+                .as_array()
+                .expect("resources")
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            assert!(
+                !resources
+                    .iter()
+                    .any(|r| ["secrets", "configmaps", "serviceaccounts/token"].contains(r)),
+                "{name}: no component reads secrets or mints tokens: {rule}"
+            );
+            let verbs: Vec<&str> = rule["verbs"]
+                .as_array()
+                .expect("verbs")
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            if role["kind"] == "ClusterRole" {
+                assert!(
+                    !verbs.contains(&"delete"),
+                    "{name}: no cluster-wide delete: {rule}"
+                );
+            }
+        }
+    }
+    // Two ClusterRoles, two lease Roles, the reservation Role and the scheduler's Role beside it.
+    assert_eq!(roles, 6);
+    let reservation = rendered
+        .find("Role", "kai-scheduler-gpu-reservation")
+        .expect("the scheduler's Role for reservation pods");
+    assert_eq!(reservation["metadata"]["namespace"], "kai-resource-reservation");
+    for binding in rendered
+        .of_kind("ClusterRoleBinding")
+        .chain(rendered.of_kind("RoleBinding"))
+    {
+        let role = binding["roleRef"]["name"].as_str().expect("roleRef");
+        let kind = binding["roleRef"]["kind"].as_str().expect("roleRef kind");
+        assert!(
+            rendered.find(kind, role).is_some(),
+            "binding to a role the chart does not make: {binding}"
+        );
+    }
+}
+
+#[test]
+fn leader_election_follows_replicas() {
+    let single = render(&[]);
+    for spec in single.components().expect("components") {
+        assert_eq!(spec.flag("leader-elect"), None, "{spec:?}");
+        let deployment = single.find("Deployment", &spec.deployment).expect("deployment");
+        assert_eq!(
+            deployment["spec"]["strategy"]["type"], "Recreate",
+            "one writer, even during a rollout"
+        );
+    }
+    assert_eq!(
+        single.of_kind("Role").count(),
+        0,
+        "no lease permissions without leader election"
+    );
+
+    let replicated = render(&[("scheduler.replicas", "3"), ("podgrouper.replicas", "2")]);
+    for spec in replicated.components().expect("components") {
+        assert_eq!(spec.flag("leader-elect"), Some("true"));
+        assert_eq!(spec.flag("lease-name"), Some(spec.deployment.as_str()));
+        assert_eq!(spec.flag("lease-namespace"), Some(chart::NAMESPACE));
+        let role = replicated
+            .find("Role", &format!("{}-leader-election", spec.deployment))
+            .expect("lease Role");
+        let named: Vec<&Value> = role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter_map(|r| r["resourceNames"].as_array())
+            .flatten()
+            .collect();
+        assert_eq!(
+            named,
+            [&Value::from(spec.deployment.clone())],
+            "get/update only the component's lease"
+        );
+        let deployment = replicated
+            .find("Deployment", &spec.deployment)
+            .expect("deployment");
+        assert!(
+            deployment["spec"]["strategy"].is_null(),
+            "rolling updates are safe with a lease"
+        );
+    }
+}
+
+#[test]
+fn containers_are_hardened_and_probed() {
+    let rendered = render(&[]);
+    for deployment in rendered.of_kind("Deployment") {
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        for container in pod["containers"].as_array().expect("containers") {
+            let security = &container["securityContext"];
+            assert_eq!(security["readOnlyRootFilesystem"], true, "{container}");
+            assert_eq!(security["allowPrivilegeEscalation"], false);
+            assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+            assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/livez");
+            assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+            assert_eq!(container["ports"][0]["name"], "admin");
+            assert!(container["resources"]["requests"]["memory"].is_string());
+            assert!(container["resources"]["limits"]["memory"].is_string());
+        }
+    }
+    for service in rendered.of_kind("Service") {
+        assert_eq!(service["spec"]["ports"][0]["name"], "metrics");
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], "admin");
+    }
+}
+
+#[test]
+fn install_objects_match_kai() {
+    let rendered = render(&[]);
+    let classes: Vec<(String, i64)> = rendered
+        .of_kind("PriorityClass")
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                p["value"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, i64)> = api::keys::PRIORITY_CLASSES
+        .iter()
+        .map(|(n, v)| ((*n).to_owned(), i64::from(*v)))
+        .collect();
+    assert_eq!(classes, expected);
+
+    let parent = rendered
+        .find("Queue", api::keys::DEFAULT_PARENT_QUEUE)
+        .expect("default parent queue");
+    let queue = rendered
+        .find("Queue", api::keys::DEFAULT_QUEUE)
+        .expect("default queue");
+    assert_eq!(queue["spec"]["parentQueue"], api::keys::DEFAULT_PARENT_QUEUE);
+    assert!(parent["spec"]["parentQueue"].is_null());
+    for q in [parent, queue] {
+        assert_eq!(
+            q["metadata"]["annotations"]["helm.sh/hook"], "post-install",
+            "made on install only"
+        );
+        assert_eq!(q["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+        for resource in ["cpu", "gpu", "memory"] {
+            assert_eq!(
+                q["spec"]["resources"][resource],
+                serde_json::json!({"quota": 0, "limit": -1, "overQuotaWeight": 1})
+            );
+        }
+    }
+    // `helm template` cannot look up the cluster, so "auto" renders Volcano's CRD, kept on uninstall.
+    let volcano = rendered
+        .find("CustomResourceDefinition", "podgroups.scheduling.volcano.sh")
+        .expect("Volcano CRD");
+    assert_eq!(
+        volcano["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    let without = render(&[("volcano.installCRD", "false")]);
+    assert_eq!(without.of_kind("CustomResourceDefinition").count(), 0);
+    assert!(
+        Rendered::render(
+            &helm(),
+            chart::RELEASE,
+            chart::NAMESPACE,
+            &[("volcano.installCRD", "maybe")]
+        )
+        .is_err(),
+        "a bad mode fails the render"
+    );
+}
+
+#[test]
+fn another_release_gets_its_own_cluster_scoped_names() {
+    let rendered = Rendered::render(&helm(), "e2e-kai", "e2e-kai", &[]).expect("render");
+    let names: BTreeSet<&str> = rendered
+        .of_kind("ClusterRole")
+        .filter_map(|r| r["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["e2e-kai-podgrouper", "e2e-kai-scheduler"].into());
+    let components = rendered.components().expect("components");
+    assert_eq!(component(&components, "scheduler").namespace, "e2e-kai");
+}
+
+#[test]
+fn local_args_use_local_copies_of_mounted_files() {
+    let components = render(&[]).components().expect("components");
+    let scheduler = component(&components, "scheduler");
+    let dir = std::env::temp_dir().join(format!("kai-chart-test-{}", std::process::id()));
+    let args = scheduler
+        .local_args(&dir, &[("admin-address", "127.0.0.1:0"), ("identity", "local")])
+        .expect("local args");
+    let config = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--config="))
+        .expect("--config");
+    assert!(config.starts_with(dir.to_str().expect("utf-8")), "{config}");
+    let text = std::fs::read_to_string(config).expect("the copy exists");
+    assert_eq!(text, scheduler.config_files[0].content);
+    assert!(args.contains(&"--admin-address=127.0.0.1:0".to_owned()));
+    assert_eq!(
+        args.iter().filter(|a| a.starts_with("--admin-address=")).count(),
+        1
+    );
+    assert_eq!(
+        args.last().map(String::as_str),
+        Some("--identity=local"),
+        "an unset flag is appended"
+    );
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+#[test]
+fn chart_copies_and_plain_manifests_are_fresh() {
+    for (copy, source) in chart::chart_crd_copies().expect("crds/") {
+        assert_eq!(
+            std::fs::read_to_string(&copy).ok(),
+            std::fs::read_to_string(&source).ok(),
+            "{} is stale: run `cargo xtask helm render`",
+            copy.display()
+        );
+    }
+    for (path, content) in chart::plain_manifests(&helm()).expect("render") {
+        assert!(
+            std::fs::read_to_string(&path).ok().as_deref() == Some(content.as_str()),
+            "{} is stale: run `cargo xtask helm render`",
+            path.display()
+        );
+        Rendered::parse(&content).expect("the manifest parses");
+    }
+}

@@ -1,0 +1,353 @@
+//! The chart installed on a real API server (KUBECONFIG, else the local control plane of
+//! `cargo xtask cluster up`), and both binaries run as local processes with exactly what it renders and
+//! the tokens of the ServiceAccounts it makes: a missing permission fails this test (the components log
+//! and retry a 403, and the pod is then never grouped or bound), an extra one fails `tests/chart.rs`.
+//!
+//! Shares the cluster with other tests: its own release, namespace, scheduler name, queue and a node
+//! tainted for its pods only.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use e2e::chart::{self, Rendered};
+use e2e::helm::Helm;
+use e2e::serviceaccount;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::json;
+
+fn kubeconfig_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
+        return PathBuf::from(path);
+    }
+    e2e::helm::tools_dir()
+        .parent()
+        .expect("tool directory has a parent")
+        .join("cluster")
+        .join("kubeconfig")
+}
+
+async fn client(path: &Path) -> anyhow::Result<Client> {
+    let kubeconfig = Kubeconfig::read_from(path).with_context(|| {
+        format!(
+            "reading {} (start the cluster: cargo xtask cluster up)",
+            path.display()
+        )
+    })?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// A local process killed when dropped.
+struct Process {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// GET `path` on `127.0.0.1:port`; the status code, if the server answered.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn build_binaries(binaries: &[&str]) -> anyhow::Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    // `--workspace`, as the other e2e tests build, so features unify alike and nothing rebuilds in turn.
+    command.args(["build", "--quiet", "--workspace"]);
+    for bin in binaries {
+        command.args(["--bin", bin]);
+    }
+    let status = command
+        .current_dir(chart::workspace_root())
+        .stdin(Stdio::null())
+        .status()?;
+    if !status.success() {
+        bail!("cargo build {binaries:?} failed");
+    }
+    Ok(())
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|d| {
+            if d.is_absolute() {
+                d
+            } else {
+                chart::workspace_root().join(d)
+            }
+        })
+        .unwrap_or_else(|| chart::workspace_root().join("target"))
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = probe().await? {
+            return Ok(found);
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Everything the test made, removed on every exit path.
+struct Cleanup {
+    client: Client,
+    helm: Helm,
+    kubeconfig: PathBuf,
+    release: String,
+    node: String,
+    queue: String,
+}
+
+impl Cleanup {
+    async fn run(self) {
+        let _ = chart::uninstall(&self.helm, &self.kubeconfig, &self.release, &self.release);
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let _ = nodes.delete(&self.node, &DeleteParams::default()).await;
+        let queues: Api<api::Queue> = Api::all(self.client.clone());
+        let _ = queues.delete(&self.queue, &DeleteParams::default()).await;
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        let _ = namespaces
+            .delete(&self.release, &DeleteParams::background())
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_work_with_exactly_the_chart_s_permissions() -> anyhow::Result<()> {
+    let kubeconfig = kubeconfig_path();
+    let admin = client(&kubeconfig).await?;
+    let helm = Helm::find_or_fetch()?;
+    build_binaries(&["kai-scheduler", "kai-podgrouper"])?;
+
+    let id = format!("e2e-chart-{}", std::process::id());
+    let cleanup = Cleanup {
+        client: admin.clone(),
+        helm: helm.clone(),
+        kubeconfig: kubeconfig.clone(),
+        release: id.clone(),
+        node: format!("{id}-node"),
+        queue: format!("{id}-queue"),
+    };
+    let result = run(&admin, &helm, &kubeconfig, &id).await;
+    cleanup.run().await;
+    result
+}
+
+async fn run(admin: &Client, helm: &Helm, kubeconfig: &Path, id: &str) -> anyhow::Result<()> {
+    // The cluster-wide objects (CRDs, priority classes, default queues) are the cluster's already; this
+    // release makes only its own. GPU sharing on, so the reservation RBAC is installed too.
+    let values = [
+        ("global.schedulerName", id),
+        ("global.defaultQueue", &format!("{id}-queue")),
+        ("global.gpuSharing", "true"),
+        ("global.logFormat", "plain"),
+        // `--set` syntax: a comma inside a value is escaped.
+        (
+            "global.logLevel",
+            r"info\,kai_scheduler=debug\,kai_podgrouper=debug\,kai_runtime=debug",
+        ),
+        ("priorityClasses.create", "false"),
+        ("defaultQueues.create", "false"),
+        ("volcano.installCRD", "false"),
+    ];
+    chart::install(helm, kubeconfig, id, id, &values, true)?;
+    let components = Rendered::render(helm, id, id, &values)?.components()?;
+    assert_eq!(components.len(), 2);
+
+    // The queue the workload runs in, and a node only this test's pods tolerate.
+    let queues: Api<api::Queue> = Api::all(admin.clone());
+    let queue: api::Queue = serde_json::from_value(json!({
+        "apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
+        "metadata": {"name": format!("{id}-queue")},
+        "spec": {"resources": {
+            "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+            "gpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+            "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1}}}
+    }))?;
+    queues.create(&PostParams::default(), &queue).await?;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let node_name = format!("{id}-node");
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node_name, "labels": {"kubernetes.io/hostname": node_name}},
+        "spec": {"taints": [{"key": "kai.scheduler/e2e", "value": id, "effect": "NoSchedule"}]}
+    }))?;
+    nodes.create(&PostParams::default(), &node).await?;
+    let now = e2e_now();
+    nodes
+        .patch_status(
+            &node_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"},
+                "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "2"},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
+        )
+        .await?;
+    // The API server adds the not-ready taint at creation; nothing removes it without a node controller.
+    nodes
+        .patch(
+            &node_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": [{"key": "kai.scheduler/e2e", "value": id, "effect": "NoSchedule"}]}})),
+        )
+        .await?;
+
+    // Each component as a local process: the chart's arguments and files, its ServiceAccount's token.
+    let admin_text = std::fs::read_to_string(kubeconfig)?;
+    let work = std::env::temp_dir().join(id);
+    std::fs::create_dir_all(&work)?;
+    let mut processes = Vec::new();
+    for spec in &components {
+        let token = serviceaccount::token(
+            admin,
+            &spec.namespace,
+            &spec.service_account,
+            Duration::from_secs(30),
+        )
+        .await?;
+        let config_path = work.join(format!("{}.kubeconfig", spec.component));
+        std::fs::write(
+            &config_path,
+            serviceaccount::kubeconfig_with_token(&admin_text, &spec.service_account, &token)?,
+        )?;
+        let port = free_port();
+        let args = spec.local_args(
+            &work.join(&spec.component),
+            &[("admin-address", &format!("127.0.0.1:{port}"))],
+        )?;
+        let log = work.join(format!("{}.log", spec.component));
+        let out = std::fs::File::create(&log)?;
+        let child = Command::new(target_dir().join("debug").join(&spec.binary))
+            .args(&args)
+            .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("KUBECONFIG", &config_path)
+            .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", spec.binary))?;
+        let process = Process {
+            name: spec.component.clone(),
+            child,
+            log,
+        };
+        wait_for(
+            &format!("{} /readyz", spec.component),
+            Duration::from_secs(60),
+            || {
+                let status = http_status(port, "/readyz");
+                let log = process.log();
+                async move {
+                    if log.contains("Error:") {
+                        bail!("exited:\n{log}");
+                    }
+                    Ok((status == Some(200)).then_some(()))
+                }
+            },
+        )
+        .await?;
+        processes.push(process);
+    }
+
+    // A pod of this scheduler: the podgrouper must group it and the scheduler bind it.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), id);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "work", "labels": {"kai.scheduler/queue": format!("{id}-queue")}},
+        "spec": {
+            "schedulerName": id,
+            "tolerations": [{"key": "kai.scheduler/e2e", "operator": "Exists"}],
+            "containers": [{"name": "c", "image": "busybox",
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        }
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let outcome = wait_for("the pod to be grouped and bound", Duration::from_secs(60), || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("work").await?;
+            let group = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(api::keys::POD_GROUP_NAME))
+                .cloned();
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+            Ok(group.zip(node))
+        }
+    })
+    .await;
+    let logs: Vec<(String, String)> = processes.iter().map(|p| (p.name.clone(), p.log())).collect();
+    drop(processes);
+    let (group, node) = match outcome {
+        Ok(found) => found,
+        Err(e) => {
+            let shown: Vec<String> = logs.iter().map(|(n, l)| format!("---- {n}\n{l}")).collect();
+            bail!("{e}\n{}", shown.join("\n"));
+        }
+    };
+    assert_eq!(node, node_name);
+    let groups: Api<api::PodGroup> = Api::namespaced(admin.clone(), id);
+    assert!(groups.get_opt(&group).await?.is_some(), "PodGroup {group} exists");
+    for (name, log) in &logs {
+        assert!(
+            !log.contains("forbidden") && !log.contains("Forbidden"),
+            "{name} was refused something it needs:\n{log}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(())
+}
+
+fn e2e_now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
