@@ -1,7 +1,8 @@
 //! `cargo xtask ci`: everything CI checks, in order, with a summary of the time each step took.
 //!
-//! Formatting, clippy, unit and doc tests, CRD freshness, the local control plane (built and started
-//! when missing), then the e2e tier against it. The cluster is left running.
+//! Formatting, clippy, unit and doc tests, CRD freshness, `helm lint` and the rendered chart's
+//! freshness, the local control plane (built and started when missing), the binaries, then the e2e
+//! tier against it. The cluster is left running.
 
 use std::ffi::OsString;
 use std::process::Command;
@@ -12,10 +13,11 @@ use anyhow::bail;
 enum Step {
     Cargo(&'static [&'static str]),
     CrdsCheck,
+    HelmCheck,
     ClusterUp,
 }
 
-const STEPS: [(&str, Step); 6] = [
+const STEPS: [(&str, Step); 8] = [
     (
         "cargo fmt --check",
         Step::Cargo(&["fmt", "--all", "--", "--check"]),
@@ -37,7 +39,10 @@ const STEPS: [(&str, Step); 6] = [
         Step::Cargo(&["test", "--workspace", "--exclude", "e2e", "--locked"]),
     ),
     ("cargo xtask crds --check", Step::CrdsCheck),
+    ("helm lint and chart freshness", Step::HelmCheck),
     ("cargo xtask cluster up", Step::ClusterUp),
+    // The e2e tier runs the components as local processes.
+    ("build the binaries", Step::Cargo(&["build", "--workspace", "--bins", "--locked"])),
     ("e2e tests", Step::Cargo(&["test", "-p", "e2e", "--locked"])),
 ];
 
@@ -58,6 +63,7 @@ fn run_step(step: &Step) -> anyhow::Result<()> {
             Ok(())
         }
         Step::CrdsCheck => crate::crds::check(&e2e::paths::crds_dir()),
+        Step::HelmCheck => crate::helm::run(crate::helm::HelmTask::Check),
         Step::ClusterUp => crate::cluster::up(),
     }
 }
