@@ -26,7 +26,9 @@ static BUILT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 /// A test namespace with the fixture CRDs and a podgrouper watching it.
 async fn start(test: &str) -> anyhow::Result<TestEnv> {
     BUILT
-        .get_or_try_init(|| async { tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await? })
+        .get_or_try_init(|| async {
+            tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await?
+        })
         .await?;
     let t = TestEnv::start(test).await?;
     t.install_fixture_crds().await?;
@@ -35,7 +37,11 @@ async fn start(test: &str) -> anyhow::Result<TestEnv> {
 }
 
 fn start_podgrouper(t: &TestEnv) -> anyhow::Result<()> {
-    t.start_component(COMPONENT, "kai-podgrouper", ["--namespace", t.namespace(), "--admin-address", "127.0.0.1:0"])
+    t.start_component(
+        COMPONENT,
+        "kai-podgrouper",
+        ["--namespace", t.namespace(), "--admin-address", "127.0.0.1:0"],
+    )
 }
 
 /// Applies one object given as JSON; returns it as stored.
@@ -80,17 +86,22 @@ fn sub_group_of(p: &Pod) -> Option<String> {
 
 /// Waits until `count` pods matching `selector` all carry a group annotation.
 async fn grouped_pods(t: &TestEnv, selector: &str, count: usize) -> anyhow::Result<Vec<Pod>> {
-    t.wait_for_pods(&format!("{count} grouped pods ({selector})"), selector, TIMEOUT, |pods| {
-        pods.len() == count && pods.iter().all(|p| group_of(p).is_some())
-    })
+    t.wait_for_pods(
+        &format!("{count} grouped pods ({selector})"),
+        selector,
+        TIMEOUT,
+        |pods| pods.len() == count && pods.iter().all(|p| group_of(p).is_some()),
+    )
     .await
 }
 
 /// Waits until the PodGroup `name` exists and satisfies `accept`.
 async fn pod_group(t: &TestEnv, name: &str, accept: impl Fn(&PodGroup) -> bool) -> anyhow::Result<PodGroup> {
     let api: Api<PodGroup> = t.api();
-    t.wait_until(&format!("PodGroup {name}"), TIMEOUT, async || Ok(api.get_opt(name).await?.filter(|pg| accept(pg))))
-        .await
+    t.wait_until(&format!("PodGroup {name}"), TIMEOUT, async || {
+        Ok(api.get_opt(name).await?.filter(|pg| accept(pg)))
+    })
+    .await
 }
 
 async fn pod_groups(t: &TestEnv) -> anyhow::Result<Vec<PodGroup>> {
@@ -103,7 +114,11 @@ fn owner_of(pg: &PodGroup) -> (String, String) {
 }
 
 fn sub_groups(pg: &PodGroup) -> Vec<(String, i32)> {
-    pg.spec.sub_groups.iter().map(|s| (s.name.clone(), s.min_member.unwrap_or(0))).collect()
+    pg.spec
+        .sub_groups
+        .iter()
+        .map(|s| (s.name.clone(), s.min_member.unwrap_or(0)))
+        .collect()
 }
 
 fn pairs(v: &[(&str, i32)]) -> Vec<(String, i32)> {
@@ -130,7 +145,11 @@ fn batch_job(name: &str, parallelism: i32, completions: i32, annotations: Value)
 async fn batch_job_groups_per_pod_unless_it_opts_into_a_gang() -> anyhow::Result<()> {
     let t = start("pg-batch-job").await?;
     let plain = apply(&t, &batch_job("plain", 2, 2, json!({}))).await?;
-    let gang = apply(&t, &batch_job("ddp", 3, 3, json!({keys::GANG_SCHEDULING: "true"}))).await?;
+    let gang = apply(
+        &t,
+        &batch_job("ddp", 3, 3, json!({keys::GANG_SCHEDULING: "true"})),
+    )
+    .await?;
 
     // The real Job controller makes the pods; each plain pod gets its own group, owned by the Job.
     for p in grouped_pods(&t, "app=plain", 2).await? {
@@ -138,15 +157,24 @@ async fn batch_job_groups_per_pod_unless_it_opts_into_a_gang() -> anyhow::Result
         assert_eq!(group_of(&p).as_deref(), Some(expected.as_str()));
         let pg = pod_group(&t, &expected, |_| true).await?;
         assert_eq!(owner_of(&pg), ("Job".to_owned(), "plain".to_owned()));
-        assert_eq!((pg.spec.min_member, pg.spec.queue.as_deref()), (Some(1), Some(keys::DEFAULT_QUEUE)));
+        assert_eq!(
+            (pg.spec.min_member, pg.spec.queue.as_deref()),
+            (Some(1), Some(keys::DEFAULT_QUEUE))
+        );
         assert_eq!(pg.spec.priority_class_name.as_deref(), Some("train"));
     }
     // The opted-in Job is one gang of min(parallelism, completions).
     let name = format!("pg-ddp-{}", gang.uid().unwrap_or_default());
     let pods = grouped_pods(&t, "app=ddp", 3).await?;
-    assert!(pods.iter().all(|p| group_of(p).as_deref() == Some(name.as_str())), "{pods:?}");
+    assert!(
+        pods.iter().all(|p| group_of(p).as_deref() == Some(name.as_str())),
+        "{pods:?}"
+    );
     let pg = pod_group(&t, &name, |_| true).await?;
-    assert_eq!((pg.spec.min_member, owner_of(&pg)), (Some(3), ("Job".to_owned(), "ddp".to_owned())));
+    assert_eq!(
+        (pg.spec.min_member, owner_of(&pg)),
+        (Some(3), ("Job".to_owned(), "ddp".to_owned()))
+    );
     t.finish().await
 }
 
@@ -157,12 +185,18 @@ async fn indexed_job_is_one_gang_where_the_server_knows_indexed_jobs() -> anyhow
     job["spec"]["completionMode"] = json!("Indexed");
     // A create, not an apply: servers before 1.21 refuse to apply a field they do not know but drop it
     // on create, as they would for a user's manifest.
-    let job = t.api::<Job>().create(&PostParams::default(), &serde_json::from_value(job)?).await?;
+    let job = t
+        .api::<Job>()
+        .create(&PostParams::default(), &serde_json::from_value(job)?)
+        .await?;
     let pods = grouped_pods(&t, "app=ranks", 2).await?;
     let uid = job.uid().unwrap_or_default();
     if t.server_version().minor >= 21 {
         let name = format!("pg-ranks-{uid}");
-        assert!(pods.iter().all(|p| group_of(p).as_deref() == Some(name.as_str())), "{pods:?}");
+        assert!(
+            pods.iter().all(|p| group_of(p).as_deref() == Some(name.as_str())),
+            "{pods:?}"
+        );
         assert_eq!(pod_group(&t, &name, |_| true).await?.spec.min_member, Some(2));
     } else {
         // Before 1.21 the API server drops `completionMode`: the Job is a plain one, grouped per pod.
@@ -189,7 +223,10 @@ async fn deployment_pods_and_bare_pods_get_their_own_groups() -> anyhow::Result<
         let expected = format!("pg-{}-{}", p.name_any(), p.uid().unwrap_or_default());
         assert_eq!(group_of(&p).as_deref(), Some(expected.as_str()));
         // The queue does not exist: it is used anyway and reported on the PodGroup.
-        let pg = pod_group(&t, &expected, |pg| pg.status.as_ref().is_some_and(|s| !s.conditions.is_empty())).await?;
+        let pg = pod_group(&t, &expected, |pg| {
+            pg.status.as_ref().is_some_and(|s| !s.conditions.is_empty())
+        })
+        .await?;
         assert_eq!(owner_of(&pg), ("Pod".to_owned(), p.name_any()));
         assert_eq!(pg.spec.queue.as_deref(), Some("serving"));
         assert_eq!(pg.spec.priority_class_name.as_deref(), Some("inference"));
@@ -208,7 +245,10 @@ async fn deployment_pods_and_bare_pods_get_their_own_groups() -> anyhow::Result<
     let expected = format!("pg-solo-{}", solo.uid().unwrap_or_default());
     assert_eq!(group_of(&p).as_deref(), Some(expected.as_str()));
     let pg = pod_group(&t, &expected, |_| true).await?;
-    assert_eq!((owner_of(&pg), pg.spec.min_member), (("Pod".to_owned(), "solo".to_owned()), Some(1)));
+    assert_eq!(
+        (owner_of(&pg), pg.spec.min_member),
+        (("Pod".to_owned(), "solo".to_owned()), Some(1))
+    );
     t.finish().await
 }
 
@@ -217,11 +257,21 @@ async fn seed_000_explicit_pod_group_is_joined_not_duplicated() -> anyhow::Resul
     let t = start("pg-seed-000-ddp").await?;
     // As the seed says: `kubectl apply -f pytorch-distributed-training.yaml`.
     let manifest = seed(&t, "000-pytorch-distributed-training.yaml")?;
-    t.kubectl()?.run_ok(&["apply", "-f", "-"], Some(&manifest)).await?;
+    t.kubectl()?
+        .run_ok(&["apply", "-f", "-"], Some(&manifest))
+        .await?;
     let pods = t
-        .wait_for_pods("the Job's four pods in the seed's group", "job-name=pytorch-ddp", TIMEOUT, |pods| {
-            pods.len() == 4 && pods.iter().all(|p| group_of(p).as_deref() == Some("pytorch-ddp-training"))
-        })
+        .wait_for_pods(
+            "the Job's four pods in the seed's group",
+            "job-name=pytorch-ddp",
+            TIMEOUT,
+            |pods| {
+                pods.len() == 4
+                    && pods
+                        .iter()
+                        .all(|p| group_of(p).as_deref() == Some("pytorch-ddp-training"))
+            },
+        )
         .await?;
     assert_eq!(pods.len(), 4);
     // Give the podgrouper time to (wrongly) make a group of its own, then check it did not.
@@ -255,7 +305,10 @@ async fn ray_pods(
 
 fn resource_of(o: &DynamicObject) -> kube::discovery::ApiResource {
     let types = o.types.clone().unwrap_or_default();
-    let (group, version) = types.api_version.rsplit_once('/').unwrap_or(("", &types.api_version));
+    let (group, version) = types
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", &types.api_version));
     let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
     kube::discovery::ApiResource::from_gvk(&gvk)
 }
@@ -265,16 +318,30 @@ async fn raycluster_is_one_gang_and_follows_its_owner() -> anyhow::Result<()> {
     let t = start("pg-raycluster").await?;
     // Seed 000 step 6: gang annotation, queue label only on the worker template.
     let cluster = t.apply_yaml(&seed(&t, "000-ray-podgroup.yaml")?).await?.remove(0);
-    ray_pods(&t, &cluster, "gpu-workers", 4, &json!({keys::QUEUE_LABEL_LEGACY: "training"})).await?;
+    ray_pods(
+        &t,
+        &cluster,
+        "gpu-workers",
+        4,
+        &json!({keys::QUEUE_LABEL_LEGACY: "training"}),
+    )
+    .await?;
     let pods = grouped_pods(&t, "ray.io/cluster=ray-cluster", 5).await?;
     let name = format!("pg-ray-cluster-{}", cluster.uid().unwrap_or_default());
     for p in &pods {
         assert_eq!(group_of(p).as_deref(), Some(name.as_str()));
-        let expected = if p.name_any().ends_with("-head") { "headgroup" } else { "gpu-workers" };
+        let expected = if p.name_any().ends_with("-head") {
+            "headgroup"
+        } else {
+            "gpu-workers"
+        };
         assert_eq!(sub_group_of(p).as_deref(), Some(expected), "{}", p.name_any());
     }
     let pg = pod_group(&t, &name, |_| true).await?;
-    assert_eq!((pg.spec.min_member, pg.spec.queue.as_deref()), (Some(5), Some("training")));
+    assert_eq!(
+        (pg.spec.min_member, pg.spec.queue.as_deref()),
+        (Some(5), Some("training"))
+    );
     assert_eq!(sub_groups(&pg), pairs(&[("headgroup", 1), ("gpu-workers", 4)]));
     assert_eq!(owner_of(&pg), ("RayCluster".to_owned(), "ray-cluster".to_owned()));
 
@@ -282,18 +349,32 @@ async fn raycluster_is_one_gang_and_follows_its_owner() -> anyhow::Result<()> {
     let pgs: Api<PodGroup> = t.api();
     let stamp = json!({"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
         "metadata": {"name": name, "annotations": {keys::LAST_START_TIMESTAMP: "2026-01-01T00:00:00Z"}}});
-    pgs.patch(&name, &PatchParams::apply(keys::FIELD_MANAGER_SCHEDULER), &Patch::Apply(&stamp)).await?;
+    pgs.patch(
+        &name,
+        &PatchParams::apply(keys::FIELD_MANAGER_SCHEDULER),
+        &Patch::Apply(&stamp),
+    )
+    .await?;
 
     // Scaling the cluster updates the group without any pod event; so does a new label.
-    let clusters: Api<DynamicObject> = Api::namespaced_with(t.client().clone(), t.namespace(), &resource_of(&cluster));
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(t.client().clone(), t.namespace(), &resource_of(&cluster));
     let scale = json!({"metadata": {"labels": {"team": "blue"}},
         "spec": {"workerGroupSpecs": [{"groupName": "gpu-workers", "replicas": 6, "minReplicas": 6, "maxReplicas": 6,
             "template": {"metadata": {"labels": {keys::QUEUE_LABEL_LEGACY: "training"}},
                          "spec": {"schedulerName": keys::SCHEDULER_NAME}}}]}});
-    clusters.patch("ray-cluster", &PatchParams::default(), &Patch::Merge(&scale)).await?;
-    let pg = pod_group(&t, &name, |pg| pg.spec.min_member == Some(7) && pg.labels().contains_key("team")).await?;
+    clusters
+        .patch("ray-cluster", &PatchParams::default(), &Patch::Merge(&scale))
+        .await?;
+    let pg = pod_group(&t, &name, |pg| {
+        pg.spec.min_member == Some(7) && pg.labels().contains_key("team")
+    })
+    .await?;
     assert_eq!(sub_groups(&pg), pairs(&[("headgroup", 1), ("gpu-workers", 6)]));
-    let stamp = pg.annotations().get(keys::LAST_START_TIMESTAMP).map(String::as_str);
+    let stamp = pg
+        .annotations()
+        .get(keys::LAST_START_TIMESTAMP)
+        .map(String::as_str);
     assert_eq!(stamp, Some("2026-01-01T00:00:00Z"));
     t.finish().await
 }
@@ -301,11 +382,22 @@ async fn raycluster_is_one_gang_and_follows_its_owner() -> anyhow::Result<()> {
 #[tokio::test]
 async fn seed_002_raycluster_queue_label() -> anyhow::Result<()> {
     let t = start("pg-seed-002-ray").await?;
-    let cluster = t.apply_yaml(&seed(&t, "002-raycluster-queue-label.yaml")?).await?.remove(0);
+    let cluster = t
+        .apply_yaml(&seed(&t, "002-raycluster-queue-label.yaml")?)
+        .await?
+        .remove(0);
     ray_pods(&t, &cluster, "worker", 2, &json!({})).await?;
     grouped_pods(&t, "ray.io/cluster=raycluster-sample", 3).await?;
-    let pg = pod_group(&t, &format!("pg-raycluster-sample-{}", cluster.uid().unwrap_or_default()), |_| true).await?;
-    assert_eq!((pg.spec.min_member, pg.spec.queue.as_deref()), (Some(3), Some("team-a")));
+    let pg = pod_group(
+        &t,
+        &format!("pg-raycluster-sample-{}", cluster.uid().unwrap_or_default()),
+        |_| true,
+    )
+    .await?;
+    assert_eq!(
+        (pg.spec.min_member, pg.spec.queue.as_deref()),
+        (Some(3), Some("team-a"))
+    );
     t.finish().await
 }
 
@@ -314,11 +406,14 @@ async fn trainjob_is_grouped_through_its_jobset() -> anyhow::Result<()> {
     let t = start("pg-trainjob").await?;
     // Seed 001: the TrainJob carries the queue label; the trainer makes a JobSet, JobSet makes Jobs,
     // the real Job controller makes the pods.
-    let train_job = apply(&t, &json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "pytorch-kai-job", "labels": {keys::QUEUE_LABEL: "prod-queue"}},
-        "spec": {"runtimeRef": {"name": "pytorch-kai-runtime"}, "trainer": {"numNodes": 4}},
-    }))
+    let train_job = apply(
+        &t,
+        &json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "pytorch-kai-job", "labels": {keys::QUEUE_LABEL: "prod-queue"}},
+            "spec": {"runtimeRef": {"name": "pytorch-kai-runtime"}, "trainer": {"numNodes": 4}},
+        }),
+    )
     .await?;
     let node_template = json!({"parallelism": 4, "completions": 4, "template": {
         "metadata": {"labels": {keys::JOBSET_REPLICATED_JOB: "node", "app": "trainer"}},
@@ -330,17 +425,26 @@ async fn trainjob_is_grouped_through_its_jobset() -> anyhow::Result<()> {
         "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": node_template}}]},
     }))
     .await?;
-    apply(&t, &json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "pytorch-kai-job-node-0", "ownerReferences": owned_by(&jobset)},
-        "spec": node_template,
-    }))
+    apply(
+        &t,
+        &json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "pytorch-kai-job-node-0", "ownerReferences": owned_by(&jobset)},
+            "spec": node_template,
+        }),
+    )
     .await?;
     let name = format!("pg-pytorch-kai-job-{}-node", jobset.uid().unwrap_or_default());
     let pods = grouped_pods(&t, "app=trainer", 4).await?;
-    assert!(pods.iter().all(|p| group_of(p).as_deref() == Some(name.as_str())), "{pods:?}");
+    assert!(
+        pods.iter().all(|p| group_of(p).as_deref() == Some(name.as_str())),
+        "{pods:?}"
+    );
     let pg = pod_group(&t, &name, |_| true).await?;
-    assert_eq!((pg.spec.min_member, pg.spec.queue.as_deref()), (Some(4), Some("prod-queue")));
+    assert_eq!(
+        (pg.spec.min_member, pg.spec.queue.as_deref()),
+        (Some(4), Some("prod-queue"))
+    );
     assert_eq!(owner_of(&pg), ("JobSet".to_owned(), "pytorch-kai-job".to_owned()));
     t.finish().await
 }
@@ -348,10 +452,13 @@ async fn trainjob_is_grouped_through_its_jobset() -> anyhow::Result<()> {
 #[tokio::test]
 async fn pytorchjob_gang_with_master_and_worker_sub_groups() -> anyhow::Result<()> {
     let t = start("pg-pytorchjob").await?;
-    let job = apply(&t, &json!({
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt"},
-        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 3}}},
-    }))
+    let job = apply(
+        &t,
+        &json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt"},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 3}}},
+        }),
+    )
     .await?;
     let labels = |role: &str, index: usize| {
         json!({keys::KUBEFLOW_JOB_NAME: "pt", keys::KUBEFLOW_REPLICA_TYPE: role,
@@ -364,7 +471,11 @@ async fn pytorchjob_gang_with_master_and_worker_sub_groups() -> anyhow::Result<(
     let name = format!("pg-pt-{}", job.uid().unwrap_or_default());
     for p in grouped_pods(&t, &format!("{}=pt", keys::KUBEFLOW_JOB_NAME), 4).await? {
         assert_eq!(group_of(&p).as_deref(), Some(name.as_str()));
-        let role = if p.name_any().contains("master") { "master" } else { "worker" };
+        let role = if p.name_any().contains("master") {
+            "master"
+        } else {
+            "worker"
+        };
         assert_eq!(sub_group_of(&p).as_deref(), Some(role));
     }
     let pg = pod_group(&t, &name, |_| true).await?;
@@ -385,9 +496,7 @@ async fn leaderworkerset_gets_one_group_per_replica_group() -> anyhow::Result<()
     // real StatefulSet controller would delete or release pods it controls; here the pods' references
     // to their StatefulSets are not controller references and the selectors match nothing, so the
     // controller leaves them alone (the podgrouper follows the first reference when none controls).
-    let labels = |worker: usize| {
-        json!({keys::LWS_NAME: "lws", keys::LWS_GROUP_INDEX: "0", keys::LWS_WORKER_INDEX: worker.to_string()})
-    };
+    let labels = |worker: usize| json!({keys::LWS_NAME: "lws", keys::LWS_GROUP_INDEX: "0", keys::LWS_WORKER_INDEX: worker.to_string()});
     let sts = |name: &str, owner: &DynamicObject, selector: Value| {
         json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
             "metadata": {"name": name, "ownerReferences": owned_by(owner)},
@@ -399,16 +508,27 @@ async fn leaderworkerset_gets_one_group_per_replica_group() -> anyhow::Result<()
     let leader = apply(&t, &pod_with("lws-0", labels(0), reference(&leader_sts, false))).await?;
     let worker_sts = apply(&t, &sts("lws-0", &leader, json!({"no-pod": "lws-0"}))).await?;
     for i in 1..3 {
-        apply(&t, &pod_with(&format!("lws-0-{i}"), labels(i), reference(&worker_sts, false))).await?;
+        apply(
+            &t,
+            &pod_with(&format!("lws-0-{i}"), labels(i), reference(&worker_sts, false)),
+        )
+        .await?;
     }
     let name = format!("pg-lws-{}-group-0", lws.uid().unwrap_or_default());
     for p in grouped_pods(&t, &format!("{}=lws", keys::LWS_NAME), 3).await? {
         assert_eq!(group_of(&p).as_deref(), Some(name.as_str()), "{}", p.name_any());
-        let role = if p.name_any() == "lws-0" { "leader" } else { "workers" };
+        let role = if p.name_any() == "lws-0" {
+            "leader"
+        } else {
+            "workers"
+        };
         assert_eq!(sub_group_of(&p).as_deref(), Some(role));
     }
     let pg = pod_group(&t, &name, |_| true).await?;
-    assert_eq!((pg.spec.min_member, owner_of(&pg)), (Some(3), ("LeaderWorkerSet".to_owned(), "lws".to_owned())));
+    assert_eq!(
+        (pg.spec.min_member, owner_of(&pg)),
+        (Some(3), ("LeaderWorkerSet".to_owned(), "lws".to_owned()))
+    );
     assert_eq!(sub_groups(&pg), pairs(&[("leader", 1), ("workers", 2)]));
     t.finish().await
 }
@@ -416,16 +536,27 @@ async fn leaderworkerset_gets_one_group_per_replica_group() -> anyhow::Result<()
 #[tokio::test]
 async fn restart_mid_way_makes_no_duplicate_and_loses_no_group() -> anyhow::Result<()> {
     let t = start("pg-restart").await?;
-    let job = apply(&t, &batch_job("first", 2, 2, json!({keys::GANG_SCHEDULING: "true"}))).await?;
+    let job = apply(
+        &t,
+        &batch_job("first", 2, 2, json!({keys::GANG_SCHEDULING: "true"})),
+    )
+    .await?;
     grouped_pods(&t, "app=first", 2).await?;
     t.stop_component(COMPONENT, Duration::from_secs(5))?;
 
     // While it is down: more work arrives, and one PodGroup is deleted by hand.
-    apply(&t, &batch_job("second", 2, 2, json!({keys::GANG_SCHEDULING: "true"}))).await?;
+    apply(
+        &t,
+        &batch_job("second", 2, 2, json!({keys::GANG_SCHEDULING: "true"})),
+    )
+    .await?;
     let first = format!("pg-first-{}", job.uid().unwrap_or_default());
     t.api::<PodGroup>().delete(&first, &Default::default()).await?;
-    let kept: BTreeMap<String, String> =
-        pod_groups(&t).await?.iter().map(|pg| (pg.name_any(), pg.uid().unwrap_or_default())).collect();
+    let kept: BTreeMap<String, String> = pod_groups(&t)
+        .await?
+        .iter()
+        .map(|pg| (pg.name_any(), pg.uid().unwrap_or_default()))
+        .collect();
 
     start_podgrouper(&t)?;
     grouped_pods(&t, "app=second", 2).await?;
@@ -434,10 +565,17 @@ async fn restart_mid_way_makes_no_duplicate_and_loses_no_group() -> anyhow::Resu
     let after = pod_groups(&t).await?;
     let names: Vec<String> = after.iter().map(ResourceExt::name_any).collect();
     assert_eq!(names.len(), 2, "one group per Job, no duplicates: {names:?}");
-    assert!(names.contains(&first), "the deleted group is made again: {names:?}");
+    assert!(
+        names.contains(&first),
+        "the deleted group is made again: {names:?}"
+    );
     for pg in &after {
         if let Some(uid) = kept.get(&pg.name_any()) {
-            assert_eq!(pg.uid().as_ref(), Some(uid), "a group that existed is kept, not made again");
+            assert_eq!(
+                pg.uid().as_ref(),
+                Some(uid),
+                "a group that existed is kept, not made again"
+            );
         }
     }
     t.finish().await

@@ -30,7 +30,9 @@ async fn start(test: &str, extra_args: &[&str]) -> anyhow::Result<TestEnv> {
 
 async fn build() -> anyhow::Result<()> {
     BUILT
-        .get_or_try_init(|| async { tokio::task::spawn_blocking(|| Component::build("kai-scheduler")).await? })
+        .get_or_try_init(|| async {
+            tokio::task::spawn_blocking(|| Component::build("kai-scheduler")).await?
+        })
         .await?;
     Ok(())
 }
@@ -109,11 +111,16 @@ async fn apply(t: &TestEnv, objects: &[Value]) -> anyhow::Result<()> {
 }
 
 async fn pods(t: &TestEnv, selector: &str) -> anyhow::Result<Vec<Pod>> {
-    Ok(t.api::<Pod>().list(&ListParams::default().labels(selector)).await?.items)
+    Ok(t.api::<Pod>()
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items)
 }
 
 fn bound(pods: &[Pod]) -> usize {
-    pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count()
+    pods.iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        .count()
 }
 
 async fn podgroup(t: &TestEnv, name: &str) -> anyhow::Result<PodGroup> {
@@ -125,7 +132,11 @@ async fn condition(t: &TestEnv, group: &str, type_: &str) -> anyhow::Result<Opti
     let pg = podgroup(t, group).await?;
     Ok(pg
         .status
-        .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == type_ && c.status == "True"))
+        .and_then(|s| {
+            s.conditions
+                .into_iter()
+                .find(|c| c.type_ == type_ && c.status == "True")
+        })
         .map(|c| c.message.unwrap_or_default()))
 }
 
@@ -141,34 +152,51 @@ async fn events_with_reason(t: &TestEnv, reason: &str) -> anyhow::Result<Vec<Eve
 /// why, then binds all 8 in the cycle after two more GPUs join. kube-scheduler, built from the same
 /// source, binds 6 and leaves 2 pending: the partial start the gang prevents. Both outcomes are printed.
 #[tokio::test]
-async fn seed_003_gang_waits_whole_then_binds_when_room_appears_while_kube_scheduler_starts_six() -> anyhow::Result<()> {
+async fn seed_003_gang_waits_whole_then_binds_when_room_appears_while_kube_scheduler_starts_six()
+-> anyhow::Result<()> {
     let t = start("seed-003", &[]).await?;
     t.create_nodes(pool_nodes(&t, "s3").count(3).gpus(2)).await?;
     apply(
         &t,
         &[
-            pod_group(&t, "training-job-pg", json!({ "minMember": 8, "queue": keys::DEFAULT_QUEUE })),
+            pod_group(
+                &t,
+                "training-job-pg",
+                json!({ "minMember": 8, "queue": keys::DEFAULT_QUEUE }),
+            ),
             job(&t, "train", "training-job-pg", 8, 1, json!({})),
         ],
     )
     .await?;
     let selector = "job-name=train";
-    t.wait_for_pods("8 pods of the job", selector, TIMEOUT, |p| p.len() == 8).await?;
-    let message = t
-        .wait_until("an Unschedulable condition on the PodGroup", TIMEOUT, async || {
-            condition(&t, "training-job-pg", "Unschedulable").await
-        })
+    t.wait_for_pods("8 pods of the job", selector, TIMEOUT, |p| p.len() == 8)
         .await?;
-    assert!(message.starts_with("8 pods need 8 nvidia.com/gpu, 6 free on 3 nodes"), "{message}");
+    let message = t
+        .wait_until(
+            "an Unschedulable condition on the PodGroup",
+            TIMEOUT,
+            async || condition(&t, "training-job-pg", "Unschedulable").await,
+        )
+        .await?;
+    assert!(
+        message.starts_with("8 pods need 8 nvidia.com/gpu, 6 free on 3 nodes"),
+        "{message}"
+    );
     // Several cycles later, still not a single pod bound.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(bound(&pods(&t, selector).await?), 0, "no pod of a gang that cannot start whole");
+    assert_eq!(
+        bound(&pods(&t, selector).await?),
+        0,
+        "no pod of a gang that cannot start whole"
+    );
     let waiting = events_with_reason(&t, keys::EVENT_UNSCHEDULABLE).await?;
     assert!(!waiting.is_empty(), "an Unschedulable event explains the wait");
 
     // Two more GPUs: the whole gang is bound.
     t.create_nodes(pool_nodes(&t, "s3b").count(1).gpus(2)).await?;
-    let placed = t.wait_for_pods("all 8 pods bound", selector, TIMEOUT, |p| bound(p) == 8).await?;
+    let placed = t
+        .wait_for_pods("all 8 pods bound", selector, TIMEOUT, |p| bound(p) == 8)
+        .await?;
     let scheduled = t
         .wait_until("a PodGroupScheduled event", TIMEOUT, async || {
             let e = events_with_reason(&t, keys::EVENT_POD_GROUP_SCHEDULED).await?;
@@ -185,7 +213,11 @@ async fn seed_003_gang_waits_whole_then_binds_when_room_appears_while_kube_sched
          | kai-scheduler (this) | 0 | 8 (then 8 bound once 2 GPUs joined; event: {:?}) |\n",
         scheduled[0].message.as_deref().unwrap_or_default()
     );
-    assert_eq!((kube_bound, kube_pending), (6, 2), "kube-scheduler's partial start");
+    assert_eq!(
+        (kube_bound, kube_pending),
+        (6, 2),
+        "kube-scheduler's partial start"
+    );
     assert_eq!(placed.len(), 8);
     t.finish().await
 }
@@ -194,9 +226,20 @@ async fn seed_003_gang_waits_whole_then_binds_when_room_appears_while_kube_sched
 /// 8-pod job: how many pods it binds and how many it leaves pending.
 async fn kube_scheduler_outcome(t: &TestEnv) -> anyhow::Result<(usize, usize)> {
     let binary = e2e::DevPaths::from_env().k8s_bin("kube-scheduler");
-    anyhow::ensure!(binary.exists(), "{} is missing: run `cargo xtask cluster up`", binary.display());
+    anyhow::ensure!(
+        binary.exists(),
+        "{} is missing: run `cargo xtask cluster up`",
+        binary.display()
+    );
     let name = format!("kube-{}", t.namespace());
-    let nodes = t.create_nodes(FakeNodes::new("ks").count(3).gpus(2).label("e2e.kai.dev/kube-scheduler", &name)).await?;
+    let nodes = t
+        .create_nodes(
+            FakeNodes::new("ks")
+                .count(3)
+                .gpus(2)
+                .label("e2e.kai.dev/kube-scheduler", &name),
+        )
+        .await?;
     anyhow::ensure!(nodes.len() == 3);
     let dir = std::env::temp_dir().join(&name);
     std::fs::create_dir_all(&dir)?;
@@ -213,7 +256,13 @@ async fn kube_scheduler_outcome(t: &TestEnv) -> anyhow::Result<(usize, usize)> {
     )?;
     let log = std::fs::File::create(dir.join("kube-scheduler.log"))?;
     let child = Command::new(&binary)
-        .args(["--config", &config.to_string_lossy(), "--port=0", "--secure-port=0", "-v=1"])
+        .args([
+            "--config",
+            &config.to_string_lossy(),
+            "--port=0",
+            "--secure-port=0",
+            "-v=1",
+        ])
         .stdout(log.try_clone()?)
         .stderr(log)
         .stdin(Stdio::null())
@@ -227,7 +276,10 @@ async fn kube_scheduler_outcome(t: &TestEnv) -> anyhow::Result<(usize, usize)> {
     job["spec"]["template"]["metadata"] = json!({});
     apply(t, &[job]).await?;
     let selector = "job-name=kube-train";
-    t.wait_for_pods("kube-scheduler binds 6", selector, TIMEOUT, |p| p.len() == 8 && bound(p) >= 6).await?;
+    t.wait_for_pods("kube-scheduler binds 6", selector, TIMEOUT, |p| {
+        p.len() == 8 && bound(p) >= 6
+    })
+    .await?;
     // It stays that way: the remaining two have nowhere to go.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pods = pods(t, selector).await?;
@@ -257,7 +309,9 @@ async fn seed_000_pytorch_ddp_job_with_its_explicit_podgroup_runs() -> anyhow::R
             "memory": { "quota": -1, "limit": -1, "overQuotaWeight": 1 } } },
     });
     apply(&t, &[training]).await?;
-    let text = std::fs::read_to_string(e2e::paths::fixtures_dir().join("seeds/000-pytorch-distributed-training.yaml"))?;
+    let text = std::fs::read_to_string(
+        e2e::paths::fixtures_dir().join("seeds/000-pytorch-distributed-training.yaml"),
+    )?;
     for mut doc in e2e::apply::split_documents(&text)? {
         doc["metadata"]["namespace"] = json!(t.namespace());
         match doc["kind"].as_str() {
@@ -270,25 +324,49 @@ async fn seed_000_pytorch_ddp_job_with_its_explicit_podgroup_runs() -> anyhow::R
         apply(&t, &[doc]).await?;
     }
     let selector = "job-name=pytorch-ddp";
-    t.wait_for_pods("4 bound workers", selector, TIMEOUT, |p| p.len() == 4 && bound(p) == 4).await?;
+    t.wait_for_pods("4 bound workers", selector, TIMEOUT, |p| {
+        p.len() == 4 && bound(p) == 4
+    })
+    .await?;
     let phase = t
         .wait_until("PodGroup Running", TIMEOUT, async || {
             let pg = podgroup(&t, "pytorch-ddp-training").await?;
-            Ok(pg.status.and_then(|s| s.phase).filter(|p| *p == api::PodGroupPhase::Running))
+            Ok(pg
+                .status
+                .and_then(|s| s.phase)
+                .filter(|p| *p == api::PodGroupPhase::Running))
         })
         .await?;
     assert_eq!(phase, api::PodGroupPhase::Running);
     // The seed's own query: kubectl get events --field-selector reason=PodGroupScheduled.
     let out = t
         .kubectl()?
-        .run_ok(&["get", "events", "-n", t.namespace(), "--field-selector", "reason=PodGroupScheduled"], None)
+        .run_ok(
+            &[
+                "get",
+                "events",
+                "-n",
+                t.namespace(),
+                "--field-selector",
+                "reason=PodGroupScheduled",
+            ],
+            None,
+        )
         .await?;
     assert!(out.contains("PodGroupScheduled"), "{out}");
     // The seed's phase query.
     let out = t
         .kubectl()?
         .run_ok(
-            &["get", "podgroup", "pytorch-ddp-training", "-n", t.namespace(), "-o", "jsonpath={.status.phase}"],
+            &[
+                "get",
+                "podgroup",
+                "pytorch-ddp-training",
+                "-n",
+                t.namespace(),
+                "-o",
+                "jsonpath={.status.phase}",
+            ],
             None,
         )
         .await?;
@@ -305,16 +383,43 @@ async fn completed_pods_free_room_for_a_waiting_gang() -> anyhow::Result<()> {
         &t,
         &[
             pod_group(&t, "short", json!({ "minMember": 2 })),
-            job(&t, "short", "short", 2, 2, json!({ e2e::RUN_SECONDS_ANNOTATION: "3" })),
+            job(
+                &t,
+                "short",
+                "short",
+                2,
+                2,
+                json!({ e2e::RUN_SECONDS_ANNOTATION: "3" }),
+            ),
         ],
     )
     .await?;
-    t.wait_for_pods("the short job bound", "job-name=short", TIMEOUT, |p| p.len() == 2 && bound(p) == 2).await?;
-    apply(&t, &[pod_group(&t, "waiting", json!({ "minMember": 4 })), job(&t, "waiting", "waiting", 4, 1, json!({}))]).await?;
-    t.wait_for_pods("the gang created", "job-name=waiting", TIMEOUT, |p| p.len() == 4).await?;
-    assert_eq!(bound(&pods(&t, "job-name=waiting").await?), 0, "no room while the short job runs");
-    t.wait_for_pods("the gang bound once the short job finished", "job-name=waiting", TIMEOUT, |p| bound(p) == 4)
+    t.wait_for_pods("the short job bound", "job-name=short", TIMEOUT, |p| {
+        p.len() == 2 && bound(p) == 2
+    })
+    .await?;
+    apply(
+        &t,
+        &[
+            pod_group(&t, "waiting", json!({ "minMember": 4 })),
+            job(&t, "waiting", "waiting", 4, 1, json!({})),
+        ],
+    )
+    .await?;
+    t.wait_for_pods("the gang created", "job-name=waiting", TIMEOUT, |p| p.len() == 4)
         .await?;
+    assert_eq!(
+        bound(&pods(&t, "job-name=waiting").await?),
+        0,
+        "no room while the short job runs"
+    );
+    t.wait_for_pods(
+        "the gang bound once the short job finished",
+        "job-name=waiting",
+        TIMEOUT,
+        |p| bound(p) == 4,
+    )
+    .await?;
     t.finish().await
 }
 
@@ -327,13 +432,19 @@ async fn schedule_timeout_moves_the_podgroup_to_failed_with_a_reason() -> anyhow
     apply(
         &t,
         &[
-            pod_group(&t, "training-with-timeout", json!({ "minMember": 8, "scheduleTimeoutSeconds": 3, "priority": 50 })),
+            pod_group(
+                &t,
+                "training-with-timeout",
+                json!({ "minMember": 8, "scheduleTimeoutSeconds": 3, "priority": 50 }),
+            ),
             job(&t, "slow", "training-with-timeout", 8, 1, json!({})),
         ],
     )
     .await?;
     let message = t
-        .wait_until("the TimedOut condition", TIMEOUT, async || condition(&t, "training-with-timeout", "TimedOut").await)
+        .wait_until("the TimedOut condition", TIMEOUT, async || {
+            condition(&t, "training-with-timeout", "TimedOut").await
+        })
         .await?;
     assert!(message.contains("scheduleTimeoutSeconds (3s)"), "{message}");
     let pg = podgroup(&t, "training-with-timeout").await?;
@@ -346,9 +457,14 @@ async fn schedule_timeout_moves_the_podgroup_to_failed_with_a_reason() -> anyhow
 #[tokio::test]
 async fn selectors_and_taints_are_respected_and_explained() -> anyhow::Result<()> {
     let t = start("selectors", &[]).await?;
-    t.create_nodes(pool_nodes(&t, "za").count(1).gpus(2).label("zone", "a")).await?;
-    t.create_nodes(pool_nodes(&t, "zb").count(1).gpus(2).label("zone", "b").taint("dedicated", "ml", "NoSchedule"))
+    t.create_nodes(pool_nodes(&t, "za").count(1).gpus(2).label("zone", "a"))
         .await?;
+    t.create_nodes(pool_nodes(&t, "zb").count(1).gpus(2).label("zone", "b").taint(
+        "dedicated",
+        "ml",
+        "NoSchedule",
+    ))
+    .await?;
     let pod = |name: &str, selector: Value, tolerations: Value| {
         json!({
             "apiVersion": "v1", "kind": "Pod",
@@ -367,7 +483,11 @@ async fn selectors_and_taints_are_respected_and_explained() -> anyhow::Result<()
             pod_group(&t, "wants-b", json!({ "minMember": 1 })),
             pod("wants-b", json!({ "zone": "b" }), json!([])),
             pod_group(&t, "tolerates-b", json!({ "minMember": 1 })),
-            pod("tolerates-b", json!({ "zone": "b" }), json!([{ "key": "dedicated", "operator": "Exists" }])),
+            pod(
+                "tolerates-b",
+                json!({ "zone": "b" }),
+                json!([{ "key": "dedicated", "operator": "Exists" }]),
+            ),
         ],
     )
     .await?;
@@ -379,16 +499,29 @@ async fn selectors_and_taints_are_respected_and_explained() -> anyhow::Result<()
         .await?;
     assert!(node.starts_with("zb"), "{node}");
     let message = t
-        .wait_until("why wants-c waits", TIMEOUT, async || condition(&t, "wants-c", "Unschedulable").await)
+        .wait_until("why wants-c waits", TIMEOUT, async || {
+            condition(&t, "wants-c", "Unschedulable").await
+        })
         .await?;
-    assert!(message.contains("2 node selector zone=c does not match"), "{message}");
+    assert!(
+        message.contains("2 node selector zone=c does not match"),
+        "{message}"
+    );
     let message = t
-        .wait_until("why wants-b waits", TIMEOUT, async || condition(&t, "wants-b", "Unschedulable").await)
+        .wait_until("why wants-b waits", TIMEOUT, async || {
+            condition(&t, "wants-b", "Unschedulable").await
+        })
         .await?;
-    assert!(message.contains("untolerated taint dedicated=ml:NoSchedule"), "{message}");
+    assert!(
+        message.contains("untolerated taint dedicated=ml:NoSchedule"),
+        "{message}"
+    );
     for p in ["wants-c", "wants-b"] {
         let pod = t.api::<Pod>().get(p).await?;
-        assert!(pod.spec.and_then(|s| s.node_name).is_none(), "{p} must not be bound");
+        assert!(
+            pod.spec.and_then(|s| s.node_name).is_none(),
+            "{p} must not be bound"
+        );
     }
     t.finish().await
 }
@@ -409,23 +542,56 @@ async fn two_replicas_only_the_leader_binds_and_a_follower_takes_over() -> anyho
     build().await?;
     let t = TestEnv::start("two-replicas").await?;
     let lease = format!("kai-e2e-{}", t.namespace());
-    let election = ["--leader-elect", "--lease-name", &lease, "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms"];
+    let election = [
+        "--leader-elect",
+        "--lease-name",
+        &lease,
+        "--lease-duration",
+        "4s",
+        "--renew-deadline",
+        "3s",
+        "--retry-period",
+        "500ms",
+    ];
     start_scheduler(&t, "replica-a", &election)?;
     start_scheduler(&t, "replica-b", &election)?;
     t.create_nodes(pool_nodes(&t, "le").count(2).gpus(4)).await?;
-    apply(&t, &[pod_group(&t, "first", json!({ "minMember": 4 })), job(&t, "first", "first", 4, 1, json!({}))]).await?;
-    t.wait_for_pods("first gang bound", "job-name=first", TIMEOUT, |p| p.len() == 4 && bound(p) == 4).await?;
-    let (a, b) = (count_binds_in_log(t.component_log("replica-a")), count_binds_in_log(t.component_log("replica-b")));
+    apply(
+        &t,
+        &[
+            pod_group(&t, "first", json!({ "minMember": 4 })),
+            job(&t, "first", "first", 4, 1, json!({})),
+        ],
+    )
+    .await?;
+    t.wait_for_pods("first gang bound", "job-name=first", TIMEOUT, |p| {
+        p.len() == 4 && bound(p) == 4
+    })
+    .await?;
+    let (a, b) = (
+        count_binds_in_log(t.component_log("replica-a")),
+        count_binds_in_log(t.component_log("replica-b")),
+    );
     assert_eq!(a + b, 4, "each pod bound once: a={a} b={b}");
     assert!(a == 0 || b == 0, "only one replica binds: a={a} b={b}");
     let leader = if a > 0 { "replica-a" } else { "replica-b" };
     let follower = if a > 0 { "replica-b" } else { "replica-a" };
     // Kill the leader without letting it release the lease: the follower waits out the lease.
     t.stop_component(leader, Duration::ZERO)?;
-    apply(&t, &[pod_group(&t, "second", json!({ "minMember": 4 })), job(&t, "second", "second", 4, 1, json!({}))]).await?;
-    t.wait_for_pods("second gang bound by the new leader", "job-name=second", Duration::from_secs(30), |p| {
-        p.len() == 4 && bound(p) == 4
-    })
+    apply(
+        &t,
+        &[
+            pod_group(&t, "second", json!({ "minMember": 4 })),
+            job(&t, "second", "second", 4, 1, json!({})),
+        ],
+    )
+    .await?;
+    t.wait_for_pods(
+        "second gang bound by the new leader",
+        "job-name=second",
+        Duration::from_secs(30),
+        |p| p.len() == 4 && bound(p) == 4,
+    )
     .await?;
     assert_eq!(count_binds_in_log(t.component_log(follower)), 4);
     t.finish().await
@@ -438,18 +604,40 @@ async fn killed_mid_bind_restarts_without_double_binding() -> anyhow::Result<()>
     let slow = ["--kube-qps", "15", "--kube-burst", "1"];
     let t = start("restart", &slow).await?;
     let nodes = t.create_nodes(pool_nodes(&t, "rs").count(5).gpus(8)).await?;
-    apply(&t, &[pod_group(&t, "big", json!({ "minMember": 40 })), job(&t, "big", "big", 40, 1, json!({}))]).await?;
-    t.wait_for_pods("binding under way", "job-name=big", TIMEOUT, |p| p.len() == 40 && bound(p) >= 3).await?;
+    apply(
+        &t,
+        &[
+            pod_group(&t, "big", json!({ "minMember": 40 })),
+            job(&t, "big", "big", 40, 1, json!({})),
+        ],
+    )
+    .await?;
+    t.wait_for_pods("binding under way", "job-name=big", TIMEOUT, |p| {
+        p.len() == 40 && bound(p) >= 3
+    })
+    .await?;
     t.stop_component("scheduler", Duration::ZERO)?;
     let partial = bound(&pods(&t, "job-name=big").await?);
     start_scheduler(&t, "scheduler-restarted", &[])?;
-    let pods = t.wait_for_pods("all 40 bound", "job-name=big", TIMEOUT, |p| bound(p) == 40).await?;
+    let pods = t
+        .wait_for_pods("all 40 bound", "job-name=big", TIMEOUT, |p| bound(p) == 40)
+        .await?;
     let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
     for p in &pods {
-        *per_node.entry(p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()).or_default() += 1;
+        *per_node
+            .entry(
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .unwrap_or_default(),
+            )
+            .or_default() += 1;
     }
     for n in &nodes {
-        assert!(per_node.get(n).copied().unwrap_or(0) <= 8, "{n} over capacity: {per_node:?}");
+        assert!(
+            per_node.get(n).copied().unwrap_or(0) <= 8,
+            "{n} over capacity: {per_node:?}"
+        );
     }
     println!("killed after {partial} of 40 binds; the restarted scheduler completed the gang: {per_node:?}");
     t.finish().await

@@ -42,7 +42,10 @@ const STEPS: [(&str, Step); 8] = [
     ("helm lint and chart freshness", Step::HelmCheck),
     ("cargo xtask cluster up", Step::ClusterUp),
     // The e2e tier runs the components as local processes.
-    ("build the binaries", Step::Cargo(&["build", "--workspace", "--bins", "--locked"])),
+    (
+        "build the binaries",
+        Step::Cargo(&["build", "--workspace", "--bins", "--locked"]),
+    ),
     ("e2e tests", Step::Cargo(&["test", "-p", "e2e", "--locked"])),
 ];
 
