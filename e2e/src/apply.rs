@@ -183,9 +183,36 @@ impl Applier {
                 Api::namespaced_with(self.client.clone(), &namespace, &resource)
             }
         };
+        quantities_as_strings(&mut document);
         api.patch(&name, &self.params, &Patch::Apply(&document))
             .await
             .with_context(|| format!("applying {} {name}", gvk.kind))
+    }
+}
+
+/// Writes numeric resource quantities (`nvidia.com/gpu: 2`) as strings. Users' manifests have them as numbers
+/// and `kubectl apply` accepts that, but the typed server-side apply of Kubernetes before 1.21 rejects a
+/// number where a quantity is due ("expected string").
+fn quantities_as_strings(value: &mut serde_json::Value) {
+    const QUANTITY_MAPS: [&str; 5] = ["limits", "requests", "capacity", "allocatable", "hard"];
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, child) in map.iter_mut() {
+                if QUANTITY_MAPS.contains(&key.as_str())
+                    && let serde_json::Value::Object(quantities) = child
+                {
+                    for quantity in quantities.values_mut() {
+                        if let serde_json::Value::Number(n) = quantity {
+                            *quantity = serde_json::Value::String(n.to_string());
+                        }
+                    }
+                } else {
+                    quantities_as_strings(child);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(quantities_as_strings),
+        _ => {}
     }
 }
 
@@ -241,6 +268,24 @@ impl ScopeOf for k8s_openapi::NamespaceResourceScope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numeric_quantities_become_strings_and_nothing_else_changes() {
+        let mut doc = serde_json::json!({
+            "spec": { "replicas": 2, "template": { "spec": { "containers": [{
+                "resources": { "limits": { "nvidia.com/gpu": 2, "cpu": "500m" }, "requests": { "memory": 1.5 } },
+                "ports": [{ "containerPort": 80 }] }] } } },
+        });
+        quantities_as_strings(&mut doc);
+        assert_eq!(
+            doc,
+            serde_json::json!({
+                "spec": { "replicas": 2, "template": { "spec": { "containers": [{
+                    "resources": { "limits": { "nvidia.com/gpu": "2", "cpu": "500m" }, "requests": { "memory": "1.5" } },
+                    "ports": [{ "containerPort": 80 }] }] } } },
+            })
+        );
+    }
 
     #[test]
     fn splits_multi_document_streams_and_skips_empty_documents() {

@@ -268,8 +268,17 @@ fn install_objects_match_kai() {
             );
         }
     }
+    // Off by default: with both CRDs `kubectl get podgroup` would resolve to Volcano's.
+    assert_eq!(
+        rendered
+            .of_kind("CustomResourceDefinition")
+            .filter(|c| c["metadata"]["name"] == "podgroups.scheduling.volcano.sh")
+            .count(),
+        0
+    );
     // `helm template` cannot look up the cluster, so "auto" renders Volcano's CRD, kept on uninstall.
-    let volcano = rendered
+    let auto = render(&[("volcano.installCRD", "auto")]);
+    let volcano = auto
         .find("CustomResourceDefinition", "podgroups.scheduling.volcano.sh")
         .expect("Volcano CRD");
     assert_eq!(

@@ -40,7 +40,10 @@ pub enum Error {
 pub fn init(args: &CommonArgs) -> Result<(), Error> {
     let filter = parse_filter(&args.log_level)?;
     let registry = tracing_subscriber::registry().with(filter);
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        // Colour only on a terminal: log files and collectors get plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match args.log_format {
         LogFormat::Plain => registry.with(fmt).try_init(),
         LogFormat::Json => registry

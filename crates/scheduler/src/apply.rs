@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::coalesce::Coalescer;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -109,6 +110,10 @@ pub struct Applier {
     writes: Arc<Semaphore>,
     sharing: GpuSharingArgs,
     metrics: ApplyMetrics,
+    // One write per object in flight, so statuses land in the order they were decided.
+    group_statuses: Coalescer<GroupKey, GroupStatus>,
+    pod_conditions: Coalescer<Arc<str>, PodCondition>,
+    queue_statuses: Coalescer<Arc<str>, QueueStatus>,
 }
 
 /// How the applier works.
@@ -153,6 +158,9 @@ impl Applier {
             writes: Arc::new(Semaphore::new(options.write_concurrency.max(1))),
             sharing: options.gpu_sharing,
             metrics,
+            group_statuses: Coalescer::default(),
+            pod_conditions: Coalescer::default(),
+            queue_statuses: Coalescer::default(),
         }
     }
 
@@ -174,20 +182,53 @@ impl Applier {
             tokio::spawn(async move { this.evict(e).await });
         }
         for s in d.group_statuses {
-            let this = self.clone();
-            tokio::spawn(async move { this.group_status(s).await });
+            if let Some(mut s) = self.group_statuses.offer(s.key.clone(), s) {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let key = s.key.clone();
+                        this.group_status(s).await;
+                        match this.group_statuses.next(&key) {
+                            Some(newer) => s = newer,
+                            None => break,
+                        }
+                    }
+                });
+            }
         }
         for a in d.group_annotations {
             let this = self.clone();
             tokio::spawn(async move { this.group_annotations(a).await });
         }
         for c in d.pod_conditions {
-            let this = self.clone();
-            tokio::spawn(async move { this.pod_condition(c).await });
+            if let Some(mut c) = self.pod_conditions.offer(c.uid.clone(), c) {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let uid = c.uid.clone();
+                        this.pod_condition(c).await;
+                        match this.pod_conditions.next(&uid) {
+                            Some(newer) => c = newer,
+                            None => break,
+                        }
+                    }
+                });
+            }
         }
         for q in d.queue_statuses {
-            let this = self.clone();
-            tokio::spawn(async move { this.queue_status(q).await });
+            if let Some(mut q) = self.queue_statuses.offer(q.name.clone(), q) {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let name = q.name.clone();
+                        this.queue_status(q).await;
+                        match this.queue_statuses.next(&name) {
+                            Some(newer) => q = newer,
+                            None => break,
+                        }
+                    }
+                });
+            }
         }
         for r in d.reservations {
             let this = self.clone();
@@ -551,25 +592,54 @@ impl Applier {
             return;
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &c.namespace);
-        let now = crate::framework::status::rfc3339(k8s_openapi::jiff::Timestamp::now().as_millisecond());
-        // Strategic merge keyed by condition type: the kubelet's conditions are left alone.
-        let patch = json!({
-            "metadata": { "uid": c.uid.as_ref() },
-            "status": { "conditions": [{
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": c.message,
-                "lastTransitionTime": now,
-            }]},
-        });
-        let result = pods
-            .patch_status(&c.name, &PatchParams::default(), &Patch::Strategic(&patch))
-            .await;
-        self.count_status(result.is_ok());
-        if result.is_err() {
+        let written = self.write_unschedulable_condition(&pods, &c).await;
+        self.count_status(written.is_ok());
+        if written.is_err() {
             let _ = self.feedback.send(Feedback::PodConditionFailed { uid: c.uid });
         }
+    }
+
+    /// Writes `PodScheduled=False` on a pod that is still unbound. The message was decided a cycle ago and a
+    /// bind may have landed since (the API server then set `PodScheduled=True`), so the patch is conditional
+    /// on the resourceVersion read here: a pod bound in between is left alone.
+    async fn write_unschedulable_condition(
+        &self,
+        pods: &Api<Pod>,
+        c: &PodCondition,
+    ) -> Result<(), kube::Error> {
+        const ATTEMPTS: usize = 3;
+        let mut last = Ok(());
+        for _ in 0..ATTEMPTS {
+            let current = match pods.get_opt(&c.name).await? {
+                Some(p) if p.metadata.uid.as_deref() == Some(c.uid.as_ref()) => p,
+                // Deleted or replaced by a namesake: nothing to explain.
+                _ => return Ok(()),
+            };
+            if current.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+                return Ok(());
+            }
+            let now = crate::framework::status::rfc3339(k8s_openapi::jiff::Timestamp::now().as_millisecond());
+            // Strategic merge keyed by condition type: the kubelet's conditions are left alone.
+            let patch = json!({
+                "metadata": { "uid": c.uid.as_ref(), "resourceVersion": current.metadata.resource_version },
+                "status": { "conditions": [{
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": c.message,
+                    "lastTransitionTime": now,
+                }]},
+            });
+            last = pods
+                .patch_status(&c.name, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await
+                .map(drop);
+            match &last {
+                Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                _ => return last,
+            }
+        }
+        last
     }
 
     async fn queue_status(&self, q: QueueStatus) {

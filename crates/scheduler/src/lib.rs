@@ -9,6 +9,7 @@
 pub mod actions;
 pub mod apply;
 pub mod cache;
+pub mod coalesce;
 pub mod config;
 pub mod cycle;
 pub mod fairshare;
