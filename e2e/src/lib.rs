@@ -3,7 +3,7 @@
 //! Owns: finding the cluster ([`connect`]), installing what the project needs ([`install`]), applying
 //! YAML ([`apply`]), fake nodes ([`nodes`]), the node agent that plays the kubelet ([`agent`]), the
 //! per-test environment ([`harness::TestEnv`]), failure reports ([`report`]), the project's kubectl
-//! ([`kubectl`]) and binaries ([`component`]). `cargo xtask` uses the same code for the local control
+//! ([`kubectl`]), binaries ([`component`]) and the scheduler tests' workloads ([`workloads`]). `cargo xtask` uses the same code for the local control
 //! plane, so the tests and the developer's cluster are set up alike.
 //!
 //! Must not: be needed by the project's components at run time.
@@ -33,6 +33,7 @@ pub mod nodes;
 pub mod paths;
 pub mod report;
 pub mod serviceaccount;
+pub mod workloads;
 
 pub use agent::{EXIT_CODE_ANNOTATION, NodeAgent, RUN_SECONDS_ANNOTATION};
 pub use apply::{Applier, FIELD_MANAGER, Placement};

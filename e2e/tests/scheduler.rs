@@ -10,143 +10,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
-use api::{PodGroup, keys};
-use e2e::component::Component;
+use api::keys;
 use e2e::{FakeNodes, TestEnv};
-use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, ListParams};
+use e2e::workloads::{
+    apply, bound, build, condition, events_with_reason, job, pod_group, podgroup, pods, pool_labels,
+    pool_nodes, start, start_scheduler,
+};
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-static BUILT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-
-/// A test namespace, built binaries, and the scheduler serving the test's node pool.
-async fn start(test: &str, extra_args: &[&str]) -> anyhow::Result<TestEnv> {
-    build().await?;
-    let t = TestEnv::start(test).await?;
-    start_scheduler(&t, "scheduler", extra_args)?;
-    Ok(t)
-}
-
-async fn build() -> anyhow::Result<()> {
-    BUILT
-        .get_or_try_init(|| async {
-            tokio::task::spawn_blocking(|| Component::build("kai-scheduler")).await?
-        })
-        .await?;
-    Ok(())
-}
-
-fn start_scheduler(t: &TestEnv, name: &str, extra_args: &[&str]) -> anyhow::Result<()> {
-    let mut args = vec![
-        "--node-pool",
-        t.namespace(),
-        "--admin-address",
-        "127.0.0.1:0",
-        "--schedule-period",
-        "500ms",
-        "--log-level",
-        "info,kai_scheduler=debug",
-    ];
-    args.extend_from_slice(extra_args);
-    t.start_component(name, "kai-scheduler", args)
-}
-
-/// Nodes of the test's pool.
-fn pool_nodes(t: &TestEnv, prefix: &str) -> FakeNodes {
-    FakeNodes::new(prefix).label(keys::NODE_POOL, t.namespace())
-}
-
-fn pool_labels(t: &TestEnv) -> Value {
-    json!({ keys::NODE_POOL: t.namespace() })
-}
-
-/// A PodGroup of the test's pool.
-fn pod_group(t: &TestEnv, name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "scheduling.run.ai/v2",
-        "kind": "PodGroup",
-        "metadata": { "name": name, "namespace": t.namespace(), "labels": pool_labels(t) },
-        "spec": spec,
-    })
-}
-
-/// A batch Job of `n` pods of this scheduler in the test's pool, each asking for `gpus` GPUs, joined to
-/// PodGroup `group` through the seeds' annotation.
-fn job(t: &TestEnv, name: &str, group: &str, n: u32, gpus: u32, extra_annotations: Value) -> Value {
-    let mut annotations = json!({ keys::POD_GROUP_SEED: group });
-    if let (Some(a), Some(extra)) = (annotations.as_object_mut(), extra_annotations.as_object()) {
-        a.extend(extra.clone());
-    }
-    json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": { "name": name, "namespace": t.namespace() },
-        "spec": {
-            "parallelism": n,
-            "completions": n,
-            "backoffLimit": 0,
-            "template": {
-                "metadata": { "labels": pool_labels(t), "annotations": annotations },
-                "spec": {
-                    "schedulerName": keys::SCHEDULER_NAME,
-                    "restartPolicy": "Never",
-                    "containers": [{
-                        "name": "trainer",
-                        "image": "example.com/trainer:1",
-                        // Quantities as strings: server-side apply on 1.20 fails on numbers there.
-                        "resources": { "limits": { "nvidia.com/gpu": gpus.to_string() } },
-                    }],
-                },
-            },
-        },
-    })
-}
-
-async fn apply(t: &TestEnv, objects: &[Value]) -> anyhow::Result<()> {
-    for o in objects {
-        t.apply_yaml(&serde_json::to_string(o)?).await?;
-    }
-    Ok(())
-}
-
-async fn pods(t: &TestEnv, selector: &str) -> anyhow::Result<Vec<Pod>> {
-    Ok(t.api::<Pod>()
-        .list(&ListParams::default().labels(selector))
-        .await?
-        .items)
-}
-
-fn bound(pods: &[Pod]) -> usize {
-    pods.iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-        .count()
-}
-
-async fn podgroup(t: &TestEnv, name: &str) -> anyhow::Result<PodGroup> {
-    Ok(t.api::<PodGroup>().get(name).await?)
-}
-
-/// The message of a PodGroup condition of `type_`, once it is there.
-async fn condition(t: &TestEnv, group: &str, type_: &str) -> anyhow::Result<Option<String>> {
-    let pg = podgroup(t, group).await?;
-    Ok(pg
-        .status
-        .and_then(|s| {
-            s.conditions
-                .into_iter()
-                .find(|c| c.type_ == type_ && c.status == "True")
-        })
-        .map(|c| c.message.unwrap_or_default()))
-}
-
-async fn events_with_reason(t: &TestEnv, reason: &str) -> anyhow::Result<Vec<Event>> {
-    let events: Api<Event> = t.api();
-    Ok(events
-        .list(&ListParams::default().fields(&format!("reason={reason}")))
-        .await?
-        .items)
-}
 
 /// Seed 003: 3 nodes with 2 GPUs each and an 8-pod job needing all 8: this scheduler binds none and says
 /// why, then binds all 8 in the cycle after two more GPUs join. kube-scheduler, built from the same
