@@ -28,6 +28,7 @@ pub mod connect;
 pub mod harness;
 pub mod helm;
 pub mod install;
+pub mod kube_scheduler;
 pub mod kubectl;
 pub mod nodes;
 pub mod paths;

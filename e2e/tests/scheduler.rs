@@ -6,16 +6,15 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::Context;
 use api::keys;
-use e2e::{FakeNodes, TestEnv};
+use e2e::kube_scheduler::KubeScheduler;
 use e2e::workloads::{
     apply, bound, build, condition, events_with_reason, job, pod_group, podgroup, pods, pool_labels,
     pool_nodes, start, start_scheduler,
 };
+use e2e::{FakeNodes, TestEnv};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
@@ -103,12 +102,6 @@ async fn seed_003_gang_waits_whole_then_binds_when_room_appears_while_kube_sched
 /// kube-scheduler v1.20.2 (from the local control plane's build) on 3 nodes x 2 GPUs of its own and an
 /// 8-pod job: how many pods it binds and how many it leaves pending.
 async fn kube_scheduler_outcome(t: &TestEnv) -> anyhow::Result<(usize, usize)> {
-    let binary = e2e::DevPaths::from_env().k8s_bin("kube-scheduler");
-    anyhow::ensure!(
-        binary.exists(),
-        "{} is missing: run `cargo xtask cluster up`",
-        binary.display()
-    );
     let name = format!("kube-{}", t.namespace());
     let nodes = t
         .create_nodes(
@@ -119,34 +112,8 @@ async fn kube_scheduler_outcome(t: &TestEnv) -> anyhow::Result<(usize, usize)> {
         )
         .await?;
     anyhow::ensure!(nodes.len() == 3);
-    let dir = std::env::temp_dir().join(&name);
-    std::fs::create_dir_all(&dir)?;
     let kubeconfig: PathBuf = t.kubeconfig_env().into();
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "apiVersion: kubescheduler.config.k8s.io/v1beta1\nkind: KubeSchedulerConfiguration\n\
-             clientConnection:\n  kubeconfig: {}\nleaderElection:\n  leaderElect: false\n\
-             profiles:\n- schedulerName: {name}\n",
-            kubeconfig.display()
-        ),
-    )?;
-    let log = std::fs::File::create(dir.join("kube-scheduler.log"))?;
-    let child = Command::new(&binary)
-        .args([
-            "--config",
-            &config.to_string_lossy(),
-            "--port=0",
-            "--secure-port=0",
-            "-v=1",
-        ])
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .stdin(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
-    let _guard = KillOnDrop(child);
+    let _kube_scheduler = KubeScheduler::start(&kubeconfig, &name, 50, &std::env::temp_dir().join(&name))?;
     let mut job = job(t, "kube-train", "none", 8, 1, json!({}));
     let spec = &mut job["spec"]["template"]["spec"];
     spec["schedulerName"] = json!(name);
@@ -162,15 +129,6 @@ async fn kube_scheduler_outcome(t: &TestEnv) -> anyhow::Result<(usize, usize)> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pods = pods(t, selector).await?;
     Ok((bound(&pods), pods.len() - bound(&pods)))
-}
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Seed 000, step 3: the PyTorch DDP job with its explicit PodGroup (minMember 4, 2 GPUs per pod) is

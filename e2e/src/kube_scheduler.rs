@@ -1,0 +1,79 @@
+//! kube-scheduler v1.20.2, from the local control plane's build, as a local process with a scheduler name
+//! of its own: the baseline the seed 003 comparison (tests and demo) and the benchmarks run beside ours.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::Context as _;
+
+use crate::DevPaths;
+
+/// A running kube-scheduler; killed when dropped.
+#[derive(Debug)]
+pub struct KubeScheduler {
+    child: Child,
+    log: PathBuf,
+}
+
+impl KubeScheduler {
+    /// Starts kube-scheduler serving pods with `schedulerName: <name>` on the cluster of `kubeconfig`, with
+    /// client QPS and burst `qps`, logging to `<dir>/kube-scheduler.log`.
+    ///
+    /// # Errors
+    /// When the binary was not built (`cargo xtask cluster up` builds it) or cannot start.
+    pub fn start(kubeconfig: &Path, name: &str, qps: u32, dir: &Path) -> anyhow::Result<Self> {
+        let binary = DevPaths::from_env().k8s_bin("kube-scheduler");
+        anyhow::ensure!(
+            binary.exists(),
+            "{} is missing: run `cargo xtask cluster up`",
+            binary.display()
+        );
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let config = dir.join("kube-scheduler.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: kubescheduler.config.k8s.io/v1beta1\nkind: KubeSchedulerConfiguration\n\
+                 clientConnection:\n  kubeconfig: {}\n  qps: {qps}\n  burst: {qps}\n\
+                 leaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {name}\n",
+                kubeconfig.display()
+            ),
+        )
+        .with_context(|| format!("writing {}", config.display()))?;
+        let log = dir.join("kube-scheduler.log");
+        let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = Command::new(&binary)
+            .args([
+                "--config",
+                &config.to_string_lossy(),
+                "--port=0",
+                "--secure-port=0",
+                "-v=1",
+            ])
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Self { child, log })
+    }
+
+    /// The process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The log file.
+    #[must_use]
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+}
+
+impl Drop for KubeScheduler {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
