@@ -172,6 +172,31 @@ pub fn tail(path: &Path, lines: usize) -> String {
     }
 }
 
+/// A loopback port nothing listens on now (for a component's admin server).
+///
+/// # Errors
+/// When no port can be bound.
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// GET `path` on `127.0.0.1:port`: the status code, if a server answered (probes `/readyz`).
+#[must_use]
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split_whitespace().nth(1)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,14 +6,13 @@
 //! Shares the cluster with other tests: its own release, namespace, scheduler name, queue and a node
 //! tainted for its pods only.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use e2e::chart::{self, Rendered};
+use e2e::component::{free_port, http_status};
 use e2e::helm::Helm;
 use e2e::serviceaccount;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -62,27 +61,6 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// GET `path` on `127.0.0.1:port`; the status code, if the server answered.
-fn http_status(port: u16, path: &str) -> Option<u16> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn build_binaries(binaries: &[&str]) -> anyhow::Result<()> {
@@ -257,7 +235,7 @@ async fn run(admin: &Client, helm: &Helm, kubeconfig: &Path, id: &str) -> anyhow
             &config_path,
             serviceaccount::kubeconfig_with_token(&admin_text, &spec.service_account, &token)?,
         )?;
-        let port = free_port();
+        let port = free_port()?;
         let args = spec.local_args(
             &work.join(&spec.component),
             &[("admin-address", &format!("127.0.0.1:{port}"))],

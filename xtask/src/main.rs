@@ -1,13 +1,14 @@
 //! `cargo xtask`: the project's developer tasks.
 //!
 //! Owns: CRD generation (`crds`), the local Kubernetes control plane (`cluster`), fake nodes (`nodes`),
-//! removing what e2e tests left behind (`e2e-clean`), Helm (`helm`) and the CI entry point (`ci`). Talks to clusters
+//! removing what e2e tests left behind (`e2e-clean`), Helm (`helm`), the CI entry point (`ci`) and the main job (`demo`). Talks to clusters
 //! through the e2e crate's library, so the tests and the developer's cluster are set up by one piece of
 //! code. Must not: be needed by the project's components at run time.
 
 mod ci;
 mod cluster;
 mod crds;
+mod demo;
 mod helm;
 mod nodes;
 
@@ -50,6 +51,18 @@ enum Task {
     },
     /// Run every CI check: fmt, clippy, unit tests, crds --check, cluster up, e2e tests.
     Ci,
+    /// The main job: local cluster, the chart installed, both components running, and a walkthrough
+    /// (gang vs kube-scheduler, room freed, preemption, GPU sharing). `demo down` stops the components.
+    Demo {
+        #[command(subcommand)]
+        command: Option<DemoTask>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DemoTask {
+    /// Stop the demo's components and remove its namespace and nodes (the cluster keeps running).
+    Down,
 }
 
 #[derive(Debug, Subcommand)]
@@ -121,6 +134,10 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }),
         Task::Ci => ci::run(),
+        Task::Demo { command: None } => demo::up(),
+        Task::Demo {
+            command: Some(DemoTask::Down),
+        } => demo::down(),
     }
 }
 
