@@ -1,8 +1,9 @@
 //! `cargo xtask ci`: everything CI checks, in order, with a summary of the time each step took.
 //!
 //! Formatting, clippy, unit and doc tests, CRD freshness, `helm lint` and the rendered chart's
-//! freshness, the local control plane (built and started when missing), the binaries, then the e2e
-//! tier against it. The cluster is left running.
+//! freshness, the local control plane (built and started when missing), the binaries, the e2e tier
+//! against it, then the main job (`cargo xtask demo`, stopped again afterwards). The cluster is left
+//! running.
 
 use std::ffi::OsString;
 use std::process::Command;
@@ -15,9 +16,10 @@ enum Step {
     CrdsCheck,
     HelmCheck,
     ClusterUp,
+    Demo,
 }
 
-const STEPS: [(&str, Step); 8] = [
+const STEPS: [(&str, Step); 9] = [
     (
         "cargo fmt --check",
         Step::Cargo(&["fmt", "--all", "--", "--check"]),
@@ -47,6 +49,8 @@ const STEPS: [(&str, Step); 8] = [
         Step::Cargo(&["build", "--workspace", "--bins", "--locked"]),
     ),
     ("e2e tests", Step::Cargo(&["test", "-p", "e2e", "--locked"])),
+    // After the e2e tier: the demo's scheduler and podgrouper serve the whole cluster.
+    ("the main job (cargo xtask demo)", Step::Demo),
 ];
 
 fn cargo() -> OsString {
@@ -68,6 +72,12 @@ fn run_step(step: &Step) -> anyhow::Result<()> {
         Step::CrdsCheck => crate::crds::check(&e2e::paths::crds_dir()),
         Step::HelmCheck => crate::helm::run(crate::helm::HelmTask::Check),
         Step::ClusterUp => crate::cluster::up(),
+        Step::Demo => {
+            let outcome = crate::demo::up();
+            // Stopped either way: its components must not outlive CI.
+            let stopped = crate::demo::down();
+            outcome.and(stopped)
+        }
     }
 }
 
@@ -89,16 +99,16 @@ pub(crate) fn run() -> anyhow::Result<()> {
     println!("\n######## summary");
     for (name, took, ok) in &results {
         println!(
-            "  {:<28} {:>8.1}s  {}",
+            "  {:<34} {:>8.1}s  {}",
             name,
             took.as_secs_f64(),
             if *ok { "ok" } else { "FAILED" }
         );
     }
     for (name, _) in STEPS.iter().skip(results.len()) {
-        println!("  {name:<28} {:>9}  skipped", "-");
+        println!("  {name:<34} {:>9}  skipped", "-");
     }
-    println!("  {:<28} {:>8.1}s", "total", started.elapsed().as_secs_f64());
+    println!("  {:<34} {:>8.1}s", "total", started.elapsed().as_secs_f64());
     if let Some(failure) = failure {
         bail!("ci failed at {failure}");
     }
