@@ -80,6 +80,16 @@ async fn seed_003_gang_waits_whole_then_binds_when_room_appears_while_kube_sched
             Ok((!e.is_empty()).then_some(e))
         })
         .await?;
+    // Placed: nothing on the PodGroup still says it waits.
+    t.wait_until("the waiting explanations cleared", TIMEOUT, async || {
+        let status = podgroup(&t, "training-job-pg").await?.status.unwrap_or_default();
+        let unschedulable = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Unschedulable" && c.status == "True");
+        Ok((!unschedulable && status.scheduling_conditions.is_empty()).then_some(()))
+    })
+    .await?;
 
     // kube-scheduler on the same kind of cluster and job.
     let (kube_bound, kube_pending) = kube_scheduler_outcome(&t).await?;

@@ -161,6 +161,11 @@ pub const EVENT_EVICT: &str = "Evict";
 pub const FIELD_MANAGER_PODGROUPER: &str = "kai-podgrouper";
 /// Server-side-apply field manager of the scheduler.
 pub const FIELD_MANAGER_SCHEDULER: &str = "kai-scheduler";
+/// Server-side apply field manager of the scheduler's PodGroup annotations (last start, stale since): not
+/// the status manager, because before Kubernetes 1.22 managed fields do not tell the status subresource
+/// from the object, and an apply of metadata under the status manager's name would disown its status
+/// fields, so a later status apply could no longer remove them (stale schedulingConditions).
+pub const FIELD_MANAGER_SCHEDULER_ANNOTATIONS: &str = "kai-scheduler-annotations";
 
 // ---------------------------------------------------------------------------------------------
 // Segments (sub-groups of a fixed size inside one replica type)

@@ -579,7 +579,7 @@ impl Applier {
             "kind": "PodGroup",
             "metadata": { "name": a.key.name.as_ref(), "annotations": annotations },
         });
-        let params = PatchParams::apply(api::keys::FIELD_MANAGER_SCHEDULER).force();
+        let params = PatchParams::apply(api::keys::FIELD_MANAGER_SCHEDULER_ANNOTATIONS).force();
         let result = api.patch(&a.key.name, &params, &Patch::Apply(&patch)).await;
         self.count_status(result.is_ok());
     }
