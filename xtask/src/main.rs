@@ -1,7 +1,7 @@
 //! `cargo xtask`: the project's developer tasks.
 //!
 //! Owns: CRD generation (`crds`), the local Kubernetes control plane (`cluster`), fake nodes (`nodes`),
-//! removing what e2e tests left behind (`e2e-clean`), Helm (`helm`), the CI entry point (`ci`) and the main job (`demo`). Talks to clusters
+//! removing what e2e tests left behind (`e2e-clean`), Helm (`helm`), the CI entry point (`ci`), the main job (`demo`) and the soak test (`soak`). Talks to clusters
 //! through the e2e crate's library, so the tests and the developer's cluster are set up by one piece of
 //! code. Must not: be needed by the project's components at run time.
 
@@ -11,6 +11,7 @@ mod crds;
 mod demo;
 mod helm;
 mod nodes;
+mod soak;
 
 use clap::{Parser, Subcommand};
 
@@ -57,6 +58,8 @@ enum Task {
         #[command(subcommand)]
         command: Option<DemoTask>,
     },
+    /// Churn gangs for minutes at thousands of pods; fail when memory or cycle time grows (not in `ci`).
+    Soak(soak::SoakArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -135,6 +138,7 @@ fn main() -> anyhow::Result<()> {
         }),
         Task::Ci => ci::run(),
         Task::Demo { command: None } => demo::up(),
+        Task::Soak(args) => soak::run(&args),
         Task::Demo {
             command: Some(DemoTask::Down),
         } => demo::down(),
