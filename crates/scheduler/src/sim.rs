@@ -542,6 +542,40 @@ impl Sim {
         self
     }
 
+    /// Marks a pod as being deleted (evicted, the kubelet has not confirmed yet): it still holds its node.
+    pub fn deleting(&mut self, namespace: &str, name: &str) -> &mut Self {
+        if let Some(id) = self.pod_id(namespace, name) {
+            let mut update = self.pod_update(id);
+            update.api.status = TaskStatus::Releasing;
+            self.cluster.apply_pod(update);
+        }
+        self
+    }
+
+    /// Adds a pending copy of a pod named `new_name`, as its controller replaces a deleted one.
+    pub fn recreate(&mut self, namespace: &str, name: &str, new_name: &str) -> &mut Self {
+        if let Some(id) = self.pod_id(namespace, name) {
+            let mut update = self.pod_update(id);
+            update.uid = self.next_uid();
+            update.name = new_name.into();
+            update.api = ApiView {
+                status: TaskStatus::Pending,
+                node_name: None,
+            };
+            update.gpu_groups.clear();
+            self.cluster.apply_pod(update);
+        }
+        self
+    }
+
+    fn pod_id(&self, namespace: &str, name: &str) -> Option<crate::model::TaskId> {
+        self.cluster
+            .tasks
+            .iter()
+            .find(|(_, t)| &*t.namespace == namespace && &*t.name == name)
+            .map(|(i, _)| crate::model::TaskId(i))
+    }
+
     /// Status of every pod of a gang, by pod name: (status, node).
     #[must_use]
     pub fn pods(&self, gang: &str) -> BTreeMap<String, (TaskStatus, Option<String>)> {

@@ -237,3 +237,30 @@ fn an_elastic_gang_at_its_maximum_is_not_tried_again_and_again() {
     assert_eq!(r.decisions.binds.len(), 4, "grows to maxMember, no further");
     assert!(r.stats.gangs_tried <= 4, "tried {} times", r.stats.gangs_tried);
 }
+
+/// Found by the e2e tier (e2e/tests/queues.rs): after an inference gang preempted a 4-pod train gang,
+/// the Job controller's first replacement pod was bound alone while the evicted pods were still being
+/// deleted, because readiness counted the pods being deleted as members. Only alive pods (KAI: pending,
+/// gated or placed) count; the replacements wait until the whole gang can start.
+#[test]
+fn replacement_pods_of_an_evicted_gang_wait_for_the_whole_gang() {
+    let mut s = one_queue(-1.0);
+    s.node("n0", 64_000, 256, 4).node("n1", 64_000, 256, 4);
+    s.gang(train("train", 4, 1).min(4).running_on(&["n0", "n0", "n1", "n1"]));
+    for i in 0..4 {
+        s.deleting("ns", &format!("train-{i}"));
+    }
+    // One replacement exists so far; 4 GPUs are free, so nothing but the gang rule stops it.
+    s.recreate("ns", "train-0", "train-new-0");
+    settle(&mut s, 2);
+    assert_eq!(s.count("train", TaskStatus::Binding), 0);
+    assert_eq!(s.count("train", TaskStatus::Running), 0);
+    let why = s.why("train").unwrap_or_default();
+    assert!(why.contains("the gang needs 4, 1 exist so far"), "{why}");
+    // The other three arrive: the gang is placed whole.
+    for i in 1..4 {
+        s.recreate("ns", &format!("train-{i}"), &format!("train-new-{i}"));
+    }
+    settle(&mut s, 2);
+    assert_eq!(s.count("train", TaskStatus::Running), 4);
+}

@@ -359,8 +359,9 @@ impl Gang {
             .filter(|t| cluster.task(*t).status == TaskStatus::Pending && cluster.task(*t).ours)
     }
 
-    /// Whether enough pods exist for the gang to be tried (KAI's readiness: existing non-gated pods
-    /// cover every required minimum).
+    /// Whether enough pods exist for the gang to be tried (KAI's readiness: alive non-gated pods cover
+    /// every required minimum). Pods being deleted or finished are not alive: counting them would let a
+    /// controller's first replacement pod of an evicted gang be bound alone.
     ///
     /// # Errors
     /// How many pods are missing.
@@ -369,8 +370,11 @@ impl Gang {
         let mut existing = 0;
         let mut gated = 0;
         for t in self.tasks() {
-            existing += 1;
-            if cluster.task(t).status == TaskStatus::Gated {
+            let status = cluster.task(t).status;
+            if is_alive(status) {
+                existing += 1;
+            }
+            if status == TaskStatus::Gated {
                 gated += 1;
             }
         }
@@ -392,7 +396,10 @@ impl Gang {
             let usable = n
                 .tasks
                 .iter()
-                .filter(|t| cluster.task(**t).status != TaskStatus::Gated)
+                .filter(|t| {
+                    let status = cluster.task(**t).status;
+                    is_alive(status) && status != TaskStatus::Gated
+                })
                 .count();
             u32::try_from(usable).unwrap_or(u32::MAX) >= n.min
         } else {
@@ -540,4 +547,9 @@ impl Gang {
             .filter(|t| cluster.task(*t).status.is_allocated())
             .collect()
     }
+}
+
+/// KAI's *alive* pods: waiting, gated or placed; not being deleted and not finished.
+fn is_alive(status: TaskStatus) -> bool {
+    status == TaskStatus::Pending || status == TaskStatus::Gated || status.is_active_allocated()
 }
