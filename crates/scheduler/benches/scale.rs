@@ -50,17 +50,31 @@ fn timed_cycle(base: &Cluster, config: &Config, now: i64) -> (Duration, CycleRes
     (started.elapsed(), result, cluster)
 }
 
-/// Phase split of a cycle: open, allocate, other actions, close (statuses).
-fn phases(total: Duration, r: &CycleResult) -> (f64, f64, f64, f64) {
-    let allocate: Duration = r
-        .actions
-        .iter()
-        .filter(|(a, _)| *a == ActionKind::Allocate)
-        .map(|(_, d)| *d)
-        .sum();
+/// Phase split of a cycle in ms: open, allocate, consolidation, preempt, other actions, close.
+fn phases(total: Duration, r: &CycleResult) -> [f64; 6] {
+    let of = |kind: ActionKind| -> Duration {
+        r.actions
+            .iter()
+            .filter(|(a, _)| *a == kind)
+            .map(|(_, d)| *d)
+            .sum()
+    };
     let actions: Duration = r.actions.iter().map(|(_, d)| *d).sum();
+    let (allocate, consolidate, preempt) = (
+        of(ActionKind::Allocate),
+        of(ActionKind::Consolidation),
+        of(ActionKind::Preempt),
+    );
+    let others = actions.saturating_sub(allocate + consolidate + preempt);
     let close = total.saturating_sub(r.open + actions);
-    (ms(r.open), ms(allocate), ms(actions - allocate), ms(close))
+    [
+        ms(r.open),
+        ms(allocate),
+        ms(consolidate),
+        ms(preempt),
+        ms(others),
+        ms(close),
+    ]
 }
 
 struct Row {
@@ -69,7 +83,7 @@ struct Row {
     gang: u32,
     pods: usize,
     cycle_ms: f64,
-    split: (f64, f64, f64, f64),
+    split: [f64; 6],
     binds: usize,
     evictions: usize,
     waiting: u64,
@@ -78,7 +92,7 @@ struct Row {
 
 fn print_header() {
     println!(
-        "{:<12} {:>6} {:>3} {:>7} {:>10} {:>8} {:>9} {:>8} {:>8} {:>9} {:>7} {:>6} {:>7} {:>6}",
+        "{:<12} {:>6} {:>3} {:>7} {:>9} {:>7} {:>8} {:>7} {:>7} {:>7} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6}",
         "case",
         "N",
         "k",
@@ -86,7 +100,9 @@ fn print_header() {
         "cycle ms",
         "open",
         "allocate",
-        "others",
+        "consol",
+        "preempt",
+        "other",
         "close",
         "ms/1kpod",
         "binds",
@@ -97,17 +113,20 @@ fn print_header() {
 }
 
 fn print_row(r: &Row) {
+    let s = r.split;
     println!(
-        "{:<12} {:>6} {:>3} {:>7} {:>10.1} {:>8.1} {:>9.1} {:>8.1} {:>8.1} {:>9.2} {:>7} {:>6} {:>7} {:>6}",
+        "{:<12} {:>6} {:>3} {:>7} {:>9.1} {:>7.1} {:>8.1} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>8.2} {:>6} {:>6} {:>7} {:>6}",
         r.label,
         r.nodes,
         r.gang,
         r.pods,
         r.cycle_ms,
-        r.split.0,
-        r.split.1,
-        r.split.2,
-        r.split.3,
+        s[0],
+        s[1],
+        s[2],
+        s[3],
+        s[4],
+        s[5],
         r.cycle_ms / (r.pods.max(1) as f64 / 1000.0),
         r.binds,
         r.evictions,
@@ -207,7 +226,7 @@ fn main() {
     }
     println!();
     println!(
-        "# Cycles: open/allocate/others/close split in ms; frag = free GPUs on partly used nodes after the cycle"
+        "# Cycles: time split in ms (open, actions, close = statuses); frag = free GPUs on partly used nodes after the cycle"
     );
     print_header();
     for r in &rows {
