@@ -194,7 +194,7 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<Progress, Why> {
         return Err(Why::Queue(gate));
     }
     if !was_satisfied && let Some(min) = ssn.cluster.group(gang.root).min_resources {
-        let free = free_total(ssn.cluster);
+        let free = ssn.index.free_totals().0;
         if !min.fits_in(&free) {
             ssn.rollback(checkpoint);
             return Err(Why::MinResources {
@@ -394,17 +394,6 @@ fn place_leaves(
         }
     }
     Ok(pipelined)
-}
-
-/// Free resources now over all nodes.
-fn free_total(cluster: &Cluster) -> Resources {
-    let mut total = Resources::ZERO;
-    for (_, n) in cluster.nodes.iter() {
-        if n.ready && !n.unschedulable {
-            total.add(&n.available(&Resources::ZERO).0.max(&Resources::ZERO));
-        }
-    }
-    total
 }
 
 /// How every node answers for the pod that fit nowhere (with the gang's earlier pods still placed).

@@ -89,6 +89,11 @@ pub struct NodeIndex {
     pub eligibility: Eligibility,
     /// Explanation summaries.
     summaries: Summaries,
+    /// Each ready, schedulable node's free room (now, later), negatives as zero, by node index.
+    free_parts: Vec<Option<(Resources, Resources)>>,
+    /// Sums of `free_parts`.
+    free_now_total: Resources,
+    free_later_total: Resources,
 }
 
 /// Static eligibility per constraints, one bit per node index, computed once per session per distinct
@@ -251,9 +256,23 @@ impl NodeIndex {
         if self.summaries.active() {
             self.summaries.changes.push(id);
         }
+        if self.free_parts.len() <= id.index() {
+            self.free_parts.resize(id.index() + 1, None);
+        }
+        if let Some((now, later)) = self.free_parts[id.index()].take() {
+            self.free_now_total.sub(&now);
+            self.free_later_total.sub(&later);
+        }
         let Some(node) = cluster.nodes.get(id.0) else {
             return;
         };
+        if node.ready && !node.unschedulable {
+            let (now, later) = node.available(&Resources::ZERO);
+            let (now, later) = (now.max(&Resources::ZERO), later.max(&Resources::ZERO));
+            self.free_now_total.add(&now);
+            self.free_later_total.add(&later);
+            self.free_parts[id.index()] = Some((now, later));
+        }
         let free = free_now(node);
         let has_gpu = node.allocatable.gpu() > 0;
         let key = (free.gpu() / 1000 * 1000, free.cpu(), has_gpu);
@@ -519,6 +538,14 @@ impl NodeIndex {
         let out = (summary.eligible, summary.with_free, summary.total);
         self.summaries.compact();
         out
+    }
+
+    /// Free room over all ready, schedulable nodes, each node's shortfalls counted as zero: (free now,
+    /// free once releasing pods are gone), as if no gang held reservations. Kept current by
+    /// [`Self::update`], so it costs nothing to ask.
+    #[must_use]
+    pub fn free_totals(&self) -> (Resources, Resources) {
+        (self.free_now_total, self.free_later_total)
     }
 
     /// Nodes currently in the index (for summaries).
