@@ -780,3 +780,140 @@ fn new_group_id(node: &str, task: &Task, device: usize) -> Arc<str> {
     )
     .into()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PlacementStrategy;
+    use crate::model::{Assumed, TaskId, TaskStatus};
+    use crate::sim::{GangSpec, Sim};
+
+    const POLICY: PlacementPolicy = PlacementPolicy {
+        gpu: PlacementStrategy::Binpack,
+        cpu: PlacementStrategy::Binpack,
+        gpu_sharing: PlacementStrategy::Binpack,
+        gpu_sharing_enabled: true,
+    };
+
+    /// The summary by checking every node, as explanations did before summaries were incremental.
+    fn full_scan(
+        index: &mut NodeIndex,
+        cluster: &Cluster,
+        task: &Task,
+        own: &dyn Fn(NodeId) -> Resources,
+    ) -> (usize, BTreeMap<NodeMiss, usize>) {
+        let mut misses = BTreeMap::new();
+        let mut nodes = 0;
+        for (i, _) in cluster.nodes.iter() {
+            nodes += 1;
+            match index.check(cluster, task, &POLICY, NodeId(i), own) {
+                Ok(p) if p.mode == Mode::Allocate => {}
+                Ok(_) => {
+                    *misses
+                        .entry(NodeMiss::Insufficient(main_slot(task.gpu)))
+                        .or_default() += 1
+                }
+                Err(m) => *misses.entry(m).or_default() += 1,
+            }
+        }
+        (nodes, misses)
+    }
+
+    fn free_scan(index: &mut NodeIndex, cluster: &Cluster, c: ConstraintsId) -> (usize, usize, Resources) {
+        let (mut eligible, mut with_gpu, mut total) = (0, 0, Resources::ZERO);
+        for (i, n) in cluster.nodes.iter() {
+            if index.eligibility.check(cluster, c, NodeId(i)) {
+                eligible += 1;
+                let free = n.available(&Resources::ZERO).0.max(&Resources::ZERO);
+                with_gpu += usize::from(free.gpu() > 0);
+                total.add(&free);
+            }
+        }
+        (eligible, with_gpu, total)
+    }
+
+    fn task_of(s: &Sim, name: &str) -> TaskId {
+        s.cluster
+            .tasks
+            .iter()
+            .find(|(_, t)| &*t.name == name)
+            .map(|(i, _)| TaskId(i))
+            .expect("task exists")
+    }
+
+    #[test]
+    fn incremental_summaries_match_a_full_scan_through_placements_and_undos() {
+        let mut s = Sim::new();
+        s.queue("d", None, -1.0, -1.0, 1.0)
+            .queue("q", Some("d"), -1.0, -1.0, 1.0);
+        s.nodes("n", 5, 4);
+        s.node_with("tainted", 64_000, 256, 8, &[], &["dedicated"]);
+        s.gang(GangSpec::new("run", "q", 2).gpus(3).running_on(&["n-0", "n-1"]));
+        s.gang(GangSpec::new("wait", "q", 3).gpus(2));
+        s.gang(GangSpec::new("other", "q", 2).gpus(1));
+        let mut index = NodeIndex::build(&s.cluster);
+        let probe = task_of(&s, "wait-0");
+        let none = |_: NodeId| Resources::ZERO;
+        let compare = |index: &mut NodeIndex, cluster: &Cluster, own_nodes: &[NodeId]| {
+            let task = cluster.task(probe).clone();
+            let own = |n: NodeId| {
+                let mut r = Resources::ZERO;
+                for (_, t) in cluster.tasks.iter() {
+                    if t.status == TaskStatus::Pipelined && t.node == Some(n) && t.group_key == task.group_key
+                    {
+                        r.add(&t.request);
+                    }
+                }
+                r
+            };
+            let fast = index.summarize(cluster, &task, &POLICY, own_nodes, &own);
+            assert_eq!(fast, full_scan(index, cluster, &task, &own));
+            let (eligible, with_free, total) = index.free_on_eligible(cluster, task.constraints);
+            assert_eq!(
+                (eligible, with_free[GPU], total),
+                free_scan(index, cluster, task.constraints)
+            );
+        };
+        compare(&mut index, &s.cluster, &[]);
+        // Bind another gang's pods, reserve one of the probe's gang, evict a running pod; the index
+        // hears of each node change as a session would tell it.
+        let steps: Vec<(TaskId, Assumed)> = vec![
+            (task_of(&s, "other-0"), Assumed::Binding { node: NodeId(2) }),
+            (task_of(&s, "other-1"), Assumed::Binding { node: NodeId(2) }),
+            (
+                task_of(&s, "wait-1"),
+                Assumed::Pipelined {
+                    node: NodeId(3),
+                    until: i64::MAX,
+                },
+            ),
+            (task_of(&s, "run-0"), Assumed::Evicting),
+        ];
+        let mut undo = Vec::new();
+        for (t, assumed) in steps {
+            let before = s.cluster.task(t).node;
+            undo.push(s.cluster.set_assumed(t, assumed, None));
+            for n in [before, s.cluster.task(t).node].into_iter().flatten() {
+                index.update(&s.cluster, n);
+            }
+            compare(&mut index, &s.cluster, &[NodeId(3)]);
+        }
+        // Undo everything, newest first.
+        while let Some(u) = undo.pop() {
+            let t = u.task;
+            let before = s.cluster.task(t).node;
+            s.cluster.undo_placement(u);
+            for n in [before, s.cluster.task(t).node].into_iter().flatten() {
+                index.update(&s.cluster, n);
+            }
+            compare(&mut index, &s.cluster, &[]);
+        }
+        // The tainted node always answers with its taint, the reserved node differently for the gang.
+        let task = s.cluster.task(probe).clone();
+        let (_, misses) = index.summarize(&s.cluster, &task, &POLICY, &[], &none);
+        assert!(
+            misses.keys().any(|m| matches!(m, NodeMiss::Static(_))),
+            "{misses:?}"
+        );
+    }
+}
