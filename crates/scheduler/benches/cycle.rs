@@ -79,8 +79,10 @@ fn preempt_full(bencher: Bencher<'_, '_>, nodes: usize) {
     spec.running_fraction = 1.0;
     spec.pending_pods = nodes;
     spec.pending_classes = &["build-preemptible"];
-    let mut config = Config::default();
-    config.actions = vec![ActionKind::Allocate, ActionKind::Preempt];
+    let config = Config {
+        actions: vec![ActionKind::Allocate, ActionKind::Preempt],
+        ..Config::default()
+    };
     bench_cycle(bencher, &spec.cluster(), &config, NOW);
 }
 
@@ -94,7 +96,9 @@ fn consolidation(bencher: Bencher<'_, '_>, nodes: usize) {
     spec.pending_pods = (nodes / 100).max(1);
     spec.gpus_per_pod = 8;
     spec.pending_classes = &["train"];
-    let mut config = Config::default();
-    config.actions = vec![ActionKind::Allocate, ActionKind::Consolidation];
+    let config = Config {
+        actions: vec![ActionKind::Allocate, ActionKind::Consolidation],
+        ..Config::default()
+    };
     bench_cycle(bencher, &spec.cluster(), &config, NOW);
 }

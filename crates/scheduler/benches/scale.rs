@@ -265,8 +265,10 @@ fn main() {
         spec.pending_pods = n;
         spec.pending_classes = &["build-preemptible"];
         let base = spec.cluster();
-        let mut config = Config::default();
-        config.actions = vec![ActionKind::Allocate, ActionKind::Preempt];
+        let config = Config {
+            actions: vec![ActionKind::Allocate, ActionKind::Preempt],
+            ..Config::default()
+        };
         if let Some(row) = measure("preempt", &base, &config, now, &spec, spec.pending_pods, runs) {
             print_row(&row);
         }
@@ -277,8 +279,10 @@ fn main() {
         spec.gpus_per_pod = 8;
         spec.pending_classes = &["train"];
         let base = spec.cluster();
-        let mut config = Config::default();
-        config.actions = vec![ActionKind::Allocate, ActionKind::Consolidation];
+        let config = Config {
+            actions: vec![ActionKind::Allocate, ActionKind::Consolidation],
+            ..Config::default()
+        };
         if let Some(row) = measure("consolidate", &base, &config, now, &spec, spec.pending_pods, runs) {
             print_row(&row);
         }
