@@ -199,10 +199,12 @@ async fn measure(
 ) -> anyhow::Result<Measurement> {
     let t = TestEnv::start(&format!("bench-{}-{}", contender.slug(), workload.group_size())).await?;
     let result = measure_in(&t, options, contender, workload).await;
-    let cleanup = t.finish().await;
-    let m = result?;
-    cleanup?;
-    Ok(m)
+    // A busy shared server may fail the cleanup; the figures stand (`cargo xtask e2e-clean` removes
+    // what is left once no other test runs).
+    if let Err(err) = t.finish().await {
+        eprintln!("bench:   cleanup failed: {err:#}");
+    }
+    result
 }
 
 async fn measure_in(
@@ -591,7 +593,7 @@ mod tests {
         ];
         let table = table(&results);
         // Raw x64 is the reference: 500 binds/s; kai is as fast between binds, 80% to the last one.
-        assert!(table.contains("| 2.00 | 500 | 100% | 80% | 20.0 |"), "{table}");
+        assert!(table.contains("| 0.50 | 2.50 | 500 | 100% | 80% | 20.0 |"), "{table}");
         assert!(table.contains("| 4.00 | 250 | 50% | 50% |"), "{table}");
         assert!(table.contains("4.00x the rate, 3.60x faster"), "{table}");
     }
