@@ -593,7 +593,10 @@ mod tests {
         ];
         let table = table(&results);
         // Raw x64 is the reference: 500 binds/s; kai is as fast between binds, 80% to the last one.
-        assert!(table.contains("| 0.50 | 2.50 | 500 | 100% | 80% | 20.0 |"), "{table}");
+        assert!(
+            table.contains("| 0.50 | 2.50 | 500 | 100% | 80% | 20.0 |"),
+            "{table}"
+        );
         assert!(table.contains("| 4.00 | 250 | 50% | 50% |"), "{table}");
         assert!(table.contains("4.00x the rate, 3.60x faster"), "{table}");
     }
