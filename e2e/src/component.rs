@@ -67,11 +67,30 @@ impl Component {
                 path.display()
             );
         }
+        Self::start_binary(name, &path, args, kubeconfig, log_dir)
+    }
+
+    /// Starts the executable at `path` (a release build, or another project's binary) the way
+    /// [`Component::start`] starts a workspace binary.
+    ///
+    /// # Errors
+    /// When the process cannot start.
+    pub fn start_binary<I, S>(
+        name: &str,
+        path: &Path,
+        args: I,
+        kubeconfig: &OsStr,
+        log_dir: &Path,
+    ) -> anyhow::Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
         std::fs::create_dir_all(log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
         let log = log_dir.join(format!("{name}.log"));
         let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone().context("duplicating the log file handle")?;
-        let mut command = Command::new(&path);
+        let mut command = Command::new(path);
         command
             .args(args)
             .env("KUBECONFIG", kubeconfig)

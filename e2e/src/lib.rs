@@ -3,7 +3,8 @@
 //! Owns: finding the cluster ([`connect`]), installing what the project needs ([`install`]), applying
 //! YAML ([`apply`]), fake nodes ([`nodes`]), the node agent that plays the kubelet ([`agent`]), the
 //! per-test environment ([`harness::TestEnv`]), failure reports ([`report`]), the project's kubectl
-//! ([`kubectl`]), binaries ([`component`]) and the scheduler tests' workloads ([`workloads`]). `cargo xtask` uses the same code for the local control
+//! ([`kubectl`]), binaries ([`component`]), the scheduler tests' workloads ([`workloads`]) and the
+//! end-to-end binding benchmark ([`bench`]). `cargo xtask` uses the same code for the local control
 //! plane, so the tests and the developer's cluster are set up alike.
 //!
 //! Must not: be needed by the project's components at run time.
@@ -22,6 +23,7 @@
 
 pub mod agent;
 pub mod apply;
+pub mod bench;
 pub mod chart;
 pub mod component;
 pub mod connect;

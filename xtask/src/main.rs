@@ -1,10 +1,12 @@
 //! `cargo xtask`: the project's developer tasks.
 //!
 //! Owns: CRD generation (`crds`), the local Kubernetes control plane (`cluster`), fake nodes (`nodes`),
-//! removing what e2e tests left behind (`e2e-clean`), Helm (`helm`), the CI entry point (`ci`), the main job (`demo`) and the soak test (`soak`). Talks to clusters
+//! removing what e2e tests left behind (`e2e-clean`), Helm (`helm`), the end-to-end binding benchmark
+//! (`bench`), the CI entry point (`ci`), the main job (`demo`) and the soak test (`soak`). Talks to clusters
 //! through the e2e crate's library, so the tests and the developer's cluster are set up by one piece of
 //! code. Must not: be needed by the project's components at run time.
 
+mod bench;
 mod ci;
 mod cluster;
 mod crds;
@@ -52,6 +54,8 @@ enum Task {
     },
     /// Run every CI check: fmt, clippy, unit tests, crds --check, cluster up, e2e tests.
     Ci,
+    /// Binding throughput on the cluster: raw pods/binding, kube-scheduler, this scheduler (release).
+    Bench(bench::BenchArgs),
     /// The main job: local cluster, the chart installed, both components running, and a walkthrough
     /// (gang vs kube-scheduler, room freed, preemption, GPU sharing). `demo down` stops the components.
     Demo {
@@ -142,6 +146,7 @@ fn main() -> anyhow::Result<()> {
         Task::Demo {
             command: Some(DemoTask::Down),
         } => demo::down(),
+        Task::Bench(args) => bench::run(&args),
     }
 }
 

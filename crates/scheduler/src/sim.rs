@@ -246,6 +246,26 @@ impl Sim {
         }
     }
 
+    /// A simulator over an existing model (e.g. a [`Synthetic`] cluster) with the default configuration.
+    #[must_use]
+    pub fn with_cluster(cluster: Cluster) -> Self {
+        Self {
+            cluster,
+            ..Self::new()
+        }
+    }
+
+    /// Runs rounds until one decides no bind and no eviction (at most `max`); returns the rounds run.
+    pub fn settle_all(&mut self, max: usize) -> usize {
+        for i in 1..=max {
+            let r = self.round();
+            if r.decisions.binds.is_empty() && r.decisions.evictions.is_empty() {
+                return i;
+            }
+        }
+        max
+    }
+
     /// Adds a node with CPU millicores, memory GiB and GPUs.
     pub fn node(&mut self, name: &str, cpu_milli: i64, mem_gi: i64, gpus: i64) -> &mut Self {
         self.node_with(name, cpu_milli, mem_gi, gpus, &[], &[])
@@ -502,25 +522,7 @@ impl Sim {
 
     /// The update that reproduces a task as it is.
     fn pod_update(&self, id: crate::model::TaskId) -> PodUpdate {
-        let t = self.cluster.task(id);
-        PodUpdate {
-            uid: t.uid.clone(),
-            namespace: t.namespace.clone(),
-            name: t.name.clone(),
-            ours: t.ours,
-            group_key: t.group_key.clone(),
-            subgroup: t.subgroup.clone(),
-            request: t.request,
-            gpu: t.gpu,
-            constraints: self.cluster.constraints.get(t.constraints).clone(),
-            api: t.api.clone(),
-            gpu_groups: t.gpu_groups.clone(),
-            task_order: t.task_order,
-            created: t.created,
-            problem: t.problem.clone(),
-            reservation_for: t.reservation_for.clone(),
-            gpu_device: t.gpu_device.clone(),
-        }
+        pod_update_of(&self.cluster, id)
     }
 
     /// Completes a pod (it succeeded).
@@ -625,5 +627,356 @@ impl Sim {
             .into_iter()
             .find(|c| c.type_ == crate::framework::status::condition::UNSCHEDULABLE)
             .and_then(|c| c.message)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synthetic clusters (benchmarks)
+// ---------------------------------------------------------------------------------------------
+
+/// Priority classes of pending gangs in a mixed workload, picked per gang: mostly preemptible training,
+/// some preemptible builds, a few non-preemptible builds.
+pub const MIXED_PRIORITIES: [&str; 5] = ["train", "train", "train", "build-preemptible", "build"];
+
+/// The shape of a synthetic cluster: `nodes` GPU nodes (64 CPU, 512 GiB, `gpus_per_node` GPUs), a
+/// two-level queue tree (`departments` x `queues_per_department` leaves, GPU quotas summing to the
+/// cluster), running work filling `running_fraction` of the GPUs with low-priority gangs, and
+/// `pending_pods` pending one-GPU pods in gangs of `gang_size` spread round-robin over the leaves.
+#[derive(Clone, Debug)]
+pub struct Synthetic {
+    /// GPU nodes.
+    pub nodes: usize,
+    /// GPUs per node.
+    pub gpus_per_node: i64,
+    /// Pods per gang (minMember = pods).
+    pub gang_size: u32,
+    /// Pending pods (rounded down to whole gangs).
+    pub pending_pods: usize,
+    /// Top-level queues.
+    pub departments: usize,
+    /// Leaf queues per department.
+    pub queues_per_department: usize,
+    /// Share of all GPUs held by running gangs (priority class `running_class`), 0.0..=1.0.
+    pub running_fraction: f64,
+    /// Priority class of the running gangs.
+    pub running_class: &'static str,
+    /// Running pods dealt round-robin over the nodes (fragmented) instead of packed node by node.
+    pub running_spread: bool,
+    /// Priority classes of pending gangs, one picked per gang.
+    pub pending_classes: &'static [&'static str],
+    /// GPUs per pending pod.
+    pub gpus_per_pod: u32,
+    /// Seed of the deterministic pseudo-random picks.
+    pub seed: u64,
+}
+
+impl Synthetic {
+    /// The benchmark shape: `nodes` nodes of 8 GPUs, 10 pending pods per node in gangs of `gang_size`,
+    /// 100 leaf queues under 10 departments, mixed priorities, nothing running.
+    #[must_use]
+    pub fn new(nodes: usize, gang_size: u32) -> Self {
+        Self {
+            nodes,
+            gpus_per_node: 8,
+            gang_size,
+            pending_pods: nodes * 10,
+            departments: 10,
+            queues_per_department: 10,
+            running_fraction: 0.0,
+            running_class: "train",
+            running_spread: false,
+            pending_classes: &MIXED_PRIORITIES,
+            gpus_per_pod: 1,
+            seed: 1,
+        }
+    }
+
+    /// Leaf queue names, in order.
+    #[must_use]
+    pub fn leaf_queues(&self) -> Vec<String> {
+        (0..self.departments)
+            .flat_map(|d| (0..self.queues_per_department).map(move |q| format!("dept-{d}-q{q}")))
+            .collect()
+    }
+
+    /// The watch updates that describe the cluster, in the order a watch cache would apply them.
+    #[must_use]
+    pub fn updates(&self) -> SyntheticUpdates {
+        let total_gpus = self.nodes as f64 * self.gpus_per_node as f64;
+        let mut queues = Vec::new();
+        let leaves = (self.departments * self.queues_per_department).max(1);
+        for d in 0..self.departments {
+            let mut dept = Queue::new(&format!("dept-{d}"));
+            dept.resources[GPU].quota = total_gpus / self.departments as f64;
+            dept.created = i64::try_from(queues.len()).unwrap_or_default();
+            queues.push(dept);
+        }
+        for (i, name) in self.leaf_queues().iter().enumerate() {
+            let mut q = Queue::new(name);
+            q.parent_name = Some(format!("dept-{}", i / self.queues_per_department.max(1)).into());
+            q.resources[GPU].quota = total_gpus / leaves as f64;
+            q.created = i64::try_from(queues.len()).unwrap_or_default();
+            queues.push(q);
+        }
+        let nodes = (0..self.nodes)
+            .map(|i| NodeUpdate {
+                name: format!("node-{i}").into(),
+                labels: BTreeMap::from([("kubernetes.io/hostname".to_owned(), format!("node-{i}"))]),
+                taints: Vec::new(),
+                ready: true,
+                unschedulable: false,
+                allocatable: Resources::new(64_000, 512 * GI, self.gpus_per_node * 1000).with(PODS, 110),
+                gpu_memory_mib: Some(80_000),
+            })
+            .collect();
+        let mut out = SyntheticUpdates {
+            queues,
+            nodes,
+            groups: Vec::new(),
+            pods: Vec::new(),
+        };
+        let leaf_names = self.leaf_queues();
+        let mut rng = SplitMix(self.seed);
+        let mut serial = 0usize;
+        // Running work: one-GPU pods packed node by node.
+        let running_pods = (self.running_fraction.clamp(0.0, 1.0) * total_gpus) as usize;
+        let running_gangs = running_pods / self.gang_size.max(1) as usize;
+        let mut slot = 0usize;
+        for _ in 0..running_gangs {
+            let queue = &leaf_names[serial % leaf_names.len()];
+            let nodes: Vec<String> = (0..self.gang_size)
+                .map(|_| {
+                    let node = if self.running_spread {
+                        slot % self.nodes.max(1)
+                    } else {
+                        slot / usize::try_from(self.gpus_per_node.max(1)).unwrap_or(1)
+                    };
+                    slot += 1;
+                    format!("node-{node}")
+                })
+                .collect();
+            out.gang(serial, queue, self.gang_size, 1, self.running_class, Some(&nodes));
+            serial += 1;
+        }
+        let pending_gangs = self.pending_pods / self.gang_size.max(1) as usize;
+        for _ in 0..pending_gangs {
+            let queue = &leaf_names[serial % leaf_names.len()];
+            let class = self.pending_classes[rng.below(self.pending_classes.len())];
+            out.gang(serial, queue, self.gang_size, self.gpus_per_pod, class, None);
+            serial += 1;
+        }
+        out
+    }
+
+    /// The model after applying [`Self::updates`] to an empty cluster with the default priority classes.
+    #[must_use]
+    pub fn cluster(&self) -> Cluster {
+        let mut cluster = empty_cluster();
+        self.updates().apply(&mut cluster);
+        cluster
+    }
+
+    /// Churn of a settled cluster: the first running gangs holding about `fraction` of the running pods
+    /// complete, and as many new pods arrive pending (new gangs of the same size). Returns (pods
+    /// completed, pods added).
+    pub fn churn(&self, cluster: &mut Cluster, fraction: f64, generation: usize) -> (usize, usize) {
+        let running: Vec<crate::model::GroupId> = cluster
+            .groups
+            .iter()
+            .filter(|(_, g)| {
+                !g.tasks.is_empty()
+                    && g.tasks
+                        .iter()
+                        .all(|t| cluster.task(*t).status == TaskStatus::Running)
+            })
+            .map(|(i, _)| crate::model::GroupId(i))
+            .collect();
+        let running_pods: usize = running.iter().map(|g| cluster.group(*g).tasks.len()).sum();
+        let target = ((running_pods as f64) * fraction).ceil() as usize;
+        let mut completed = 0;
+        for g in running {
+            if completed >= target {
+                break;
+            }
+            let tasks = cluster.group(g).tasks.clone();
+            for t in tasks {
+                let mut update = pod_update_of(cluster, t);
+                update.api.status = TaskStatus::Succeeded;
+                cluster.apply_pod(update);
+                completed += 1;
+            }
+        }
+        let leaf_names = self.leaf_queues();
+        let mut updates = SyntheticUpdates::default();
+        let gangs = completed.div_ceil(self.gang_size.max(1) as usize);
+        let mut rng = SplitMix(self.seed ^ (generation as u64 + 1).wrapping_mul(0x9e37_79b9));
+        for i in 0..gangs {
+            let serial = 1_000_000 * (generation + 1) + i;
+            let queue = &leaf_names[serial % leaf_names.len()];
+            let class = self.pending_classes[rng.below(self.pending_classes.len())];
+            updates.gang(serial, queue, self.gang_size, self.gpus_per_pod, class, None);
+        }
+        let added = updates.pods.len();
+        updates.apply(cluster);
+        (completed, added)
+    }
+}
+
+/// An empty model with the default priority classes.
+#[must_use]
+pub fn empty_cluster() -> Cluster {
+    let mut cluster = Cluster::default();
+    for (name, value) in api::keys::PRIORITY_CLASSES {
+        cluster.apply_priority_class(name, value, false);
+    }
+    cluster
+}
+
+/// The watch updates of a synthetic cluster.
+#[derive(Clone, Debug, Default)]
+pub struct SyntheticUpdates {
+    /// Queues, departments first.
+    pub queues: Vec<Queue>,
+    /// Nodes.
+    pub nodes: Vec<NodeUpdate>,
+    /// PodGroups.
+    pub groups: Vec<Group>,
+    /// Pods.
+    pub pods: Vec<PodUpdate>,
+}
+
+impl SyntheticUpdates {
+    /// Applies everything through the model's watch-event API (queues, nodes, PodGroups, pods).
+    pub fn apply(self, cluster: &mut Cluster) {
+        for q in self.queues {
+            cluster.apply_queue(q);
+        }
+        for n in self.nodes {
+            cluster.apply_node(n);
+        }
+        for g in self.groups {
+            cluster.apply_group(g);
+        }
+        for p in self.pods {
+            cluster.apply_pod(p);
+        }
+    }
+
+    /// Number of pods.
+    #[must_use]
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    fn gang(
+        &mut self,
+        serial: usize,
+        queue: &str,
+        pods: u32,
+        gpus_per_pod: u32,
+        class: &str,
+        running_on: Option<&[String]>,
+    ) {
+        let namespace: Arc<str> = queue.rsplit_once('-').map_or(queue, |(dept, _)| dept).into();
+        let name = format!("job-{serial}");
+        let key = GroupKey {
+            kind: GroupKind::Kai,
+            namespace: namespace.clone(),
+            name: name.as_str().into(),
+        };
+        let created = i64::try_from(serial).unwrap_or_default();
+        let mut group = Group::new(key.clone(), queue, pods);
+        group.uid = format!("syn-pg-{serial}").into();
+        group.priority_class = Some(class.into());
+        group.created = created;
+        self.groups.push(group);
+        let request = Resources::new(4000, 32 * GI, i64::from(gpus_per_pod) * 1000).with(PODS, 1);
+        for i in 0..pods {
+            let node = running_on.and_then(|n| n.get(i as usize));
+            self.pods.push(PodUpdate {
+                uid: format!("syn-{serial}-{i}").into(),
+                namespace: namespace.clone(),
+                name: format!("{name}-{i}").into(),
+                ours: true,
+                group_key: Some(key.clone()),
+                subgroup: None,
+                request,
+                gpu: GpuRequest::Whole(gpus_per_pod),
+                constraints: Constraints::default(),
+                api: ApiView {
+                    status: if node.is_some() {
+                        TaskStatus::Running
+                    } else {
+                        TaskStatus::Pending
+                    },
+                    node_name: node.map(|n| n.as_str().into()),
+                },
+                gpu_groups: Vec::new(),
+                task_order: 0,
+                created: created * 1000 + i64::from(i),
+                problem: None,
+                reservation_for: None,
+                gpu_device: None,
+            });
+        }
+    }
+}
+
+/// The update that reproduces a task as it is.
+fn pod_update_of(cluster: &Cluster, id: crate::model::TaskId) -> PodUpdate {
+    let t = cluster.task(id);
+    PodUpdate {
+        uid: t.uid.clone(),
+        namespace: t.namespace.clone(),
+        name: t.name.clone(),
+        ours: t.ours,
+        group_key: t.group_key.clone(),
+        subgroup: t.subgroup.clone(),
+        request: t.request,
+        gpu: t.gpu,
+        constraints: cluster.constraints.get(t.constraints).clone(),
+        api: t.api.clone(),
+        gpu_groups: t.gpu_groups.clone(),
+        task_order: t.task_order,
+        created: t.created,
+        problem: t.problem.clone(),
+        reservation_for: t.reservation_for.clone(),
+        gpu_device: t.gpu_device.clone(),
+    }
+}
+
+/// Free GPUs stranded on partly used nodes: whole devices free on nodes that also hold GPU work (a
+/// placement-quality measure: lower is better packed).
+#[must_use]
+pub fn fragmented_gpus(cluster: &Cluster) -> i64 {
+    cluster
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.ready && !n.unschedulable)
+        .map(|(_, n)| {
+            let used = n.used.gpu() + n.nominated.gpu();
+            let free = (n.allocatable.gpu() - used).max(0) / 1000;
+            if used > 0 && free > 0 { free } else { 0 }
+        })
+        .sum()
+}
+
+/// A small deterministic generator (splitmix64), so synthetic clusters are the same on every run.
+#[derive(Clone, Debug)]
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    /// Next value.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A value in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 }

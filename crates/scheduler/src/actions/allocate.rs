@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use crate::framework::explain::{FitFailure, Why};
 use crate::framework::ordering::JobQueues;
-use crate::framework::placement::{Mode, NodeMiss};
+use crate::framework::placement::{Mode, NodeMiss, main_slot};
 use crate::framework::topology;
 use crate::framework::{Session, own_nominated};
 use crate::model::group::TopologyRequirement;
@@ -194,7 +194,7 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<Progress, Why> {
         return Err(Why::Queue(gate));
     }
     if !was_satisfied && let Some(min) = ssn.cluster.group(gang.root).min_resources {
-        let free = free_total(ssn.cluster);
+        let free = ssn.index.free_totals().0;
         if !min.fits_in(&free) {
             ssn.rollback(checkpoint);
             return Err(Why::MinResources {
@@ -396,17 +396,6 @@ fn place_leaves(
     Ok(pipelined)
 }
 
-/// Free resources now over all nodes.
-fn free_total(cluster: &Cluster) -> Resources {
-    let mut total = Resources::ZERO;
-    for (_, n) in cluster.nodes.iter() {
-        if n.ready && !n.unschedulable {
-            total.add(&n.available(&Resources::ZERO).0.max(&Resources::ZERO));
-        }
-    }
-    total
-}
-
 /// How every node answers for the pod that fit nowhere (with the gang's earlier pods still placed).
 fn node_summary(ssn: &mut Session<'_>, g: usize, t: TaskId, domain: Option<&[NodeId]>) -> FitFailure {
     let mut failure = FitFailure {
@@ -418,63 +407,54 @@ fn node_summary(ssn: &mut Session<'_>, g: usize, t: TaskId, domain: Option<&[Nod
     if let GpuRequest::Fraction { milli, devices } = ssn.cluster.task(t).gpu {
         failure.pod_request.0[GPU] = i64::from(milli * devices);
     }
-    let ids: Vec<crate::model::NodeId> = ssn
-        .cluster
-        .nodes
-        .iter()
-        .map(|(i, _)| crate::model::NodeId(i))
-        .collect();
-    for n in ids {
-        failure.nodes += 1;
-        if domain.is_some_and(|d| !d.contains(&n)) {
-            *failure.misses.entry(NodeMiss::OutsideDomain).or_default() += 1;
-            continue;
+    let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[g]);
+    let own = |node| own_nominated(cluster, gang, node);
+    let task = cluster.task(t);
+    match domain {
+        None => {
+            // Nodes where the gang holds reservations answer differently for it.
+            let own_nodes: Vec<NodeId> = gang
+                .tasks()
+                .filter_map(|m| {
+                    let m = cluster.task(m);
+                    (m.status == TaskStatus::Pipelined).then_some(m.node).flatten()
+                })
+                .collect();
+            let (nodes, misses) = ssn.index.summarize(cluster, task, &ssn.policy, &own_nodes, &own);
+            failure.nodes = nodes;
+            failure.misses = misses;
         }
-        let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[g]);
-        let own = |node| own_nominated(cluster, gang, node);
-        let task = cluster.task(t);
-        match ssn.index.check(cluster, task, &ssn.policy, n, &own) {
-            Ok(p) if p.mode == Mode::Allocate => {}
-            Ok(_) => {
-                *failure
-                    .misses
-                    .entry(NodeMiss::Insufficient(main_slot(task.gpu)))
-                    .or_default() += 1
+        Some(domain) => {
+            let inside: std::collections::HashSet<NodeId> = domain.iter().copied().collect();
+            for (i, _) in cluster.nodes.iter() {
+                let n = NodeId(i);
+                failure.nodes += 1;
+                if !inside.contains(&n) {
+                    *failure.misses.entry(NodeMiss::OutsideDomain).or_default() += 1;
+                    continue;
+                }
+                match ssn.index.check(cluster, task, &ssn.policy, n, &own) {
+                    Ok(p) if p.mode == Mode::Allocate => {}
+                    Ok(_) => {
+                        *failure
+                            .misses
+                            .entry(NodeMiss::Insufficient(main_slot(task.gpu)))
+                            .or_default() += 1
+                    }
+                    Err(miss) => *failure.misses.entry(miss).or_default() += 1,
+                }
             }
-            Err(miss) => *failure.misses.entry(miss).or_default() += 1,
         }
     }
     failure
-}
-
-fn main_slot(gpu: GpuRequest) -> usize {
-    if matches!(gpu, GpuRequest::None) { CPU } else { GPU }
 }
 
 /// Free resources on the nodes the pod may use, after the attempt was rolled back.
 fn fill_free(ssn: &mut Session<'_>, t: TaskId, failure: &mut FitFailure) {
     let constraints = ssn.cluster.task(t).constraints;
     let slot = main_slot(ssn.cluster.task(t).gpu);
-    let ids: Vec<crate::model::NodeId> = ssn
-        .cluster
-        .nodes
-        .iter()
-        .map(|(i, _)| crate::model::NodeId(i))
-        .collect();
-    for n in ids {
-        if !ssn.index.eligibility.check(ssn.cluster, constraints, n) {
-            continue;
-        }
-        failure.eligible_nodes += 1;
-        let free = ssn
-            .cluster
-            .node(n)
-            .available(&Resources::ZERO)
-            .0
-            .max(&Resources::ZERO);
-        if free.0[slot] > 0 {
-            failure.nodes_with_free += 1;
-        }
-        failure.free_on_eligible.add(&free);
-    }
+    let (eligible, with_free, free) = ssn.index.free_on_eligible(ssn.cluster, constraints);
+    failure.eligible_nodes += eligible;
+    failure.nodes_with_free += with_free[slot];
+    failure.free_on_eligible.add(&free);
 }

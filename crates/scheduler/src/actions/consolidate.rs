@@ -30,12 +30,9 @@ pub fn consolidate(ssn: &mut Session<'_>) {
         for t in ssn.gangs[g].pending(ssn.cluster) {
             need.add(&ssn.cluster.task(t).request);
         }
-        let mut free = Resources::ZERO;
-        for (_, n) in ssn.cluster.nodes.iter() {
-            if n.ready && !n.unschedulable {
-                free.add(&n.available(&Resources::ZERO).1.max(&Resources::ZERO));
-            }
-        }
+        // Free room once releasing pods are gone, over ready schedulable nodes (kept by the index: a
+        // scan of every node per waiting gang made an unchanged cycle quadratic).
+        let free = ssn.index.free_totals().1;
         if !need.fits_in(&free) {
             continue;
         }

@@ -26,7 +26,13 @@ pub fn preempt(ssn: &mut Session<'_>) {
             continue;
         }
         let (queue, priority) = (ssn.gangs[g].queue, ssn.gangs[g].priority);
-        let mut victim_gangs: Vec<usize> = (0..ssn.gangs.len())
+        // Victims share the preemptor's queue: list that queue's gangs, not every gang.
+        let same_queue: Vec<usize> = match queue {
+            Some(q) => ssn.gangs_in_queue(q).to_vec(),
+            None => (0..ssn.gangs.len()).collect(),
+        };
+        let mut victim_gangs: Vec<usize> = same_queue
+            .into_iter()
             .filter(|v| {
                 let h = &ssn.gangs[*v];
                 *v != g

@@ -90,6 +90,8 @@ pub struct Session<'c> {
     pub gang_of: HashMap<GroupId, usize>,
     /// PodGroup hierarchy.
     pub children: ChildIndex,
+    /// Gang indexes by queue, ascending (gangs without a queue are not listed).
+    gangs_by_queue: HashMap<QueueId, Vec<usize>>,
     /// Outcomes by gang index.
     pub outcomes: HashMap<usize, GangOutcome>,
     journal: Vec<Op>,
@@ -138,9 +140,13 @@ impl<'c> Session<'c> {
             .map(|r| Gang::build(cluster, &children, *r))
             .collect();
         let mut gang_of = HashMap::new();
+        let mut gangs_by_queue: HashMap<QueueId, Vec<usize>> = HashMap::new();
         for (i, g) in gangs.iter().enumerate() {
             for group in &g.groups {
                 gang_of.insert(*group, i);
+            }
+            if let Some(q) = g.queue {
+                gangs_by_queue.entry(q).or_default().push(i);
             }
         }
         let plugins = &config.plugins;
@@ -165,12 +171,20 @@ impl<'c> Session<'c> {
             gangs,
             gang_of,
             children,
+            gangs_by_queue,
             outcomes: HashMap::new(),
             journal: Vec::new(),
             touched: HashMap::new(),
             evictions: HashMap::new(),
             stats: SessionStats::default(),
         }
+    }
+
+    /// The gangs of a queue, by ascending index (the same order as `0..gangs.len()` filtered on the
+    /// queue, without scanning every gang).
+    #[must_use]
+    pub fn gangs_in_queue(&self, queue: QueueId) -> &[usize] {
+        self.gangs_by_queue.get(&queue).map_or(&[], Vec::as_slice)
     }
 
     // -----------------------------------------------------------------------------------------

@@ -12,12 +12,12 @@
 //! Free capacity sits in `BTreeSet`s keyed by (free amount, node), kept current as the session places
 //! and undoes pods, so a search is a range walk that usually stops at the first node.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::config::PlacementStrategy;
 use crate::model::constraints::{ConstraintsId, StaticMiss};
-use crate::model::resources::{CPU, GPU};
+use crate::model::resources::{CPU, GPU, MAX_RESOURCES};
 use crate::model::{Cluster, GpuRequest, Node, NodeId, Resources, Task};
 
 /// How a pod would hold the node it is given.
@@ -87,20 +87,31 @@ pub struct NodeIndex {
     later: BTreeSet<NodeId>,
     /// Static eligibility cache.
     pub eligibility: Eligibility,
+    /// Explanation summaries.
+    summaries: Summaries,
+    /// Each ready, schedulable node's free room (now, later), negatives as zero, by node index.
+    free_parts: Vec<Option<(Resources, Resources)>>,
+    /// Sums of `free_parts`.
+    free_now_total: Resources,
+    free_later_total: Resources,
 }
 
 /// Static eligibility per constraints, one bit per node index, computed once per session per distinct
-/// pod template.
+/// pod template. Indexed by the dense constraints id (a vector, not a map: this is the innermost check).
 #[derive(Clone, Debug, Default)]
 pub struct Eligibility {
-    bits: HashMap<ConstraintsId, Vec<u64>>,
+    bits: Vec<Option<Vec<u64>>>,
 }
 
 impl Eligibility {
     /// Whether a node passes the static predicates for these constraints.
     pub fn check(&mut self, cluster: &Cluster, constraints: ConstraintsId, node: NodeId) -> bool {
-        let words = cluster.nodes.capacity().div_ceil(64);
-        let bits = self.bits.entry(constraints).or_insert_with(|| {
+        let slot = constraints.0 as usize;
+        if self.bits.len() <= slot {
+            self.bits.resize(slot + 1, None);
+        }
+        let bits = self.bits[slot].get_or_insert_with(|| {
+            let words = cluster.nodes.capacity().div_ceil(64);
             let c = cluster.constraints.get(constraints);
             let mut bits = vec![0u64; words];
             for (i, n) in cluster.nodes.iter() {
@@ -118,6 +129,95 @@ impl Eligibility {
     pub fn clear(&mut self) {
         self.bits.clear();
     }
+}
+
+/// What a pod shape's answer depends on besides the node: request, GPU request, constraints (the
+/// placement policy is fixed for a session).
+type Shape = (Resources, GpuRequest, ConstraintsId);
+
+/// One node's answer for a shape, as counted in explanations: `None` when it fits now, else why not
+/// (fitting only once releasing pods are gone counts as insufficient room of the pod's main resource).
+type Verdict = Option<NodeMiss>;
+
+/// How every node answers for one pod shape, kept current lazily from the index's change log: a
+/// session explains many failed gangs of the same shape, and between two explanations few nodes change.
+#[derive(Clone, Debug, Default)]
+struct MissSummary {
+    /// Position in the change log this summary has caught up to.
+    seen: usize,
+    /// Answer by node index (`None` for slots without a node).
+    verdicts: Vec<Option<Verdict>>,
+    /// Counts of the misses over all nodes (no zero entries).
+    misses: BTreeMap<NodeMiss, usize>,
+    /// Nodes answered.
+    nodes: usize,
+}
+
+/// Free room now on the nodes one set of constraints admits, kept current like [`MissSummary`].
+#[derive(Clone, Debug, Default)]
+struct FreeSummary {
+    seen: usize,
+    /// Free now (never negative) by node index, for admitted nodes.
+    free: Vec<Option<Resources>>,
+    total: Resources,
+    eligible: usize,
+    /// Admitted nodes with some of each resource free.
+    with_free: [usize; MAX_RESOURCES],
+}
+
+/// Lazily maintained summaries over all nodes, for explanations.
+#[derive(Clone, Debug, Default)]
+struct Summaries {
+    /// Nodes whose accounting changed, in order (only recorded once a summary exists).
+    changes: Vec<NodeId>,
+    misses: HashMap<Shape, MissSummary>,
+    free: HashMap<ConstraintsId, FreeSummary>,
+}
+
+impl Summaries {
+    fn active(&self) -> bool {
+        !self.misses.is_empty() || !self.free.is_empty()
+    }
+
+    /// Nodes changed since `seen`, each once.
+    fn changed_since(&self, seen: usize) -> Vec<NodeId> {
+        let mut nodes = self.changes[seen.min(self.changes.len())..].to_vec();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
+
+    /// Drops the log once every summary has caught up with it.
+    fn compact(&mut self) {
+        let end = self.changes.len();
+        if self.misses.values().all(|m| m.seen == end) && self.free.values().all(|f| f.seen == end) {
+            self.changes.clear();
+            for m in self.misses.values_mut() {
+                m.seen = 0;
+            }
+            for f in self.free.values_mut() {
+                f.seen = 0;
+            }
+        }
+    }
+}
+
+fn count_in(misses: &mut BTreeMap<NodeMiss, usize>, verdict: &Verdict, sign: isize) {
+    let Some(miss) = verdict else { return };
+    if sign > 0 {
+        *misses.entry(miss.clone()).or_default() += 1;
+    } else if let Some(n) = misses.get_mut(miss) {
+        *n -= 1;
+        if *n == 0 {
+            misses.remove(miss);
+        }
+    }
+}
+
+/// The main resource of a pod: GPU for GPU pods, CPU otherwise.
+#[must_use]
+pub fn main_slot(gpu: GpuRequest) -> usize {
+    if matches!(gpu, GpuRequest::None) { CPU } else { GPU }
 }
 
 fn free_now(node: &Node) -> Resources {
@@ -153,9 +253,26 @@ impl NodeIndex {
         }
         self.shared.remove(&id);
         self.later.remove(&id);
+        if self.summaries.active() {
+            self.summaries.changes.push(id);
+        }
+        if self.free_parts.len() <= id.index() {
+            self.free_parts.resize(id.index() + 1, None);
+        }
+        if let Some((now, later)) = self.free_parts[id.index()].take() {
+            self.free_now_total.sub(&now);
+            self.free_later_total.sub(&later);
+        }
         let Some(node) = cluster.nodes.get(id.0) else {
             return;
         };
+        if node.ready && !node.unschedulable {
+            let (now, later) = node.available(&Resources::ZERO);
+            let (now, later) = (now.max(&Resources::ZERO), later.max(&Resources::ZERO));
+            self.free_now_total.add(&now);
+            self.free_later_total.add(&later);
+            self.free_parts[id.index()] = Some((now, later));
+        }
         let free = free_now(node);
         let has_gpu = node.allocatable.gpu() > 0;
         let key = (free.gpu() / 1000 * 1000, free.cpu(), has_gpu);
@@ -275,6 +392,160 @@ impl NodeIndex {
         own_nominated: &dyn Fn(NodeId) -> Resources,
     ) -> Result<Placement, NodeMiss> {
         check(&mut self.eligibility, cluster, task, policy, n, own_nominated)
+    }
+
+    /// How every node answers for `task`: (nodes answered, misses by reason), counting a node that fits
+    /// only later as short of the pod's main resource. Nodes in `own_nodes` (where the pod's gang holds
+    /// reservations) are answered with `own_nominated`; elsewhere a gang's own reservations are none.
+    ///
+    /// Equivalent to checking every node, but incremental: only nodes changed since the last call for the
+    /// same pod shape are checked again.
+    pub fn summarize(
+        &mut self,
+        cluster: &Cluster,
+        task: &Task,
+        policy: &PlacementPolicy,
+        own_nodes: &[NodeId],
+        own_nominated: &dyn Fn(NodeId) -> Resources,
+    ) -> (usize, BTreeMap<NodeMiss, usize>) {
+        let none = |_| Resources::ZERO;
+        let verdict = |elig: &mut Eligibility, n: NodeId, own: &dyn Fn(NodeId) -> Resources| -> Verdict {
+            match check(elig, cluster, task, policy, n, own) {
+                Ok(p) if p.mode == Mode::Allocate => None,
+                Ok(_) => Some(NodeMiss::Insufficient(main_slot(task.gpu))),
+                Err(miss) => Some(miss),
+            }
+        };
+        let shape = (task.request, task.gpu, task.constraints);
+        let elig = &mut self.eligibility;
+        let log = &self.summaries.changes;
+        let summary = match self.summaries.misses.entry(shape) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let summary = e.into_mut();
+                let mut changed = log[summary.seen.min(log.len())..].to_vec();
+                changed.sort_unstable();
+                changed.dedup();
+                for n in changed {
+                    let Some(slot) = summary.verdicts.get_mut(n.index()) else {
+                        continue;
+                    };
+                    if let Some(old) = slot.take() {
+                        count_in(&mut summary.misses, &old, -1);
+                        summary.nodes -= 1;
+                    }
+                    if cluster.nodes.get(n.0).is_some() {
+                        let v = verdict(elig, n, &none);
+                        count_in(&mut summary.misses, &v, 1);
+                        summary.nodes += 1;
+                        *slot = Some(v);
+                    }
+                }
+                summary.seen = log.len();
+                summary
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let mut summary = MissSummary {
+                    seen: log.len(),
+                    verdicts: vec![None; cluster.nodes.capacity()],
+                    ..MissSummary::default()
+                };
+                for (i, _) in cluster.nodes.iter() {
+                    let v = verdict(elig, NodeId(i), &none);
+                    count_in(&mut summary.misses, &v, 1);
+                    summary.nodes += 1;
+                    summary.verdicts[i as usize] = Some(v);
+                }
+                e.insert(summary)
+            }
+        };
+        let mut misses = summary.misses.clone();
+        let mut own_nodes = own_nodes.to_vec();
+        own_nodes.sort_unstable();
+        own_nodes.dedup();
+        for n in own_nodes {
+            let Some(Some(cached)) = summary.verdicts.get(n.index()) else {
+                continue;
+            };
+            let actual = verdict(elig, n, own_nominated);
+            if actual != *cached {
+                count_in(&mut misses, cached, -1);
+                count_in(&mut misses, &actual, 1);
+            }
+        }
+        let nodes = summary.nodes;
+        self.summaries.compact();
+        (nodes, misses)
+    }
+
+    /// Free room now on the nodes `constraints` admit: (admitted nodes, admitted nodes with some of each
+    /// resource free, total free). Incremental like [`Self::summarize`].
+    pub fn free_on_eligible(
+        &mut self,
+        cluster: &Cluster,
+        constraints: ConstraintsId,
+    ) -> (usize, [usize; MAX_RESOURCES], Resources) {
+        let free_of = |n: &Node| n.available(&Resources::ZERO).0.max(&Resources::ZERO);
+        let add = |s: &mut FreeSummary, free: &Resources, sign: i64| {
+            s.total.add(&free.times(sign));
+            for (slot, count) in s.with_free.iter_mut().enumerate() {
+                if free.0[slot] > 0 {
+                    *count = if sign > 0 { *count + 1 } else { *count - 1 };
+                }
+            }
+        };
+        let elig = &mut self.eligibility;
+        let changed = self
+            .summaries
+            .free
+            .get(&constraints)
+            .map(|s| self.summaries.changed_since(s.seen));
+        let end = self.summaries.changes.len();
+        let summary = self.summaries.free.entry(constraints).or_insert_with(|| {
+            let mut s = FreeSummary {
+                seen: end,
+                free: vec![None; cluster.nodes.capacity()],
+                ..FreeSummary::default()
+            };
+            for (i, n) in cluster.nodes.iter() {
+                if elig.check(cluster, constraints, NodeId(i)) {
+                    let free = free_of(n);
+                    add(&mut s, &free, 1);
+                    s.eligible += 1;
+                    s.free[i as usize] = Some(free);
+                }
+            }
+            s
+        });
+        for n in changed.unwrap_or_default() {
+            let Some(slot) = summary.free.get(n.index()).copied() else {
+                continue;
+            };
+            if let Some(old) = slot {
+                add(summary, &old, -1);
+                summary.eligible -= 1;
+                summary.free[n.index()] = None;
+            }
+            if let Some(node) = cluster.nodes.get(n.0)
+                && elig.check(cluster, constraints, n)
+            {
+                let free = free_of(node);
+                add(summary, &free, 1);
+                summary.eligible += 1;
+                summary.free[n.index()] = Some(free);
+            }
+        }
+        summary.seen = end;
+        let out = (summary.eligible, summary.with_free, summary.total);
+        self.summaries.compact();
+        out
+    }
+
+    /// Free room over all ready, schedulable nodes, each node's shortfalls counted as zero: (free now,
+    /// free once releasing pods are gone), as if no gang held reservations. Kept current by
+    /// [`Self::update`], so it costs nothing to ask.
+    #[must_use]
+    pub fn free_totals(&self) -> (Resources, Resources) {
+        (self.free_now_total, self.free_later_total)
     }
 
     /// Nodes currently in the index (for summaries).
@@ -508,4 +779,141 @@ fn new_group_id(node: &str, task: &Task, device: usize) -> Arc<str> {
         &s[20..32]
     )
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PlacementStrategy;
+    use crate::model::{Assumed, TaskId, TaskStatus};
+    use crate::sim::{GangSpec, Sim};
+
+    const POLICY: PlacementPolicy = PlacementPolicy {
+        gpu: PlacementStrategy::Binpack,
+        cpu: PlacementStrategy::Binpack,
+        gpu_sharing: PlacementStrategy::Binpack,
+        gpu_sharing_enabled: true,
+    };
+
+    /// The summary by checking every node, as explanations did before summaries were incremental.
+    fn full_scan(
+        index: &mut NodeIndex,
+        cluster: &Cluster,
+        task: &Task,
+        own: &dyn Fn(NodeId) -> Resources,
+    ) -> (usize, BTreeMap<NodeMiss, usize>) {
+        let mut misses = BTreeMap::new();
+        let mut nodes = 0;
+        for (i, _) in cluster.nodes.iter() {
+            nodes += 1;
+            match index.check(cluster, task, &POLICY, NodeId(i), own) {
+                Ok(p) if p.mode == Mode::Allocate => {}
+                Ok(_) => {
+                    *misses
+                        .entry(NodeMiss::Insufficient(main_slot(task.gpu)))
+                        .or_default() += 1
+                }
+                Err(m) => *misses.entry(m).or_default() += 1,
+            }
+        }
+        (nodes, misses)
+    }
+
+    fn free_scan(index: &mut NodeIndex, cluster: &Cluster, c: ConstraintsId) -> (usize, usize, Resources) {
+        let (mut eligible, mut with_gpu, mut total) = (0, 0, Resources::ZERO);
+        for (i, n) in cluster.nodes.iter() {
+            if index.eligibility.check(cluster, c, NodeId(i)) {
+                eligible += 1;
+                let free = n.available(&Resources::ZERO).0.max(&Resources::ZERO);
+                with_gpu += usize::from(free.gpu() > 0);
+                total.add(&free);
+            }
+        }
+        (eligible, with_gpu, total)
+    }
+
+    fn task_of(s: &Sim, name: &str) -> TaskId {
+        s.cluster
+            .tasks
+            .iter()
+            .find(|(_, t)| &*t.name == name)
+            .map(|(i, _)| TaskId(i))
+            .expect("task exists")
+    }
+
+    #[test]
+    fn incremental_summaries_match_a_full_scan_through_placements_and_undos() {
+        let mut s = Sim::new();
+        s.queue("d", None, -1.0, -1.0, 1.0)
+            .queue("q", Some("d"), -1.0, -1.0, 1.0);
+        s.nodes("n", 5, 4);
+        s.node_with("tainted", 64_000, 256, 8, &[], &["dedicated"]);
+        s.gang(GangSpec::new("run", "q", 2).gpus(3).running_on(&["n-0", "n-1"]));
+        s.gang(GangSpec::new("wait", "q", 3).gpus(2));
+        s.gang(GangSpec::new("other", "q", 2).gpus(1));
+        let mut index = NodeIndex::build(&s.cluster);
+        let probe = task_of(&s, "wait-0");
+        let none = |_: NodeId| Resources::ZERO;
+        let compare = |index: &mut NodeIndex, cluster: &Cluster, own_nodes: &[NodeId]| {
+            let task = cluster.task(probe).clone();
+            let own = |n: NodeId| {
+                let mut r = Resources::ZERO;
+                for (_, t) in cluster.tasks.iter() {
+                    if t.status == TaskStatus::Pipelined && t.node == Some(n) && t.group_key == task.group_key
+                    {
+                        r.add(&t.request);
+                    }
+                }
+                r
+            };
+            let fast = index.summarize(cluster, &task, &POLICY, own_nodes, &own);
+            assert_eq!(fast, full_scan(index, cluster, &task, &own));
+            let (eligible, with_free, total) = index.free_on_eligible(cluster, task.constraints);
+            assert_eq!(
+                (eligible, with_free[GPU], total),
+                free_scan(index, cluster, task.constraints)
+            );
+        };
+        compare(&mut index, &s.cluster, &[]);
+        // Bind another gang's pods, reserve one of the probe's gang, evict a running pod; the index
+        // hears of each node change as a session would tell it.
+        let steps: Vec<(TaskId, Assumed)> = vec![
+            (task_of(&s, "other-0"), Assumed::Binding { node: NodeId(2) }),
+            (task_of(&s, "other-1"), Assumed::Binding { node: NodeId(2) }),
+            (
+                task_of(&s, "wait-1"),
+                Assumed::Pipelined {
+                    node: NodeId(3),
+                    until: i64::MAX,
+                },
+            ),
+            (task_of(&s, "run-0"), Assumed::Evicting),
+        ];
+        let mut undo = Vec::new();
+        for (t, assumed) in steps {
+            let before = s.cluster.task(t).node;
+            undo.push(s.cluster.set_assumed(t, assumed, None));
+            for n in [before, s.cluster.task(t).node].into_iter().flatten() {
+                index.update(&s.cluster, n);
+            }
+            compare(&mut index, &s.cluster, &[NodeId(3)]);
+        }
+        // Undo everything, newest first.
+        while let Some(u) = undo.pop() {
+            let t = u.task;
+            let before = s.cluster.task(t).node;
+            s.cluster.undo_placement(u);
+            for n in [before, s.cluster.task(t).node].into_iter().flatten() {
+                index.update(&s.cluster, n);
+            }
+            compare(&mut index, &s.cluster, &[]);
+        }
+        // The tainted node always answers with its taint, the reserved node differently for the gang.
+        let task = s.cluster.task(probe).clone();
+        let (_, misses) = index.summarize(&s.cluster, &task, &POLICY, &[], &none);
+        assert!(
+            misses.keys().any(|m| matches!(m, NodeMiss::Static(_))),
+            "{misses:?}"
+        );
+    }
 }
