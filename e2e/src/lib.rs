@@ -25,6 +25,7 @@ pub mod apply;
 pub mod chart;
 pub mod component;
 pub mod connect;
+pub mod controlplane;
 pub mod harness;
 pub mod helm;
 pub mod install;
