@@ -3,8 +3,9 @@
 //! Owns: finding the cluster ([`connect`]), installing what the project needs ([`install`]), applying
 //! YAML ([`apply`]), fake nodes ([`nodes`]), the node agent that plays the kubelet ([`agent`]), the
 //! per-test environment ([`harness::TestEnv`]), failure reports ([`report`]), the project's kubectl
-//! ([`kubectl`]), binaries ([`component`]) and the scheduler tests' workloads ([`workloads`]). `cargo xtask` uses the same code for the local control
-//! plane, so the tests and the developer's cluster are set up alike.
+//! ([`kubectl`]), binaries ([`component`]), the scheduler tests' workloads ([`workloads`]) and faults
+//! injected into the local control plane ([`controlplane`]). `cargo xtask` uses the same code for the
+//! local control plane, so the tests and the developer's cluster are set up alike.
 //!
 //! Must not: be needed by the project's components at run time.
 //!
