@@ -142,6 +142,26 @@ impl Component {
         self.child.try_wait().context("checking the process")
     }
 
+    /// Sends `signal` (a name `kill -s` understands: `STOP`, `CONT`, `TERM`, ...) to the process, e.g. to
+    /// freeze it past its lease and thaw it again.
+    ///
+    /// # Errors
+    /// When the process has exited or `kill` fails.
+    pub fn signal(&mut self, signal: &str) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("{} already exited ({status})", self.name);
+        }
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-s", signal, &pid])
+            .status()
+            .with_context(|| format!("running kill -s {signal} {pid}"))?;
+        if !status.success() {
+            bail!("kill -s {signal} {pid} failed");
+        }
+        Ok(())
+    }
+
     /// Sends SIGTERM and waits up to `grace` for the exit, then kills. Returns the exit status.
     ///
     /// # Errors

@@ -400,6 +400,22 @@ impl TestEnv {
         component.terminate(grace)
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, ...) to a component started with [`TestEnv::start_component`].
+    ///
+    /// # Errors
+    /// When no component has that name or it cannot be signalled.
+    pub fn signal_component(&self, name: &str, signal: &str) -> anyhow::Result<()> {
+        let mut components = self
+            .components
+            .lock()
+            .map_err(|_| anyhow::anyhow!("component list poisoned"))?;
+        components
+            .iter_mut()
+            .find(|c| c.name() == name)
+            .with_context(|| format!("no component {name}"))?
+            .signal(signal)
+    }
+
     /// The log file of a component.
     #[must_use]
     pub fn component_log(&self, name: &str) -> Option<PathBuf> {

@@ -3,9 +3,10 @@
 //! Owns: finding the cluster ([`connect`]), installing what the project needs ([`install`]), applying
 //! YAML ([`apply`]), fake nodes ([`nodes`]), the node agent that plays the kubelet ([`agent`]), the
 //! per-test environment ([`harness::TestEnv`]), failure reports ([`report`]), the project's kubectl
-//! ([`kubectl`]), binaries ([`component`]), the scheduler tests' workloads ([`workloads`]) and the
-//! end-to-end binding benchmark ([`bench`]). `cargo xtask` uses the same code for the local control
-//! plane, so the tests and the developer's cluster are set up alike.
+//! ([`kubectl`]), binaries ([`component`]), the scheduler tests' workloads ([`workloads`]), the
+//! end-to-end binding benchmark ([`bench`]) and faults injected into the local control plane
+//! ([`controlplane`]). `cargo xtask` uses the same code for the local control plane, so the tests and the
+//! developer's cluster are set up alike.
 //!
 //! Must not: be needed by the project's components at run time.
 //!
@@ -27,6 +28,7 @@ pub mod bench;
 pub mod chart;
 pub mod component;
 pub mod connect;
+pub mod controlplane;
 pub mod harness;
 pub mod helm;
 pub mod install;

@@ -338,46 +338,23 @@ impl Config {
     }
 }
 
-/// Parses `90s`, `5m`, `1h30m`, `500ms`, `0`.
+/// Parses `90s`, `5m`, `1h30m`, `500ms`, `0` (the grammar of [`runtime::duration::parse`]: exact integer
+/// arithmetic, so text from a Queue or a config file can never overflow or panic).
 ///
 /// # Errors
 /// A message naming the bad text.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = t;
-    if rest.is_empty() {
-        return Err(format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h)"));
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (number, tail) = rest.split_at(digits);
-        let unit_len = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
-        let (unit, next) = tail.split_at(unit_len);
-        let value: f64 = number
-            .parse()
-            .map_err(|_| format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h)"))?;
-        let secs = match unit {
-            "ms" => value / 1000.0,
-            "s" => value,
-            "m" => value * 60.0,
-            "h" => value * 3600.0,
-            _ => return Err(format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h)")),
-        };
-        total += Duration::from_secs_f64(secs);
-        rest = next;
-    }
-    Ok(total)
+    runtime::duration::parse(text)
+        .map_err(|why| format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h): {why}"))
 }
 
 /// Formats a duration the way [`parse_duration`] reads it.
 #[must_use]
 pub fn format_duration(d: Duration) -> String {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        // Below a millisecond: the exact form, so a saved configuration loads back the same.
+        return runtime::duration::format(d);
+    }
     let ms = d.as_millis();
     if !ms.is_multiple_of(1000) {
         format!("{ms}ms")
@@ -456,5 +433,41 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert_eq!(format_duration(Duration::from_secs(300)), "5m");
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+    }
+
+    #[test]
+    fn durations_too_large_or_odd_are_errors_not_panics() {
+        // The first three overflowed `Duration::from_secs_f64` (a panic) before; the rest are malformed.
+        for text in [
+            "99999999999999999999999h",
+            "18446744073709551615s1s",
+            "5124095576030432h",
+            "1e400s",
+            ".s",
+            "1..5s",
+            "-1s",
+            "ms",
+        ] {
+            assert!(parse_duration(text).is_err(), "{text:?}");
+        }
+        assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration(" 2s "), Ok(Duration::from_secs(2)));
+        for d in [
+            0,
+            1,
+            999,
+            1000,
+            60_000,
+            90_000,
+            3_600_000,
+            u64::from(u32::MAX) * 1000,
+        ] {
+            let d = Duration::from_millis(d);
+            assert_eq!(parse_duration(&format_duration(d)), Ok(d), "{d:?}");
+        }
+        // Sub-millisecond durations were written as whole milliseconds (1.5 µs saved as "0s").
+        let d = Duration::from_nanos(1_500);
+        assert_eq!(format_duration(d), "1500ns");
+        assert_eq!(parse_duration(&format_duration(d)), Ok(d));
     }
 }

@@ -869,4 +869,33 @@ spec:
         );
         assert!(matches!(&m.problems[0], QueueProblem::BadDuration(d) if d.contains("preemptMinRuntime")));
     }
+
+    #[test]
+    fn queue_min_runtimes_beyond_any_duration_are_problems_not_panics() {
+        let mut names = ResourceNames::default();
+        for (text, field) in [
+            (
+                "{preemptMinRuntime: 99999999999999999999999h}",
+                "preemptMinRuntime",
+            ),
+            (
+                "{reclaimMinRuntime: 18446744073709551615s1s}",
+                "reclaimMinRuntime",
+            ),
+        ] {
+            let q: api::Queue =
+                serde_yaml::from_str(&format!("metadata: {{name: q}}\nspec: {text}")).unwrap();
+            let m = queue(&mut names, &q);
+            assert!(
+                matches!(&m.problems[..], [QueueProblem::BadDuration(d)] if d.starts_with(field) && d.contains("is not a duration")),
+                "{:?}",
+                m.problems
+            );
+            assert_eq!((m.preempt_min_runtime_ms, m.reclaim_min_runtime_ms), (None, None));
+        }
+        // A duration that fits is kept, in milliseconds.
+        let q: api::Queue =
+            serde_yaml::from_str("metadata: {name: q}\nspec: {preemptMinRuntime: 1h30m}").unwrap();
+        assert_eq!(queue(&mut names, &q).preempt_min_runtime_ms, Some(5_400_000));
+    }
 }
