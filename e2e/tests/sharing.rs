@@ -448,6 +448,10 @@ async fn rack_constrained_gangs_land_in_one_rack_or_wait_and_say_why() -> anyhow
             },
         )
         .await?;
+    assert!(
+        message.starts_with("5 pods need nvidia.com/gpu 5: room for 0 of 5"),
+        "{message}"
+    );
     assert!(message.contains(rack), "{message}");
     println!("wide gang waits: {message}");
     assert!(
