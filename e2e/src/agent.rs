@@ -6,6 +6,12 @@
 //! confirming the deletion as a kubelet would. Works for pods created by the real Job and ReplicaSet
 //! controllers.
 //!
+//! GPU reservation pods (namespace `kai-resource-reservation`, label `app=kai-resource-reservation`)
+//! are also given the device a device plugin would have handed them: when the agent starts one it sets
+//! `run.ai/reserve_for_gpu_index` to the lowest GPU index of the node no other live reservation pod
+//! holds, as `kai-gpu-reservation` reports it on a real node. The scheduler waits for that annotation
+//! before it binds the pods sharing the device.
+//!
 //! Must not: touch pods on nodes it does not own (nodes are cluster-wide, tests run in parallel).
 
 use std::collections::{HashMap, HashSet};
@@ -30,6 +36,18 @@ pub const RUN_SECONDS_ANNOTATION: &str = "e2e.kai.dev/run-seconds";
 /// Pod annotation: exit code of the finished pod (non-zero means Failed). Without
 /// [`RUN_SECONDS_ANNOTATION`] the pod finishes right after it starts.
 pub const EXIT_CODE_ANNOTATION: &str = "e2e.kai.dev/exit-code";
+
+/// What a device plugin would give a reservation pod: the lowest GPU index of its node (`gpus` devices)
+/// that no other live reservation pod holds, or `None` when all are held.
+fn free_device_index(gpus: u32, held: &HashSet<u32>) -> Option<u32> {
+    (0..gpus).find(|i| !held.contains(i))
+}
+
+/// Whether the scheduler created this pod to hold a shared GPU.
+fn is_reservation_pod(pod: &Pod) -> bool {
+    pod.namespace().as_deref() == Some(api::keys::RESERVATION_NAMESPACE)
+        && pod.labels().get("app").map(String::as_str) == Some(api::keys::RESERVATION_APP)
+}
 
 /// Concurrent writes to the API server.
 const MAX_IN_FLIGHT: usize = 32;
@@ -245,9 +263,12 @@ enum Done {
 struct Agent {
     client: Client,
     pods: Store<Pod>,
-    /// Owned node name -> its InternalIP.
-    nodes: HashMap<String, String>,
+    /// Owned node name -> its InternalIP and GPU count.
+    nodes: HashMap<String, (String, u32)>,
     stages: HashMap<String, Stage>,
+    /// Reservation pod key -> (node, GPU index) given by this agent; the store may not show the
+    /// annotation yet when the next reservation pod on the node starts.
+    devices: HashMap<String, (String, u32)>,
     writes: Arc<Semaphore>,
     done: mpsc::UnboundedSender<Done>,
     pod_ips: Arc<AtomicU32>,
@@ -273,6 +294,7 @@ async fn run(client: Client, selector: String) {
         pods,
         nodes: HashMap::new(),
         stages: HashMap::new(),
+        devices: HashMap::new(),
         writes: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         done: done_tx,
         pod_ips: Arc::new(AtomicU32::new(0)),
@@ -317,7 +339,14 @@ impl Agent {
                             .map(|a| a.address.clone())
                     })
                     .unwrap_or_default();
-                let new = self.nodes.insert(name.clone(), ip).is_none();
+                let gpus = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.allocatable.as_ref())
+                    .and_then(|a| a.get(api::keys::GPU_RESOURCE))
+                    .and_then(|q| q.0.parse::<u32>().ok())
+                    .unwrap_or(0);
+                let new = self.nodes.insert(name.clone(), (ip, gpus)).is_none();
                 if new {
                     debug!(node = %name, "owning node");
                     for pod in self.pods.state() {
@@ -339,6 +368,7 @@ impl Agent {
             Event::Apply(pod) | Event::InitApply(pod) => self.handle(&pod),
             Event::Delete(pod) => {
                 self.stages.remove(&key_of(&pod));
+                self.devices.remove(&key_of(&pod));
             }
             Event::Init | Event::InitDone => {}
         }
@@ -357,7 +387,7 @@ impl Agent {
                 {
                     self.stages.insert(key.clone(), Stage::Finishing);
                     let patch = finished_status(&pod, exit_code, &crate::now());
-                    self.write_status(&pod, key, patch);
+                    self.write_status(&pod, key, None, patch);
                 }
             }
         }
@@ -366,6 +396,7 @@ impl Agent {
     fn resync(&mut self) {
         let live: HashSet<String> = self.pods.state().iter().map(|p| key_of(p)).collect();
         self.stages.retain(|key, _| live.contains(key));
+        self.devices.retain(|key, _| live.contains(key));
         for pod in self.pods.state() {
             self.handle(&pod);
         }
@@ -375,7 +406,7 @@ impl Agent {
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
             return;
         };
-        let Some(host_ip) = self.nodes.get(&node).cloned() else {
+        let Some((host_ip, gpus)) = self.nodes.get(&node).cloned() else {
             return;
         };
         let key = key_of(pod);
@@ -390,7 +421,12 @@ impl Agent {
                 let n = self.pod_ips.fetch_add(1, Ordering::Relaxed);
                 let pod_ip = format!("198.19.{}.{}", (n / 250) % 250, n % 250 + 1);
                 let patch = running_status(pod, &host_ip, &pod_ip, &crate::now());
-                self.write_status(pod, key, patch);
+                let device = if is_reservation_pod(pod) {
+                    self.give_device(pod, &key, &node, gpus)
+                } else {
+                    None
+                };
+                self.write_status(pod, key, device, patch);
             }
             Action::ScheduleFinish { after, exit_code } => {
                 self.stages.insert(key.clone(), Stage::Running);
@@ -403,13 +439,70 @@ impl Agent {
         }
     }
 
-    fn write_status(&self, pod: &Pod, key: String, patch: serde_json::Value) {
+    /// The GPU index a starting reservation pod gets (its own if it already has one).
+    fn give_device(&mut self, pod: &Pod, key: &str, node: &str, gpus: u32) -> Option<u32> {
+        let annotated = |p: &Pod| {
+            p.annotations()
+                .get(api::keys::RESERVED_GPU_INDEX)
+                .and_then(|v| v.parse::<u32>().ok())
+        };
+        if let Some(own) = annotated(pod).or_else(|| self.devices.get(key).map(|(_, i)| *i)) {
+            return Some(own);
+        }
+        let mut held: HashSet<u32> = self
+            .devices
+            .values()
+            .filter(|(n, _)| n == node)
+            .map(|(_, i)| *i)
+            .collect();
+        for other in self.pods.state() {
+            let live = other.metadata.deletion_timestamp.is_none()
+                && !matches!(
+                    other.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                );
+            if live
+                && is_reservation_pod(&other)
+                && other.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+            {
+                held.extend(annotated(&other));
+            }
+        }
+        let index = free_device_index(gpus, &held);
+        match index {
+            Some(i) => {
+                self.devices.insert(key.to_owned(), (node.to_owned(), i));
+            }
+            None => warn!(pod = %pod.name_any(), %node, "no free GPU for the reservation pod"),
+        }
+        index
+    }
+
+    /// Writes a status patch; first, for a reservation pod, the annotation naming its GPU.
+    fn write_status(&self, pod: &Pod, key: String, device: Option<u32>, patch: serde_json::Value) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         let name = pod.name_any();
         let writes = Arc::clone(&self.writes);
         let done = self.done.clone();
         tokio::spawn(async move {
             let _permit = writes.acquire_owned().await;
+            if let Some(index) = device {
+                let annotation = json!({ "metadata": { "annotations": {
+                    api::keys::RESERVED_GPU_INDEX: index.to_string(),
+                } } });
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&annotation))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => return,
+                    Err(err) => {
+                        warn!(pod = %name, %err, "device annotation failed; will retry");
+                        let _ = done.send(Done::Failed(key));
+                        return;
+                    }
+                }
+            }
             match api
                 .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
@@ -532,6 +625,22 @@ mod tests {
             ),
             Action::Nothing
         );
+    }
+
+    #[test]
+    fn reservation_pods_get_the_lowest_free_gpu_index() {
+        assert_eq!(free_device_index(2, &HashSet::new()), Some(0));
+        assert_eq!(free_device_index(2, &HashSet::from([0])), Some(1));
+        assert_eq!(free_device_index(2, &HashSet::from([0, 1])), None);
+        assert_eq!(free_device_index(0, &HashSet::new()), None);
+        let mut reservation = pod("Pending", &[]);
+        reservation.metadata.namespace = Some(api::keys::RESERVATION_NAMESPACE.into());
+        assert!(!is_reservation_pod(&reservation), "needs the app label too");
+        reservation.metadata.labels = Some(BTreeMap::from([(
+            "app".to_owned(),
+            api::keys::RESERVATION_APP.to_owned(),
+        )]));
+        assert!(is_reservation_pod(&reservation));
     }
 
     #[test]

@@ -68,6 +68,11 @@ fn s50_s51_required_rack_that_no_rack_can_hold_waits_and_says_why() {
     s.rounds(2);
     assert_eq!(s.count("spread", TaskStatus::Running), 0);
     let why = s.why("spread").unwrap();
+    // No rack could even be tried: the message still states what the gang needs.
+    assert!(
+        why.starts_with("4 pods need cpu 4, memory 4Gi, nvidia.com/gpu 4: room for 0 of 4"),
+        "{why}"
+    );
     assert!(why.contains("must share one rack domain"), "{why}");
     assert!(why.contains("the freest rack domain"), "{why}");
 }

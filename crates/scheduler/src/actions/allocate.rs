@@ -296,9 +296,11 @@ fn place_in_domains(
         .and_then(|l| req.levels.get(l))
         .cloned()
         .unwrap_or_default();
+    // No domain could be tried: the gang's total request is what no domain holds.
     let mut failure = last.unwrap_or_else(|| {
         Box::new(FitFailure {
             pods_needed: u32::try_from(pods_needed).unwrap_or(u32::MAX),
+            request_total: need,
             ..FitFailure::default()
         })
     });
