@@ -657,10 +657,9 @@ async fn apiserver_restart_while_work_is_pending_loses_and_duplicates_nothing() 
 /// A Queue whose `preemptMinRuntime` is beyond any duration: the scheduler marks the queue invalid and
 /// says why, and keeps scheduling. (Parsing it overflowed an f64 conversion and panicked before.)
 ///
-/// Queues are cluster-scoped and seen by every scheduler on the cluster: one built before the fix would
-/// crash on it, so this runs alone.
+/// Queues are cluster-scoped: every scheduler on the cluster (each test's) sees this one too, and none
+/// may crash on it.
 #[tokio::test]
-#[ignore = "a cluster-scoped Queue that crashes schedulers built before the fix; run alone: cargo test -p e2e --test reliability -- --ignored overflowing_min_runtime"]
 async fn queue_with_an_overflowing_min_runtime_is_explained_not_a_crash() -> anyhow::Result<()> {
     let t = e2e::workloads::start("huge-min-runtime", &[]).await?;
     let name = queue_name(&t, "huge-runtime");

@@ -236,7 +236,8 @@ async fn completed_pods_free_room_for_a_waiting_gang() -> anyhow::Result<()> {
                 "short",
                 2,
                 2,
-                json!({ e2e::RUN_SECONDS_ANNOTATION: "3" }),
+                // Long enough to outlast the Job controller making the waiting gang under load.
+                json!({ e2e::RUN_SECONDS_ANNOTATION: "40" }),
             ),
         ],
     )
@@ -263,7 +264,7 @@ async fn completed_pods_free_room_for_a_waiting_gang() -> anyhow::Result<()> {
     t.wait_for_pods(
         "the gang bound once the short job finished",
         "job-name=waiting",
-        TIMEOUT,
+        TIMEOUT + Duration::from_secs(40),
         |p| bound(p) == 4,
     )
     .await?;
