@@ -580,3 +580,74 @@ async fn restart_mid_way_makes_no_duplicate_and_loses_no_group() -> anyhow::Resu
     }
     t.finish().await
 }
+
+/// A burst of 1,000 bare pods; the podgrouper is killed (SIGKILL) while it is grouping them and started
+/// again: every pod ends in exactly one PodGroup, its own (owned by it), and no PodGroup is left without
+/// its pod or made twice.
+#[tokio::test]
+async fn burst_of_1000_pods_with_a_podgrouper_kill_mid_way_groups_each_exactly_once() -> anyhow::Result<()> {
+    const PODS: usize = 1000;
+    let t = start("pg-burst").await?;
+    let api: Api<Pod> = t.api();
+    let mut created = tokio::task::JoinSet::new();
+    for chunk in 0..20 {
+        let api = api.clone();
+        created.spawn(async move {
+            for i in (chunk..PODS).step_by(20) {
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": { "name": format!("burst-{i:04}"), "labels": { "app": "burst" } },
+                    "spec": { "schedulerName": keys::SCHEDULER_NAME,
+                              "containers": [{ "name": "c", "image": "busybox" }] },
+                }))?;
+                api.create(&PostParams::default(), &pod).await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    // Kill it once it has grouped some but not all.
+    t.wait_until("some pods grouped", Duration::from_secs(120), async || {
+        let pods = api.list(&ListParams::default().labels("app=burst")).await?.items;
+        Ok((pods.iter().filter(|p| group_of(p).is_some()).count() >= 50).then_some(()))
+    })
+    .await?;
+    t.stop_component(COMPONENT, Duration::ZERO)?;
+    while let Some(done) = created.join_next().await {
+        done??;
+    }
+    let grouped_before = api
+        .list(&ListParams::default().labels("app=burst"))
+        .await?
+        .items
+        .iter()
+        .filter(|p| group_of(p).is_some())
+        .count();
+    start_podgrouper(&t)?;
+    let pods = t
+        .wait_for_pods(
+            "all 1,000 pods grouped",
+            "app=burst",
+            Duration::from_secs(300),
+            |pods| pods.len() == PODS && pods.iter().all(|p| group_of(p).is_some()),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let groups = pod_groups(&t).await?;
+    let by_name: BTreeMap<String, &PodGroup> = groups.iter().map(|g| (g.name_any(), g)).collect();
+    assert_eq!(groups.len(), PODS, "one PodGroup per pod, none twice");
+    for p in &pods {
+        let name = group_of(p).unwrap_or_default();
+        let pg = by_name
+            .get(&name)
+            .unwrap_or_else(|| panic!("{} names {name}, which does not exist", p.name_any()));
+        let owner = pg.owner_references().first().cloned().unwrap_or_default();
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Pod", p.uid().unwrap_or_default().as_str()),
+            "{name} is owned by its own pod"
+        );
+    }
+    println!(
+        "killed after {grouped_before} of {PODS} pods were grouped; after the restart all {PODS} were grouped once"
+    );
+    t.finish().await
+}
