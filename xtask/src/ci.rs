@@ -2,8 +2,8 @@
 //!
 //! Formatting, clippy, unit and doc tests, CRD freshness, `helm lint` and the rendered chart's
 //! freshness, the local control plane (built and started when missing), the binaries, the e2e tier
-//! against it, then the main job (`cargo xtask demo`, stopped again afterwards). The cluster is left
-//! running.
+//! against it, the docs walkthroughs (`e2e/tests/docs.rs`, alone), then the main job (`cargo xtask
+//! demo`, stopped again afterwards). The cluster is left running.
 
 use std::ffi::OsString;
 use std::process::Command;
@@ -19,7 +19,7 @@ enum Step {
     Demo,
 }
 
-const STEPS: [(&str, Step); 9] = [
+const STEPS: [(&str, Step); 10] = [
     (
         "cargo fmt --check",
         Step::Cargo(&["fmt", "--all", "--", "--check"]),
@@ -49,6 +49,20 @@ const STEPS: [(&str, Step); 9] = [
         Step::Cargo(&["build", "--workspace", "--bins", "--locked"]),
     ),
     ("e2e tests", Step::Cargo(&["test", "-p", "e2e", "--locked"])),
+    // Alone, after the e2e tier: the walkthroughs' scheduler and podgrouper serve the whole cluster.
+    (
+        "docs walkthroughs",
+        Step::Cargo(&[
+            "test",
+            "-p",
+            "e2e",
+            "--test",
+            "docs",
+            "--",
+            "--ignored",
+            "--test-threads=1",
+        ]),
+    ),
     // After the e2e tier: the demo's scheduler and podgrouper serve the whole cluster.
     ("the main job (cargo xtask demo)", Step::Demo),
 ];
