@@ -151,6 +151,9 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut ingest = Ingest::new(&args.scheduler_name, &args.default_queue, partition);
     let mut cluster = Cluster::default();
+    if args.node_pool.is_some() {
+        cluster.queue_reports = kai_scheduler::model::QueueReports::UsedByPool;
+    }
     let mut state = loop_state::LoopState::new(args.schedule_period, args.min_cycle_interval);
     let mut was_leader = false;
     let mut cycle_id: u64 = 0;

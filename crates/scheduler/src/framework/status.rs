@@ -569,6 +569,23 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
     }
 }
 
+/// The queues the model's gangs name, with their ancestors.
+fn queues_used_by_groups(cluster: &Cluster) -> std::collections::HashSet<crate::model::QueueId> {
+    let mut used = std::collections::HashSet::new();
+    for (_, group) in cluster.groups.iter() {
+        let mut next = group.queue;
+        // Bounded by the queue count: a parent cycle (reported as a queue problem) cannot loop here.
+        for _ in 0..=cluster.queues.len() {
+            let Some(q) = next else { break };
+            if !used.insert(q) {
+                break;
+            }
+            next = cluster.queue(q).parent;
+        }
+    }
+    used
+}
+
 fn report_queues(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     let ids: Vec<crate::model::QueueId> = ssn
         .cluster
@@ -576,7 +593,12 @@ fn report_queues(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         .iter()
         .map(|(i, _)| crate::model::QueueId(i))
         .collect();
+    let used = (ssn.cluster.queue_reports == crate::model::QueueReports::UsedByPool)
+        .then(|| queues_used_by_groups(ssn.cluster));
     for id in ids {
+        if used.as_ref().is_some_and(|u| !u.contains(&id)) {
+            continue;
+        }
         let cluster = &*ssn.cluster;
         let queue = cluster.queue(id);
         let mut status = api::QueueStatus {

@@ -93,6 +93,16 @@ pub struct PlacementUndo {
     pub gpu_groups: Vec<Arc<str>>,
 }
 
+/// Which queues' statuses a scheduler writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueueReports {
+    /// Every queue (the scheduler serves the whole cluster).
+    #[default]
+    All,
+    /// Queues that gangs of the served node pool name, and their ancestors.
+    UsedByPool,
+}
+
 /// The model.
 #[derive(Clone, Debug, Default)]
 pub struct Cluster {
@@ -126,6 +136,10 @@ pub struct Cluster {
     pub epochs: Epochs,
     /// Reservation pods requested and not yet seen, by shared-GPU group, with when they were asked for.
     pub reservations_pending: HashMap<Arc<str>, Millis>,
+    /// Which queues' statuses this scheduler writes. Queues are cluster-wide; a scheduler serving one node
+    /// pool writes only those its pool's gangs use, so schedulers of different pools do not overwrite each
+    /// other's view of a queue.
+    pub queue_reports: QueueReports,
     /// Gangs that did not fit, remembered across cycles so an unchanged cluster costs nothing to
     /// schedule again (by root PodGroup).
     pub memo: HashMap<GroupId, crate::actions::allocate::Memo>,
