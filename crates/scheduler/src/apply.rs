@@ -649,6 +649,10 @@ impl Applier {
         let patch = json!({ "apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "status": q.status });
         let params = PatchParams::apply(api::keys::FIELD_MANAGER_SCHEDULER).force();
         let result = api.patch_status(&q.name, &params, &Patch::Apply(&patch)).await;
+        match &result {
+            Ok(_) => tracing::debug!(queue = %q.name, status = ?q.status, "queue status written"),
+            Err(error) => tracing::warn!(queue = %q.name, %error, "writing the queue status failed"),
+        }
         self.count_status(result.is_ok());
         if result.is_err() {
             let _ = self.feedback.send(Feedback::QueueStatusFailed { name: q.name });

@@ -596,7 +596,8 @@ fn report_queues(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     let used = (ssn.cluster.queue_reports == crate::model::QueueReports::UsedByPool)
         .then(|| queues_used_by_groups(ssn.cluster));
     for id in ids {
-        if used.as_ref().is_some_and(|u| !u.contains(&id)) {
+        // An invalid queue is reported by every scheduler alike (its problems do not depend on the pool).
+        if used.as_ref().is_some_and(|u| !u.contains(&id)) && ssn.cluster.queue(id).problems.is_empty() {
             continue;
         }
         let cluster = &*ssn.cluster;
