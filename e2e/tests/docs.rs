@@ -72,13 +72,11 @@ fn sh_blocks(markdown: &str) -> Vec<String> {
                 }
                 current = None;
             }
-            Some(block) => {
-                if !block.starts_with('\u{0}') {
-                    block.push_str(line);
-                    block.push('\n');
-                }
+            Some(block) if !block.starts_with('\u{0}') => {
+                block.push_str(line);
+                block.push('\n');
             }
-            None => {}
+            Some(_) | None => {}
         }
     }
     blocks
