@@ -94,6 +94,16 @@ async fn soak(args: &SoakArgs) -> anyhow::Result<()> {
         kubeconfig.as_os_str(),
         &log_dir,
     )?;
+    let ready_by = Instant::now() + Duration::from_secs(60);
+    while http_status(port, "/readyz") != Some(200) {
+        if Instant::now() > ready_by {
+            bail!(
+                "the scheduler was not ready within 60 s; log: {}",
+                scheduler.log_path().display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let outcome = churn(&client, args, port, scheduler.pid()).await;
     let _ = scheduler.terminate(Duration::from_secs(5));
     agent.stop().await;
@@ -145,7 +155,8 @@ async fn churn(client: &Client, args: &SoakArgs, port: u16, pid: u32) -> anyhow:
         while live_pods < args.pods + 64 && creating.len() < 32 {
             serial += 1;
             let size = GANG_SIZES[usize::try_from(serial).unwrap_or_default() % GANG_SIZES.len()];
-            let name = format!("gang-{serial}");
+            // Unique per run: a previous run's leftovers in the namespace never collide.
+            let name = format!("gang-{}-{serial}", std::process::id());
             let (groups, pods, gang) = (groups.clone(), pods.clone(), name.clone());
             creating.spawn(async move { create_gang(&groups, &pods, &gang, size, 3 + serial % 15).await });
             live.push_back((name, size));
