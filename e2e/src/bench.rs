@@ -30,6 +30,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use crate::component::Component;
+use crate::kube_scheduler::KubeScheduler;
 use crate::{FakeNodes, TestEnv};
 
 /// The scheduler's default client rate limit (`crates/scheduler/src/main.rs`), which the raw binder
@@ -249,7 +250,8 @@ async fn measure_in(
     let tracker = BindTracker::start(t, pods.len()).await?;
     let started = Instant::now();
     let deadline = Duration::from_secs(120).max(Duration::from_millis(100) * u32::try_from(pods.len())?);
-    let mut process = None;
+    let mut process: Option<Component> = None;
+    let mut kube_scheduler: Option<KubeScheduler> = None;
     match contender {
         Contender::Raw { concurrency } => {
             let binder = raw_binder().await?;
@@ -267,7 +269,14 @@ async fn measure_in(
                 .kube_scheduler
                 .as_ref()
                 .context("no kube-scheduler binary")?;
-            process = Some(start_kube_scheduler(t, binary, &scheduler_name)?);
+            let kubeconfig = PathBuf::from(t.kubeconfig_env());
+            kube_scheduler = Some(KubeScheduler::start_binary(
+                binary,
+                &kubeconfig,
+                &scheduler_name,
+                KUBE_SCHEDULER_QPS,
+                &log_dir(t),
+            )?);
         }
         Contender::KaiScheduler => {
             let args = [
@@ -288,8 +297,13 @@ async fn measure_in(
         }
     }
     let binds = tracker.wait(deadline).await;
-    let peak_rss_kib = process.as_ref().and_then(|p| peak_rss_kib(p.pid()));
+    let pid = process
+        .as_ref()
+        .map(Component::pid)
+        .or_else(|| kube_scheduler.as_ref().map(KubeScheduler::pid));
+    let peak_rss_kib = pid.and_then(peak_rss_kib);
     drop(process);
+    drop(kube_scheduler);
     let binds = binds.with_context(|| format!("{} on {}", contender.label(), workload.label()))?;
     let first = binds.iter().min().copied().context("no bind")?;
     let last = binds.iter().max().copied().context("no bind")?;
@@ -413,31 +427,6 @@ async fn bind_all(client: kube::Client, namespace: &str, work: Vec<(String, Stri
             }
         })
         .await;
-}
-
-fn start_kube_scheduler(t: &TestEnv, binary: &std::path::Path, name: &str) -> anyhow::Result<Component> {
-    let dir = log_dir(t);
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("kube-scheduler.yaml");
-    let kubeconfig = PathBuf::from(t.kubeconfig_env());
-    // The deprecated --kube-api-qps/--kube-api-burst flags are ignored with --config: set them here.
-    std::fs::write(
-        &config,
-        format!(
-            "apiVersion: kubescheduler.config.k8s.io/v1beta1\nkind: KubeSchedulerConfiguration\n\
-             clientConnection:\n  kubeconfig: {}\n  qps: {KUBE_SCHEDULER_QPS}\n  burst: {KUBE_SCHEDULER_QPS}\n\
-             leaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {name}\n",
-            kubeconfig.display()
-        ),
-    )?;
-    let config = config.to_string_lossy().into_owned();
-    Component::start_binary(
-        "kube-scheduler",
-        binary,
-        ["--config", &config, "--port=0", "--secure-port=0", "-v=1"],
-        &t.kubeconfig_env(),
-        &dir,
-    )
 }
 
 /// `VmHWM` of a live process in KiB.

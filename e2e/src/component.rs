@@ -223,9 +223,16 @@ pub fn free_port() -> anyhow::Result<u16> {
 /// GET `path` on `127.0.0.1:port`: the status code, if a server answered (probes `/readyz`).
 #[must_use]
 pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    http_get(port, path).map(|(status, _)| status)
+}
+
+/// GET `path` on `127.0.0.1:port`: the status code and the whole response (headers and body), if a server
+/// answered (`/metrics` of a component).
+#[must_use]
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use std::io::{Read as _, Write as _};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
@@ -233,7 +240,8 @@ pub fn http_status(port: u16, path: &str) -> Option<u16> {
     .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, response))
 }
 
 #[cfg(test)]

@@ -28,6 +28,21 @@ impl KubeScheduler {
             "{} is missing: run `cargo xtask cluster up`",
             binary.display()
         );
+        Self::start_binary(&binary, kubeconfig, name, qps, dir)
+    }
+
+    /// As [`KubeScheduler::start`], with the kube-scheduler binary at `binary`. QPS and burst go in the
+    /// configuration file: the `--kube-api-qps` / `--kube-api-burst` flags are ignored with `--config`.
+    ///
+    /// # Errors
+    /// When it cannot start.
+    pub fn start_binary(
+        binary: &Path,
+        kubeconfig: &Path,
+        name: &str,
+        qps: u32,
+        dir: &Path,
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let config = dir.join("kube-scheduler.yaml");
         std::fs::write(
@@ -42,7 +57,7 @@ impl KubeScheduler {
         .with_context(|| format!("writing {}", config.display()))?;
         let log = dir.join("kube-scheduler.log");
         let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(&binary)
+        let child = Command::new(binary)
             .args([
                 "--config",
                 &config.to_string_lossy(),

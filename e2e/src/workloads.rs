@@ -201,3 +201,24 @@ pub fn queue(name: &str, parent: Option<&str>, gpu: (i64, i64, i64)) -> Value {
     }
     json!({ "apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": { "name": name }, "spec": spec })
 }
+
+/// Waits until PodGroup `name` of the test's namespace reaches `phase`.
+///
+/// # Errors
+/// On timeout (with the namespace's report) or when it cannot be read.
+pub async fn wait_for_phase(
+    t: &TestEnv,
+    name: &str,
+    phase: api::PodGroupPhase,
+    timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    t.wait_until(
+        &format!("PodGroup {name} {}", phase.as_str()),
+        timeout,
+        async || {
+            let pg = podgroup(t, name).await?;
+            Ok(pg.status.and_then(|s| s.phase).filter(|p| *p == phase).map(drop))
+        },
+    )
+    .await
+}

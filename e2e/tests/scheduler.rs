@@ -12,7 +12,7 @@ use api::keys;
 use e2e::kube_scheduler::KubeScheduler;
 use e2e::workloads::{
     apply, bound, build, condition, events_with_reason, job, pod_group, podgroup, pods, pool_labels,
-    pool_nodes, start, start_scheduler,
+    pool_nodes, start, start_scheduler, wait_for_phase,
 };
 use e2e::{FakeNodes, TestEnv};
 use k8s_openapi::api::core::v1::Pod;
@@ -174,16 +174,7 @@ async fn seed_000_pytorch_ddp_job_with_its_explicit_podgroup_runs() -> anyhow::R
         p.len() == 4 && bound(p) == 4
     })
     .await?;
-    let phase = t
-        .wait_until("PodGroup Running", TIMEOUT, async || {
-            let pg = podgroup(&t, "pytorch-ddp-training").await?;
-            Ok(pg
-                .status
-                .and_then(|s| s.phase)
-                .filter(|p| *p == api::PodGroupPhase::Running))
-        })
-        .await?;
-    assert_eq!(phase, api::PodGroupPhase::Running);
+    wait_for_phase(&t, "pytorch-ddp-training", api::PodGroupPhase::Running, TIMEOUT).await?;
     // The seed's own query: kubectl get events --field-selector reason=PodGroupScheduled.
     let out = t
         .kubectl()?

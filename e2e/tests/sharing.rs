@@ -13,8 +13,8 @@ use std::time::Duration;
 use api::keys;
 use e2e::TestEnv;
 use e2e::workloads::{
-    apply, bound, condition, events_with_reason, job, pod_group, podgroup, pods, pool_labels, pool_nodes,
-    queue, queue_name, start,
+    apply, bound, condition, events_with_reason, job, pod_group, pods, pool_labels, pool_nodes, queue,
+    queue_name, start, wait_for_phase,
 };
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::ResourceExt as _;
@@ -300,16 +300,7 @@ async fn elastic_job_starts_at_its_minimum_and_grows_to_its_maximum_as_nodes_joi
         p.len() == 8 && bound(p) == 2
     })
     .await?;
-    let phase = t
-        .wait_until("the PodGroup Running at its minimum", TIMEOUT, async || {
-            let pg = podgroup(&t, "elastic-training").await?;
-            Ok(pg
-                .status
-                .and_then(|s| s.phase)
-                .filter(|p| *p == api::PodGroupPhase::Running))
-        })
-        .await?;
-    assert_eq!(phase, api::PodGroupPhase::Running);
+    wait_for_phase(&t, "elastic-training", api::PodGroupPhase::Running, TIMEOUT).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(bound(&pods(&t, selector).await?), 2, "no room for more");
 

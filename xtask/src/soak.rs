@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use api::keys;
-use e2e::component::{Component, free_port, http_status};
+use e2e::component::{Component, free_port, http_get, http_status};
 use e2e::{DevPaths, FakeNodes, NodeAgent, RUN_SECONDS_ANNOTATION};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Client;
@@ -253,16 +253,9 @@ fn sample(port: u16, pid: u32, at: Duration, live_pods: usize) -> anyhow::Result
 }
 
 fn metrics_text(port: u16) -> anyhow::Result<String> {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    Ok(text)
+    http_get(port, "/metrics")
+        .map(|(_, text)| text)
+        .context("the scheduler's /metrics does not answer")
 }
 
 /// Steady when, after the pool filled (the first quarter of the run), the last third's memory and
