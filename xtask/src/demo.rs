@@ -62,7 +62,9 @@ fn log_file(name: &str) -> PathBuf {
 pub(crate) fn up() -> anyhow::Result<()> {
     cluster::up()?;
     println!("\n==> building the components");
-    for bin in ["kai-scheduler", "kai-podgrouper"] {
+    // xtask too: the node agent runs as `xtask nodes agent`, and this process's own file may have been
+    // replaced by a later build (a running binary's path then no longer exists).
+    for bin in ["kai-scheduler", "kai-podgrouper", "xtask"] {
         Component::build(bin)?;
     }
     stop_processes();
@@ -156,7 +158,7 @@ fn start_processes(kubeconfig: &Path) -> anyhow::Result<()> {
             log_file(&spec.component).display()
         );
     }
-    let mut agent = Command::new(std::env::current_exe().context("locating xtask")?);
+    let mut agent = Command::new(Component::binary_path("xtask"));
     agent.args(["nodes", "agent", "--prefix", NODE_PREFIX]);
     spawn_detached("node-agent", agent, kubeconfig)?;
     Ok(())
