@@ -109,7 +109,6 @@ fn reporter(e: &Event) -> String {
 /// names) apply; a Job whose PodGroup names the leaf is bound, and the scheduler writes both queues'
 /// status: the leaf's and the parent's allocated GPUs, and the leaf's fair share.
 #[tokio::test]
-#[ignore = "known defect: against the API server the scheduler writes the queues' allocation (3 GPUs) with a zero fair share, while the same scenario in the pure core (sim) reports 3; run: cargo test -p e2e --test queues -- --ignored seed_002"]
 async fn seed_002_queues_apply_route_work_and_report_allocation_and_fair_share() -> anyhow::Result<()> {
     let t = start("queues-seed-002", &[]).await?;
     let (department, team) = (queue_name(&t, "department-1"), queue_name(&t, "team-a"));

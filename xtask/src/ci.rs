@@ -74,8 +74,10 @@ fn cargo() -> OsString {
 fn run_step(step: &Step) -> anyhow::Result<()> {
     match step {
         Step::Cargo(args) => {
+            // One-shot builds gain nothing from incremental state, which would double the target dir.
             let status = Command::new(cargo())
                 .args(*args)
+                .env("CARGO_INCREMENTAL", "0")
                 .current_dir(e2e::paths::workspace_root())
                 .status()?;
             if !status.success() {

@@ -288,7 +288,9 @@ pub fn share_request(cluster: &Cluster, t: crate::model::TaskId) -> Resources {
     r
 }
 
-/// What the queues share: allocatable resources of Ready nodes, minus what other schedulers' pods hold.
+/// What the queues share: allocatable resources of Ready nodes, minus what other schedulers' pods hold
+/// on those nodes. A foreign pod on a node outside the model (another node pool's, or one not yet
+/// seen) takes nothing from this scheduler's nodes, so it is not subtracted.
 #[must_use]
 pub fn capacity(cluster: &Cluster) -> Resources {
     let mut total = Resources::ZERO;
@@ -298,7 +300,11 @@ pub fn capacity(cluster: &Cluster) -> Resources {
         }
     }
     for (_, t) in cluster.tasks.iter() {
-        if !t.ours && t.status.holds_node() && t.reservation_for.is_none() {
+        let on_counted_node = t
+            .node
+            .and_then(|n| cluster.nodes.get(n.0))
+            .is_some_and(|n| n.ready);
+        if !t.ours && on_counted_node && t.status.holds_node() && t.reservation_for.is_none() {
             total.sub(&t.request);
         }
     }
