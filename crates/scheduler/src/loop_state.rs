@@ -52,6 +52,8 @@ impl LoopState {
 
 /// Drops what the model assumed about a write that failed.
 pub fn feedback(cluster: &mut Cluster, fb: Feedback) {
+    // Whatever failed is to be decided or written again: the next cycle must run.
+    cluster.epochs.changed();
     match fb {
         Feedback::BindFailed { uid } | Feedback::EvictFailed { uid } => {
             if let Some(t) = cluster.task_id(&uid) {

@@ -24,6 +24,7 @@ pub struct CycleMetrics {
     open: Histogram,
     actions: Family<ActionLabel, Histogram>,
     cycles: Counter,
+    cycles_skipped: Counter,
     binds_decided: Counter,
     evictions_decided: Family<ActionLabel, Counter>,
     gangs_waiting: Gauge,
@@ -40,6 +41,7 @@ impl Default for CycleMetrics {
             open: runtime::metrics::duration_histogram(),
             actions: Family::new_with_constructor(runtime::metrics::duration_histogram),
             cycles: Counter::default(),
+            cycles_skipped: Counter::default(),
             binds_decided: Counter::default(),
             evictions_decided: Family::default(),
             gangs_waiting: Gauge::default(),
@@ -75,6 +77,11 @@ impl CycleMetrics {
         );
         r.register("cycles", "Scheduling cycles run", self.cycles.clone());
         r.register(
+            "cycles_skipped",
+            "Cycles skipped because nothing changed since a cycle that decided nothing",
+            self.cycles_skipped.clone(),
+        );
+        r.register(
             "binds_decided",
             "Pods the scheduler decided to bind",
             self.binds_decided.clone(),
@@ -101,6 +108,10 @@ impl CycleMetrics {
 
     /// Records one cycle.
     pub fn observe(&self, result: &CycleResult, took: Duration, cluster: &Cluster) {
+        if result.skipped {
+            self.cycles_skipped.inc();
+            return;
+        }
         self.cycles.inc();
         self.cycle.observe(secs(took));
         self.open.observe(secs(result.open));

@@ -33,7 +33,10 @@ pub fn stale_gangs(ssn: &mut Session<'_>) {
         match (stale, since) {
             (false, Some(_)) => ssn.set_stale_since(root, None),
             (false, None) => {}
-            (true, None) => ssn.set_stale_since(root, Some(ssn.now)),
+            (true, None) => {
+                ssn.set_stale_since(root, Some(ssn.now));
+                ssn.wake_at(ssn.now.saturating_add(grace));
+            }
             (true, Some(t)) if ssn.now - t >= grace => {
                 let running = u32::try_from(active.len()).unwrap_or(u32::MAX);
                 let needed = gang.required_pods(0);
@@ -55,7 +58,7 @@ pub fn stale_gangs(ssn: &mut Session<'_>) {
                 }
                 ssn.set_stale_since(root, None);
             }
-            (true, Some(_)) => {}
+            (true, Some(t)) => ssn.wake_at(t.saturating_add(grace)),
         }
     }
 }

@@ -120,7 +120,11 @@ pub fn protected_by_min_runtime(ssn: &Session<'_>, gang: usize, reclaim: bool) -
         q = queue.parent;
     }
     let min = min.unwrap_or_else(|| i64::try_from(default.as_millis()).unwrap_or(i64::MAX));
-    min > 0 && ssn.now - start < min
+    let protected = min > 0 && ssn.now - start < min;
+    if protected {
+        ssn.wake_at(start.saturating_add(min));
+    }
+    protected
 }
 
 fn unit_request_on(ssn: &Session<'_>, unit: &Unit, node: NodeId) -> Resources {

@@ -104,6 +104,8 @@ pub struct Session<'c> {
     pub epoch_at_open: u64,
     /// Gangs whose scheduler-owned annotations changed this cycle.
     pub annotations_changed: std::collections::HashSet<GroupId>,
+    /// See [`SessionStats::next_deadline`]; a cell so rules reading the session can record theirs.
+    deadline: std::cell::Cell<Option<Millis>>,
 }
 
 /// Counts of what a session did.
@@ -119,6 +121,12 @@ pub struct SessionStats {
     pub gangs_waiting: u64,
     /// Allocate stopped at its attempt budget (a defect if it ever happens; logged).
     pub attempt_budget_exhausted: bool,
+    /// Some pod's placement differs from the start of the cycle (bound, evicted, reserved elsewhere or
+    /// released), so the next cycle starts from a different model.
+    pub placement_changed: bool,
+    /// The earliest time a time-based rule seen in this cycle could decide otherwise (a gang's
+    /// timeout, a grace period ending, a minimum runtime ending, a reservation lapsing).
+    pub next_deadline: Option<Millis>,
 }
 
 impl<'c> Session<'c> {
@@ -177,7 +185,15 @@ impl<'c> Session<'c> {
             touched: HashMap::new(),
             evictions: HashMap::new(),
             stats: SessionStats::default(),
+            deadline: std::cell::Cell::new(None),
         }
+    }
+
+    /// A time-based rule would decide otherwise at `at` (a timeout, a grace period or a minimum runtime
+    /// ending): a quiet cluster is scheduled again then, even if nothing else changes.
+    pub fn wake_at(&self, at: Millis) {
+        let earliest = self.deadline.get().map_or(at, |d| d.min(at));
+        self.deadline.set(Some(earliest));
     }
 
     /// The gangs of a queue, by ascending index (the same order as `0..gangs.len()` filtered on the
@@ -370,6 +386,9 @@ impl<'c> Session<'c> {
             let Some(t) = self.cluster.tasks.get(task.0) else {
                 continue;
             };
+            if !same_placement(&before, &t.assumed) {
+                self.stats.placement_changed = true;
+            }
             let group_key = t.group.map(|g| self.cluster.group(g).key.clone());
             match (&before, &t.assumed) {
                 (b, Assumed::Binding { node }) if !matches!(b, Assumed::Binding { .. }) => {
@@ -412,6 +431,21 @@ impl<'c> Session<'c> {
         self.stats.gangs_waiting = self.outcomes.values().filter(|o| !o.why.is_empty()).count() as u64;
         status::report(&mut self, &mut decisions);
         reservations::reconcile(&mut self, &mut decisions);
+        for (_, t) in self.cluster.tasks.iter() {
+            if let Assumed::Pipelined { until, .. } = t.assumed {
+                self.wake_at(until);
+            }
+        }
+        self.stats.next_deadline = self.deadline.get();
         (decisions, self.stats)
+    }
+}
+
+/// Whether two assumed placements put a pod in the same place: a reservation renewed on the same node
+/// is the same placement (only its lapse time moved, which the deadline covers).
+fn same_placement(a: &Assumed, b: &Assumed) -> bool {
+    match (a, b) {
+        (Assumed::Pipelined { node: x, .. }, Assumed::Pipelined { node: y, .. }) => x == y,
+        _ => a == b,
     }
 }

@@ -25,6 +25,8 @@ pub fn reconcile(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     let mut create = Vec::new();
     let mut delete = Vec::new();
     let mut live_groups: Vec<Arc<str>> = Vec::new();
+    // When a retry or an idle reservation's release falls due (recorded on the session at the end).
+    let mut wake: Vec<Millis> = Vec::new();
     for (_, node) in cluster.nodes.iter() {
         for d in &node.shared_gpus {
             live_groups.push(d.group.clone());
@@ -34,8 +36,10 @@ pub fn reconcile(ssn: &mut Session<'_>, decisions: &mut Decisions) {
                     let pending = cluster
                         .reservations_pending
                         .get(&d.group)
-                        .is_some_and(|t| now - t < PENDING_RETRY_MS);
-                    if !pending {
+                        .filter(|t| now - **t < PENDING_RETRY_MS);
+                    if let Some(asked) = pending {
+                        wake.push(asked + PENDING_RETRY_MS);
+                    } else {
                         create.push((node.name.clone(), d.group.clone()));
                     }
                 }
@@ -53,6 +57,9 @@ pub fn reconcile(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     for uid in delete {
         let Some(t) = cluster.task_id(&uid) else { continue };
         let task = cluster.task(t);
+        if now - task.created < IDLE_GRACE_MS {
+            wake.push(task.created + IDLE_GRACE_MS);
+        }
         if now - task.created >= IDLE_GRACE_MS && task.assumed == crate::model::Assumed::None {
             decisions.reservations.push(ReservationChange::Delete {
                 uid: task.uid.clone(),
@@ -77,4 +84,7 @@ pub fn reconcile(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     cluster
         .reservations_pending
         .retain(|group, _| !reserved.contains(group));
+    for at in wake {
+        ssn.wake_at(at);
+    }
 }

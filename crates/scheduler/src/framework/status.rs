@@ -208,6 +208,16 @@ pub fn timeouts(ssn: &mut Session<'_>) {
             continue;
         }
         let since = *group.waiting_since.get_or_insert(group.created.max(0).min(now));
+        let timeout_at = group
+            .schedule_timeout_secs
+            .map(|t| since.saturating_add(t.saturating_mul(1000)));
+        if let Some(at) = timeout_at
+            && !group.timed_out
+            && now < at
+        {
+            ssn.wake_at(at);
+        }
+        let group = ssn.cluster.group_mut(root);
         if let Some(timeout) = group.schedule_timeout_secs
             && (group.timed_out || now - since >= timeout.saturating_mul(1000))
         {
@@ -248,6 +258,8 @@ const ORPHAN_GRACE_MS: Millis = 10_000;
 fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     let now = ssn.now;
     let mut updates = Vec::new();
+    // When a pod's grace for its PodGroup ends (recorded on the session below).
+    let mut wake: Vec<Millis> = Vec::new();
     for (i, t) in ssn.cluster.tasks.iter() {
         if !t.ours || t.status != TaskStatus::Pending {
             continue;
@@ -255,6 +267,7 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         let message = if let Some(problem) = &t.problem {
             format!("pod cannot be scheduled: {problem}")
         } else if now - t.created < ORPHAN_GRACE_MS {
+            wake.push(t.created + ORPHAN_GRACE_MS);
             continue;
         } else if let Some(key) = &t.group_key {
             if t.group.is_some() {
@@ -302,6 +315,9 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         if let Some(t) = ssn.cluster.tasks.get_mut(i) {
             t.condition_fingerprint = print;
         }
+    }
+    for at in wake {
+        ssn.wake_at(at);
     }
 }
 

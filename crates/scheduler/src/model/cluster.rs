@@ -24,6 +24,70 @@ pub struct Epochs {
     /// Bumped when capacity may have grown or rules changed: a task released resources, a node or
     /// queue or priority class changed, a gang changed.
     pub capacity: u64,
+    /// Bumped on every change that could alter any decision: each capacity change, a pod added or
+    /// changed in what scheduling reads, a gang's start or stale time or observed status changed, a
+    /// write that failed, and a cycle that placed, evicted or reserved. Equal values mean the model
+    /// is the same as far as a cycle is concerned.
+    pub changes: u64,
+}
+
+impl Epochs {
+    fn capacity_changed(&mut self) {
+        self.capacity += 1;
+        self.changes += 1;
+    }
+
+    /// Something a cycle reads changed.
+    pub fn changed(&mut self) {
+        self.changes += 1;
+    }
+}
+
+/// A cycle that decided nothing to place, evict or reserve: until the model changes or `until` (the
+/// earliest time a time-based rule could decide otherwise), the next cycle would decide the same
+/// nothing, so it is skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quiet {
+    /// [`Epochs::changes`] at the end of that cycle.
+    pub changes: u64,
+    /// The earliest time-based deadline it saw (a timeout, a grace period, a reservation lapsing).
+    pub until: Millis,
+}
+
+/// What of a task a cycle reads; a pod update that leaves it equal changes nothing.
+#[derive(PartialEq)]
+struct TaskInputs {
+    status: TaskStatus,
+    node: Option<NodeId>,
+    gpu_groups: Vec<Arc<str>>,
+    request: Resources,
+    gpu: GpuRequest,
+    constraints: super::constraints::ConstraintsId,
+    group_key: Option<GroupKey>,
+    subgroup: Option<Arc<str>>,
+    task_order: i32,
+    ours: bool,
+    problem: Option<Arc<str>>,
+    reservation_for: Option<Arc<str>>,
+    gpu_device: Option<Arc<str>>,
+}
+
+fn task_inputs(t: &Task) -> TaskInputs {
+    TaskInputs {
+        status: t.status,
+        node: t.node,
+        gpu_groups: t.gpu_groups.clone(),
+        request: t.request,
+        gpu: t.gpu,
+        constraints: t.constraints,
+        group_key: t.group_key.clone(),
+        subgroup: t.subgroup.clone(),
+        task_order: t.task_order,
+        ours: t.ours,
+        problem: t.problem.clone(),
+        reservation_for: t.reservation_for.clone(),
+        gpu_device: t.gpu_device.clone(),
+    }
 }
 
 /// A pod as converted from the API, before it is linked into the model.
@@ -143,6 +207,8 @@ pub struct Cluster {
     /// Gangs that did not fit, remembered across cycles so an unchanged cluster costs nothing to
     /// schedule again (by root PodGroup).
     pub memo: HashMap<GroupId, crate::actions::allocate::Memo>,
+    /// Set by a cycle that decided nothing to place, evict or reserve (see [`Quiet`]).
+    pub quiet: Option<Quiet>,
 }
 
 impl Cluster {
@@ -435,7 +501,7 @@ impl Cluster {
         task.node = node;
         self.contribute(id, 1);
         if released {
-            self.epochs.capacity += 1;
+            self.epochs.capacity_changed();
         }
     }
 
@@ -480,7 +546,7 @@ impl Cluster {
         if self.tasks.get(id.0).is_some_and(|t| t.assumed != Assumed::None) {
             let groups = self.tasks.get(id.0).map(|t| t.gpu_groups.clone());
             let _ = self.set_assumed(id, Assumed::None, groups);
-            self.epochs.capacity += 1;
+            self.epochs.capacity_changed();
         }
     }
 
@@ -496,6 +562,7 @@ impl Cluster {
             self.clear_assumed(t);
         }
         self.memo.clear();
+        self.quiet = None;
     }
 
     // -----------------------------------------------------------------------------------------
@@ -504,7 +571,7 @@ impl Cluster {
 
     /// Adds or updates a node.
     pub fn apply_node(&mut self, update: NodeUpdate) {
-        self.epochs.capacity += 1;
+        self.epochs.capacity_changed();
         if let Some(id) = self.node_id(&update.name) {
             let node = self
                 .nodes
@@ -566,13 +633,14 @@ impl Cluster {
             }
         }
         self.nodes.remove(id.0);
-        self.epochs.capacity += 1;
+        self.epochs.capacity_changed();
     }
 
     /// Adds or updates a pod.
     pub fn apply_pod(&mut self, update: PodUpdate) {
         let constraints = self.constraints.intern(update.constraints);
         if let Some(id) = self.task_id(&update.uid) {
+            let before = task_inputs(self.task(id));
             self.contribute(id, -1);
             let old_group_key = self.task(id).group_key.clone();
             let task = self
@@ -609,7 +677,10 @@ impl Cluster {
             self.contribute(id, 1);
             self.track_unattached(id);
             if released {
-                self.epochs.capacity += 1;
+                self.epochs.capacity_changed();
+            }
+            if before != task_inputs(self.task(id)) || old_group_key != update.group_key {
+                self.epochs.changed();
             }
             if old_group_key != update.group_key {
                 self.unlink_group(id);
@@ -645,6 +716,7 @@ impl Cluster {
         };
         let id = TaskId(self.tasks.insert(task));
         self.task_index.insert(update.uid, id);
+        self.epochs.changed();
         let (status, node) = self.effective(self.task(id));
         let task = self.tasks.get_mut(id.0).expect("invariant");
         task.status = status;
@@ -680,7 +752,7 @@ impl Cluster {
             list.retain(|t| *t != id);
         }
         self.tasks.remove(id.0);
-        self.epochs.capacity += 1;
+        self.epochs.capacity_changed();
     }
 
     fn link_group(&mut self, id: TaskId) {
@@ -723,14 +795,22 @@ impl Cluster {
             if old.same_definition(&group) {
                 // Only status or scheduler-owned annotations changed (often our own write echoing back):
                 // nothing that could change a decision.
+                // Our own echo leaves these equal; anything else (someone else's status, a start or
+                // stale time we did not write) can change a decision.
+                let changed = old.observed.fingerprint != group.observed.fingerprint
+                    || old.last_start != group.last_start
+                    || old.stale_since != group.stale_since;
                 let event_fingerprint = old.observed.event_fingerprint;
                 old.observed = group.observed;
                 old.observed.event_fingerprint = event_fingerprint;
                 old.last_start = group.last_start;
                 old.stale_since = group.stale_since;
+                if changed {
+                    self.epochs.changed();
+                }
                 return;
             }
-            self.epochs.capacity += 1;
+            self.epochs.capacity_changed();
             let old = self.group_mut(id);
             group.tasks = std::mem::take(&mut old.tasks);
             group.observed.event_fingerprint = old.observed.event_fingerprint;
@@ -741,7 +821,7 @@ impl Cluster {
             self.resolve_group(id);
             return;
         }
-        self.epochs.capacity += 1;
+        self.epochs.capacity_changed();
         let key = group.key.clone();
         let id = GroupId(self.groups.insert(group));
         self.group_index.insert(key.clone(), id);
@@ -772,7 +852,7 @@ impl Cluster {
         }
         self.groups.remove(id.0);
         self.memo.remove(&id);
-        self.epochs.capacity += 1;
+        self.epochs.capacity_changed();
     }
 
     /// Adds or updates a queue and re-resolves the tree.
@@ -846,7 +926,7 @@ impl Cluster {
     // -----------------------------------------------------------------------------------------
 
     fn resolve_queues(&mut self) {
-        self.epochs.capacity += 1;
+        self.epochs.capacity_changed();
         let ids: Vec<QueueId> = self.queues.iter().map(|(i, _)| QueueId(i)).collect();
         for id in &ids {
             let q = self.queues.get_mut(id.0).expect("invariant");
@@ -923,7 +1003,7 @@ impl Cluster {
     }
 
     fn resolve_all_groups(&mut self) {
-        self.epochs.capacity += 1;
+        self.epochs.capacity_changed();
         let ids: Vec<GroupId> = self.groups.iter().map(|(i, _)| GroupId(i)).collect();
         for id in ids {
             self.resolve_group(id);

@@ -12,7 +12,7 @@ pub mod queue;
 pub mod resources;
 pub mod task;
 
-pub use cluster::{Cluster, Epochs, NodeUpdate, PlacementUndo, PodUpdate, QueueReports};
+pub use cluster::{Cluster, Epochs, NodeUpdate, PlacementUndo, PodUpdate, QueueReports, Quiet};
 pub use group::{Group, GroupKey, GroupKind, GroupProblem};
 pub use ids::{GroupId, NodeId, QueueId, TaskId};
 pub use node::Node;
