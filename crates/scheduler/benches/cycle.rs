@@ -55,10 +55,19 @@ fn full_cycle_10k<const K: u32>(bencher: Bencher<'_, '_>, nodes: usize) {
     bench_cycle(bencher, &base, &Config::default(), NOW);
 }
 
-/// A cycle where nothing changed since the last one (the cluster settled).
+/// A cycle where nothing changed since the last one (the cluster settled): skipped.
 #[divan::bench(consts = [8], args = [500, 1000, 5000, 10_000], sample_count = 5, sample_size = 1)]
 fn unchanged<const K: u32>(bencher: Bencher<'_, '_>, nodes: usize) {
     let (base, now) = settled(&Synthetic::new(nodes, K));
+    bench_cycle(bencher, &base, &Config::default(), now);
+}
+
+/// A cycle forced over the settled cluster (the quiet-cycle skip bypassed): what the smallest change
+/// costs, since any change runs the whole cycle.
+#[divan::bench(consts = [8], args = [500, 1000, 5000, 10_000], sample_count = 5, sample_size = 1)]
+fn rerun<const K: u32>(bencher: Bencher<'_, '_>, nodes: usize) {
+    let (mut base, now) = settled(&Synthetic::new(nodes, K));
+    base.quiet = None;
     bench_cycle(bencher, &base, &Config::default(), now);
 }
 

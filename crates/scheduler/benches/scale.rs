@@ -4,7 +4,9 @@
 //! 100 leaf queues under 10 departments:
 //! - snapshot: applying every watch update into a fresh model (`Cluster::apply_*`);
 //! - full cycle: `cycle::run` over that model, everything pending;
-//! - unchanged: a cycle after the cluster settled (binds confirmed running, statuses echoed back);
+//! - unchanged: a cycle after the cluster settled (binds confirmed running, statuses echoed back): the
+//!   quiet-cycle check skips it;
+//! - rerun: the same cycle forced (the skip bypassed), as the smallest change would run it;
 //! - 1% churn: a cycle after 1% of the running pods completed and as many new pods arrived.
 //!
 //! Then preempt and consolidation on a full (or fragmented) cluster. Each figure is the median of
@@ -130,7 +132,7 @@ fn print_header() {
 fn print_row(r: &Row) {
     let s = r.split;
     println!(
-        "{:<12} {:>6} {:>3} {:>7} {:>9.1} {:>7.1} {:>8.1} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>8.2} {:>6} {:>6} {:>7} {:>6}",
+        "{:<12} {:>6} {:>3} {:>7} {:>9.3} {:>7.1} {:>8.1} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>8.2} {:>6} {:>6} {:>7} {:>6}",
         r.label,
         r.nodes,
         r.gang,
@@ -221,7 +223,7 @@ fn main() {
             );
             snapshot_rows.push((n, k, pods, snap));
             rows.extend(measure("full", &base, &config, now, &spec, pods, runs));
-            if !selected("unchanged") && !selected("churn") {
+            if !selected("unchanged") && !selected("rerun") && !selected("churn") {
                 continue;
             }
             // Settle: binds confirmed, statuses echoed; then a cycle where nothing changed.
@@ -230,6 +232,9 @@ fn main() {
             s.settle_all(10);
             let settled = s.cluster;
             rows.extend(measure("unchanged", &settled, &config, s.now, &spec, pods, runs));
+            let mut forced = settled.clone();
+            forced.quiet = None;
+            rows.extend(measure("rerun", &forced, &config, s.now, &spec, pods, runs));
             // 1% churn.
             let mut churned = settled.clone();
             let (done, added) = spec.churn(&mut churned, 0.01, 0);

@@ -266,13 +266,13 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         }
         let message = if let Some(problem) = &t.problem {
             format!("pod cannot be scheduled: {problem}")
+        } else if t.group.is_some() {
+            // Its gang's report speaks for it.
+            continue;
         } else if now - t.created < ORPHAN_GRACE_MS {
             wake.push(t.created + ORPHAN_GRACE_MS);
             continue;
         } else if let Some(key) = &t.group_key {
-            if t.group.is_some() {
-                continue;
-            }
             let kind = match key.kind {
                 GroupKind::Kai => "PodGroup (scheduling.run.ai)",
                 GroupKind::Volcano => "PodGroup (scheduling.volcano.sh)",
