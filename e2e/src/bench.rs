@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use api::keys;
 use futures::{StreamExt as _, TryStreamExt as _, stream};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
@@ -200,10 +200,18 @@ async fn measure(
 ) -> anyhow::Result<Measurement> {
     let t = TestEnv::start(&format!("bench-{}-{}", contender.slug(), workload.group_size())).await?;
     let result = measure_in(&t, options, contender, workload).await;
+    let (client, namespace) = (t.client().clone(), t.namespace().to_owned());
     // A busy shared server may fail the cleanup; the figures stand (`cargo xtask e2e-clean` removes
     // what is left once no other test runs).
     if let Err(err) = t.finish().await {
         eprintln!("bench:   cleanup failed: {err:#}");
+    }
+    // The namespace controller deletes the rest (PodGroups, events) in the background: the next
+    // contender starts once it is done, on an API server no busier than this one found it.
+    let namespaces: Api<Namespace> = Api::all(client);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline && namespaces.get_opt(&namespace).await.ok().flatten().is_some() {
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     result
 }

@@ -8,7 +8,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use crate::coalesce::Coalescer;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
@@ -23,7 +24,7 @@ use prometheus_client::registry::Registry;
 use runtime::discovery::{self, EvictOutcome, EvictionVersion};
 use runtime::lease::LeaderGuard;
 use serde_json::json;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, Semaphore, mpsc};
 use tracing::{debug, warn};
 
 use crate::config::GpuSharingArgs;
@@ -99,6 +100,28 @@ impl ApplyMetrics {
     }
 }
 
+/// How long a status, annotation, pod condition or event may wait for binds to drain. Binds go first
+/// because the API server's write path is the bottleneck and a bound pod is what users wait for; the
+/// cap keeps a continuous stream of binds from starving the explanations.
+pub const MAX_WRITE_DEFERRAL: Duration = Duration::from_secs(10);
+
+/// Binds submitted and not finished; dropping the last one wakes the writes deferred behind them.
+struct BindsInFlight {
+    count: AtomicUsize,
+    drained: Notify,
+}
+
+/// One submitted bind, counted until it is dropped (sent, refused or abandoned).
+struct BindTicket(Arc<BindsInFlight>);
+
+impl Drop for BindTicket {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
 /// Executes decisions.
 pub struct Applier {
     client: Client,
@@ -107,6 +130,7 @@ pub struct Applier {
     guard: LeaderGuard,
     feedback: mpsc::UnboundedSender<Feedback>,
     binds: Arc<Semaphore>,
+    binds_in_flight: Arc<BindsInFlight>,
     writes: Arc<Semaphore>,
     sharing: GpuSharingArgs,
     metrics: ApplyMetrics,
@@ -151,6 +175,10 @@ impl Applier {
             guard,
             feedback,
             binds: Arc::new(Semaphore::new(options.bind_concurrency.max(1))),
+            binds_in_flight: Arc::new(BindsInFlight {
+                count: AtomicUsize::new(0),
+                drained: Notify::new(),
+            }),
             writes: Arc::new(Semaphore::new(options.write_concurrency.max(1))),
             sharing: options.gpu_sharing,
             metrics,
@@ -160,18 +188,47 @@ impl Applier {
         }
     }
 
-    /// Starts executing a cycle's decisions without waiting for them.
+    /// Binds submitted and not yet finished.
+    #[must_use]
+    pub fn binds_in_flight(&self) -> usize {
+        self.binds_in_flight.count.load(Ordering::Acquire)
+    }
+
+    /// Waits until no bind is in flight, at most [`MAX_WRITE_DEFERRAL`].
+    async fn after_binds(&self) {
+        let deadline = tokio::time::Instant::now() + MAX_WRITE_DEFERRAL;
+        loop {
+            let drained = self.binds_in_flight.drained.notified();
+            if self.binds_in_flight() == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, drained).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Starts executing a cycle's decisions without waiting for them. Binds and evictions are sent at
+    /// once; statuses, annotations, pod conditions and events wait for the binds in flight to finish
+    /// (see [`MAX_WRITE_DEFERRAL`]), and a status decided again meanwhile replaces the one waiting.
     pub fn submit(self: &Arc<Self>, d: Decisions) {
         // Binds of one gang share a flag: after one fails, the gang's binds not yet sent are dropped (the
         // pods go back to pending) instead of binding more of a gang that is no longer whole.
         let mut gangs: HashMap<Option<GroupKey>, Arc<AtomicBool>> = HashMap::new();
+        self.binds_in_flight
+            .count
+            .fetch_add(d.binds.len(), Ordering::AcqRel);
         for b in d.binds {
             let failed = gangs
                 .entry(b.group.clone())
                 .or_insert_with(|| Arc::new(AtomicBool::new(false)))
                 .clone();
             let this = self.clone();
-            tokio::spawn(async move { this.bind(b, &failed).await });
+            let ticket = BindTicket(self.binds_in_flight.clone());
+            tokio::spawn(async move {
+                this.bind(b, &failed).await;
+                drop(ticket);
+            });
         }
         for e in d.evictions {
             let this = self.clone();
@@ -181,6 +238,10 @@ impl Applier {
             if let Some(mut s) = self.group_statuses.offer(s.key.clone(), s) {
                 let this = self.clone();
                 tokio::spawn(async move {
+                    this.after_binds().await;
+                    if let Some(newer) = this.group_statuses.take_queued(&s.key) {
+                        s = newer;
+                    }
                     loop {
                         let key = s.key.clone();
                         this.group_status(s).await;
@@ -194,12 +255,19 @@ impl Applier {
         }
         for a in d.group_annotations {
             let this = self.clone();
-            tokio::spawn(async move { this.group_annotations(a).await });
+            tokio::spawn(async move {
+                this.after_binds().await;
+                this.group_annotations(a).await;
+            });
         }
         for c in d.pod_conditions {
             if let Some(mut c) = self.pod_conditions.offer(c.uid.clone(), c) {
                 let this = self.clone();
                 tokio::spawn(async move {
+                    this.after_binds().await;
+                    if let Some(newer) = this.pod_conditions.take_queued(&c.uid) {
+                        c = newer;
+                    }
                     loop {
                         let uid = c.uid.clone();
                         this.pod_condition(c).await;
@@ -215,6 +283,10 @@ impl Applier {
             if let Some(mut q) = self.queue_statuses.offer(q.name.clone(), q) {
                 let this = self.clone();
                 tokio::spawn(async move {
+                    this.after_binds().await;
+                    if let Some(newer) = this.queue_statuses.take_queued(&q.name) {
+                        q = newer;
+                    }
                     loop {
                         let name = q.name.clone();
                         this.queue_status(q).await;
@@ -232,7 +304,10 @@ impl Applier {
         }
         for e in d.events {
             let this = self.clone();
-            tokio::spawn(async move { this.event(e).await });
+            tokio::spawn(async move {
+                this.after_binds().await;
+                this.event(e).await;
+            });
         }
     }
 

@@ -52,6 +52,13 @@ impl<K: Eq + Hash + Clone, V> Coalescer<K, V> {
         queued
     }
 
+    /// Before a write that waited: the value queued meanwhile, which supersedes the one about to be
+    /// written, keeping the key's writer (unlike [`Coalescer::next`]).
+    pub fn take_queued(&self, key: &K) -> Option<V> {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        in_flight.get_mut(key).and_then(Option::take)
+    }
+
     /// Keys with a write in flight.
     #[must_use]
     pub fn in_flight(&self) -> usize {
@@ -73,6 +80,13 @@ mod tests {
         assert_eq!(c.offer("pod-a", 2), None);
         assert_eq!(c.offer("pod-a", 3), None, "replaces 2, which is never written");
         assert_eq!(c.offer("pod-b", 10), Some(10), "other keys are independent");
+        assert_eq!(
+            c.take_queued(&"pod-a"),
+            Some(3),
+            "a writer that waited writes the latest"
+        );
+        assert_eq!(c.take_queued(&"pod-a"), None);
+        assert_eq!(c.offer("pod-a", 3), None, "the key is still being written");
         assert_eq!(c.next(&"pod-a"), Some(3));
         assert_eq!(c.next(&"pod-a"), None, "nothing queued: the key is released");
         assert_eq!(c.offer("pod-a", 4), Some(4), "a released key is written at once");

@@ -38,17 +38,22 @@ impl LoopState {
         self.dirty = false;
     }
 
-    /// When the next cycle is due.
+    /// When the next cycle is due. While binds are still in flight (`binding`), changes are taken in at
+    /// most every [`BUSY_INTERVAL`]: binds decided now would queue behind them anyway, and cycles run
+    /// for every bind echo would take CPU from the API server that is doing the binding.
     #[must_use]
-    pub fn next_cycle(&self) -> Instant {
+    pub fn next_cycle(&self, binding: bool) -> Instant {
         self.last
-            + if self.dirty {
-                self.min_interval
-            } else {
-                self.period
+            + match (self.dirty, binding) {
+                (false, _) => self.period,
+                (true, false) => self.min_interval,
+                (true, true) => self.min_interval.max(BUSY_INTERVAL).min(self.period),
             }
     }
 }
+
+/// The shortest time between cycles while binds are in flight.
+pub const BUSY_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Drops what the model assumed about a write that failed.
 pub fn feedback(cluster: &mut Cluster, fb: Feedback) {
@@ -91,8 +96,19 @@ mod tests {
         let mut s = LoopState::new(Duration::from_secs(1), Duration::from_millis(20));
         let t0 = Instant::now();
         s.cycled(t0);
-        assert_eq!(s.next_cycle(), t0 + Duration::from_secs(1));
+        assert_eq!(s.next_cycle(false), t0 + Duration::from_secs(1));
+        assert_eq!(s.next_cycle(true), t0 + Duration::from_secs(1));
         s.changed(t0);
-        assert_eq!(s.next_cycle(), t0 + Duration::from_millis(20));
+        assert_eq!(s.next_cycle(false), t0 + Duration::from_millis(20));
+        assert_eq!(
+            s.next_cycle(true),
+            t0 + BUSY_INTERVAL,
+            "binds in flight: changes batched"
+        );
+        let fast = LoopState::new(Duration::from_millis(100), Duration::from_millis(20));
+        assert!(
+            fast.next_cycle(true) <= fast.last + Duration::from_millis(100),
+            "never later than the period"
+        );
     }
 }

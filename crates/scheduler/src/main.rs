@@ -159,7 +159,7 @@ async fn main() -> anyhow::Result<()> {
     let mut cycle_id: u64 = 0;
 
     loop {
-        let wake = tokio::time::Instant::from_std(state.next_cycle());
+        let wake = tokio::time::Instant::from_std(state.next_cycle(applier.binds_in_flight() > 0));
         tokio::select! {
             () = shutdown.cancelled() => break,
             result = &mut elector_task => {
