@@ -22,6 +22,9 @@ pub struct Fairness {
     tree: QueueTree,
     /// Tree id of each model queue (by model index).
     ids: Vec<Option<fairshare::QueueId>>,
+    /// Per model queue, bumped whenever the accounting of the queue or a queue under it changes, so
+    /// orderings computed from a subtree can be reused while it stays the same.
+    versions: Vec<u64>,
     scratch: RefCell<ReclaimScratch>,
 }
 
@@ -71,6 +74,7 @@ impl Fairness {
         tree.divide(&capacity(cluster));
         Self {
             tree,
+            versions: vec![0; ids.len()],
             ids,
             scratch: RefCell::new(ReclaimScratch::default()),
         }
@@ -89,7 +93,7 @@ impl Fairness {
     /// Mirrors an allocation change (`sign` +1 allocated, -1 released).
     pub fn change(
         &mut self,
-        _cluster: &Cluster,
+        cluster: &Cluster,
         queue: QueueId,
         share: &Resources,
         preemptible: bool,
@@ -101,6 +105,21 @@ impl Fairness {
         } else {
             self.tree.deallocate(q, share, preemptibility(preemptible));
         }
+        // The queue and its ancestors (bounded: a parent cycle is a reported queue problem).
+        let mut next = Some(queue);
+        for _ in 0..=self.versions.len() {
+            let Some(id) = next else { break };
+            if let Some(v) = self.versions.get_mut(id.index()) {
+                *v += 1;
+            }
+            next = cluster.queues.get(id.0).and_then(|q| q.parent);
+        }
+    }
+
+    /// Changes under `queue` so far in this session (see `versions`).
+    #[must_use]
+    pub fn version(&self, queue: QueueId) -> u64 {
+        self.versions.get(queue.index()).copied().unwrap_or(0)
     }
 
     /// KAI's capacity gates for a gang asking `request` more: limits up the tree, and quota for

@@ -8,6 +8,12 @@ use std::collections::{HashMap, VecDeque};
 use super::Session;
 use crate::model::{QueueId, Resources, TaskStatus};
 
+/// A leaf queue and its front gang: the next gang to try under some queue.
+type Pick = Option<(QueueId, usize)>;
+
+/// (fairness version, fronts version) of a queue when its best was found.
+type Seen = (u64, u64);
+
 /// Gangs by queue, in order.
 #[derive(Clone, Debug, Default)]
 pub struct JobQueues {
@@ -16,6 +22,15 @@ pub struct JobQueues {
     requests: HashMap<usize, Resources>,
     /// Reverse order (victim selection): worst gangs of the most over-served queues first.
     reverse: bool,
+    /// Per queue, bumped when the front gang of a leaf under it changes (pop, push).
+    fronts: HashMap<QueueId, u64>,
+    /// The best (leaf, gang) under each inner queue, with the (fairness version, fronts version) it was
+    /// found at: siblings compare only their own accounting and candidates, so a subtree where neither
+    /// changed still has the same best, and a pop re-compares only along the path that changed.
+    best_under: HashMap<QueueId, (Seen, Pick)>,
+    /// Tests compare against the uncached order.
+    #[cfg(test)]
+    uncached: bool,
 }
 
 /// KAI's job order inside a queue: higher priority, then gangs below their minimum before those at it
@@ -74,6 +89,7 @@ impl JobQueues {
             return;
         };
         self.requests.insert(gang, pending_request(ssn, gang));
+        self.front_changed(ssn, queue);
         let key = job_key(ssn, gang);
         let leaf = self.leaves.entry(queue).or_default();
         let pos = leaf
@@ -96,6 +112,7 @@ impl JobQueues {
             .map(|(i, _)| QueueId(i))
             .collect();
         let leaf = self.best(ssn, &roots)?.0;
+        self.front_changed(ssn, leaf);
         let gang = self.leaves.get_mut(&leaf)?.pop_front();
         if self.leaves.get(&leaf).is_some_and(VecDeque::is_empty) {
             self.leaves.remove(&leaf);
@@ -109,14 +126,45 @@ impl JobQueues {
         self.leaves.is_empty()
     }
 
+    /// A leaf's front gang changes: the cached bests of it and its ancestors are stale.
+    fn front_changed(&mut self, ssn: &Session<'_>, leaf: QueueId) {
+        let mut next = Some(leaf);
+        // Bounded: a parent cycle is a reported queue problem.
+        for _ in 0..=ssn.cluster.queues.len() {
+            let Some(q) = next else { break };
+            *self.fronts.entry(q).or_default() += 1;
+            next = ssn.cluster.queues.get(q.0).and_then(|queue| queue.parent);
+        }
+    }
+
+    /// The best (leaf, gang) under an inner queue, reused while nothing under it changed.
+    fn best_under(&mut self, ssn: &Session<'_>, inner: QueueId) -> Pick {
+        #[cfg(test)]
+        if self.uncached {
+            return self.best(ssn, &ssn.cluster.queue(inner).children);
+        }
+        let key = (
+            ssn.fairness.version(inner),
+            self.fronts.get(&inner).copied().unwrap_or(0),
+        );
+        if let Some((at, best)) = self.best_under.get(&inner)
+            && *at == key
+        {
+            return *best;
+        }
+        let best = self.best(ssn, &ssn.cluster.queue(inner).children);
+        self.best_under.insert(inner, (key, best));
+        best
+    }
+
     /// The best (leaf, gang) among the subtrees of `queues`.
-    fn best(&self, ssn: &Session<'_>, queues: &[QueueId]) -> Option<(QueueId, usize)> {
+    fn best(&mut self, ssn: &Session<'_>, queues: &[QueueId]) -> Pick {
         let mut best: Option<(QueueId, (QueueId, usize))> = None;
         for q in queues {
             let candidate = if ssn.cluster.queue(*q).is_leaf() {
                 self.leaves.get(q).and_then(|l| l.front()).map(|g| (*q, *g))
             } else {
-                self.best(ssn, &ssn.cluster.queue(*q).children)
+                self.best_under(ssn, *q)
             };
             let Some(candidate) = candidate else { continue };
             best = match best {
@@ -159,4 +207,54 @@ fn pending_request(ssn: &Session<'_>, gang: usize) -> Resources {
         total.add(&ssn.share_request(t));
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::sim::Synthetic;
+
+    /// The cached order pops exactly what a full comparison pops, while accounting changes under it
+    /// as allocate would change it (every other gang "placed").
+    #[test]
+    fn cached_subtree_bests_pop_the_same_gangs_as_full_comparisons() {
+        let mut cluster = Synthetic::new(12, 1).cluster();
+        let config = Config::default();
+        let mut ssn = Session::open(&mut cluster, &config, 1_000_000);
+        let all = 0..ssn.gangs.len();
+        let mut cached = JobQueues::new(&ssn, all.clone(), false);
+        let mut full = JobQueues::new(&ssn, all, false);
+        full.uncached = true;
+        let mut popped = 0;
+        while let Some(g) = full.pop(&ssn) {
+            assert_eq!(cached.pop(&ssn), Some(g), "pop {popped}");
+            popped += 1;
+            // Accounting moves in the popped gang's queue (allocate) and, as reclaim's evictions do, in
+            // some other queue whose subtree was not popped from.
+            let other = (g * 7 + 3) % ssn.gangs.len();
+            let target = if popped % 2 == 0 { g } else { other };
+            if popped % 3 != 0
+                && let Some(q) = ssn.gangs[target].queue
+            {
+                // Large enough to move the queue across its fair share and reorder the queues.
+                let request = cached
+                    .requests
+                    .get(&g)
+                    .copied()
+                    .unwrap_or(Resources::ZERO)
+                    .times(40);
+                let sign = if target == g { 1 } else { -1 };
+                let cluster = &*ssn.cluster;
+                ssn.fairness.change(cluster, q, &request, true, sign);
+            }
+            if popped % 7 == 0 {
+                // Elastic growth puts a gang back in its place in both.
+                full.push(&ssn, g);
+                cached.push(&ssn, g);
+            }
+        }
+        assert!(cached.pop(&ssn).is_none());
+        assert!(popped > 100, "popped {popped}");
+    }
 }
