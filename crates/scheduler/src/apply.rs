@@ -235,23 +235,14 @@ impl Applier {
             tokio::spawn(async move { this.evict(e).await });
         }
         for s in d.group_statuses {
-            if let Some(mut s) = self.group_statuses.offer(s.key.clone(), s) {
-                let this = self.clone();
-                tokio::spawn(async move {
-                    this.after_binds().await;
-                    if let Some(newer) = this.group_statuses.take_queued(&s.key) {
-                        s = newer;
-                    }
-                    loop {
-                        let key = s.key.clone();
-                        this.group_status(s).await;
-                        match this.group_statuses.next(&key) {
-                            Some(newer) => s = newer,
-                            None => break,
-                        }
-                    }
-                });
-            }
+            self.write_latest(
+                |a| &a.group_statuses,
+                s.key.clone(),
+                s,
+                |a, s| async move {
+                    a.group_status(s).await;
+                },
+            );
         }
         for a in d.group_annotations {
             let this = self.clone();
@@ -261,42 +252,24 @@ impl Applier {
             });
         }
         for c in d.pod_conditions {
-            if let Some(mut c) = self.pod_conditions.offer(c.uid.clone(), c) {
-                let this = self.clone();
-                tokio::spawn(async move {
-                    this.after_binds().await;
-                    if let Some(newer) = this.pod_conditions.take_queued(&c.uid) {
-                        c = newer;
-                    }
-                    loop {
-                        let uid = c.uid.clone();
-                        this.pod_condition(c).await;
-                        match this.pod_conditions.next(&uid) {
-                            Some(newer) => c = newer,
-                            None => break,
-                        }
-                    }
-                });
-            }
+            self.write_latest(
+                |a| &a.pod_conditions,
+                c.uid.clone(),
+                c,
+                |a, c| async move {
+                    a.pod_condition(c).await;
+                },
+            );
         }
         for q in d.queue_statuses {
-            if let Some(mut q) = self.queue_statuses.offer(q.name.clone(), q) {
-                let this = self.clone();
-                tokio::spawn(async move {
-                    this.after_binds().await;
-                    if let Some(newer) = this.queue_statuses.take_queued(&q.name) {
-                        q = newer;
-                    }
-                    loop {
-                        let name = q.name.clone();
-                        this.queue_status(q).await;
-                        match this.queue_statuses.next(&name) {
-                            Some(newer) => q = newer,
-                            None => break,
-                        }
-                    }
-                });
-            }
+            self.write_latest(
+                |a| &a.queue_statuses,
+                q.name.clone(),
+                q,
+                |a, q| async move {
+                    a.queue_status(q).await;
+                },
+            );
         }
         for r in d.reservations {
             let this = self.clone();
@@ -309,6 +282,39 @@ impl Applier {
                 this.event(e).await;
             });
         }
+    }
+
+    /// Writes `value` of `key` through its coalescer (`pick`): after the binds in flight, the newest
+    /// value offered by then, and each newer one offered while a write is in flight, one at a time.
+    fn write_latest<K, V, W, F>(
+        self: &Arc<Self>,
+        pick: fn(&Self) -> &Coalescer<K, V>,
+        key: K,
+        value: V,
+        write: W,
+    ) where
+        K: Eq + std::hash::Hash + Clone + Send + 'static,
+        V: Send + 'static,
+        W: Fn(Arc<Self>, V) -> F + Send + 'static,
+        F: Future<Output = ()> + Send,
+    {
+        let Some(mut value) = pick(self).offer(key.clone(), value) else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.after_binds().await;
+            if let Some(newer) = pick(&this).take_queued(&key) {
+                value = newer;
+            }
+            loop {
+                write(this.clone(), value).await;
+                match pick(&this).next(&key) {
+                    Some(newer) => value = newer,
+                    None => break,
+                }
+            }
+        });
     }
 
     fn leading(&self) -> bool {

@@ -208,19 +208,13 @@ pub fn timeouts(ssn: &mut Session<'_>) {
             continue;
         }
         let since = *group.waiting_since.get_or_insert(group.created.max(0).min(now));
-        let timeout_at = group
-            .schedule_timeout_secs
-            .map(|t| since.saturating_add(t.saturating_mul(1000)));
-        if let Some(at) = timeout_at
-            && !group.timed_out
-            && now < at
-        {
+        let Some(timeout) = group.schedule_timeout_secs else {
+            continue;
+        };
+        let at = since.saturating_add(timeout.saturating_mul(1000));
+        if !group.timed_out && now < at {
             ssn.wake_at(at);
-        }
-        let group = ssn.cluster.group_mut(root);
-        if let Some(timeout) = group.schedule_timeout_secs
-            && (group.timed_out || now - since >= timeout.saturating_mul(1000))
-        {
+        } else {
             group.timed_out = true;
             let last = ssn
                 .outcomes
