@@ -22,14 +22,15 @@ fn component<'a>(components: &'a [ComponentSpec], name: &str) -> &'a ComponentSp
         .unwrap_or_else(|| panic!("no {name} among {components:?}"))
 }
 
-fn scheduler_config(spec: &ComponentSpec) -> scheduler::config::Config {
+fn scheduler_config(spec: &ComponentSpec) -> scheduler_core::config::Config {
     let path = spec.flag("config").expect("--config");
     let file = spec
         .config_files
         .iter()
         .find(|f| f.path.display().to_string() == path)
         .unwrap_or_else(|| panic!("--config={path} is not a mounted file: {:?}", spec.config_files));
-    scheduler::config::Config::from_yaml(&file.content).expect("the binary loads the chart's configuration")
+    scheduler_core::config::Config::from_yaml(&file.content)
+        .expect("the binary loads the chart's configuration")
 }
 
 #[test]
@@ -75,7 +76,7 @@ fn seed_002_install_renders_both_components_with_gpu_sharing() {
 fn default_configuration_is_the_binary_default() {
     let components = render(&[]).components().expect("components");
     let config = scheduler_config(component(&components, "scheduler"));
-    let mut expected = scheduler::config::Config::default();
+    let mut expected = scheduler_core::config::Config::default();
     // The one value the chart sets on purpose: the image of the reservation pods is its own.
     expected.plugins.gpusharing.reservation_image = "ghcr.io/kai-rs/kai-scheduler:0.1.0".to_owned();
     assert_eq!(

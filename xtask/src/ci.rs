@@ -1,6 +1,6 @@
 //! `cargo xtask ci`: everything CI checks, in order, with a summary of the time each step took.
 //!
-//! Formatting, clippy, unit and doc tests, CRD freshness, `helm lint` and the rendered chart's
+//! Formatting, clippy, structural rules (`tidy`), unit and doc tests, CRD freshness, `helm lint` and the rendered chart's
 //! freshness, the local control plane (built and started when missing), the binaries, the e2e tier
 //! against it, the docs walkthroughs (`e2e/tests/docs.rs`, alone), then the main job (`cargo xtask
 //! demo`, stopped again afterwards). The cluster is left running.
@@ -17,9 +17,10 @@ enum Step {
     HelmCheck,
     ClusterUp,
     Demo,
+    Tidy,
 }
 
-const STEPS: [(&str, Step); 10] = [
+const STEPS: [(&str, Step); 11] = [
     (
         "cargo fmt --check",
         Step::Cargo(&["fmt", "--all", "--", "--check"]),
@@ -36,6 +37,7 @@ const STEPS: [(&str, Step); 10] = [
             "warnings",
         ]),
     ),
+    ("cargo xtask tidy", Step::Tidy),
     (
         "unit and doc tests",
         Step::Cargo(&["test", "--workspace", "--exclude", "e2e", "--locked"]),
@@ -67,7 +69,7 @@ const STEPS: [(&str, Step); 10] = [
     ("the main job (cargo xtask demo)", Step::Demo),
 ];
 
-fn cargo() -> OsString {
+pub(crate) fn cargo() -> OsString {
     std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"))
 }
 
@@ -88,6 +90,7 @@ fn run_step(step: &Step) -> anyhow::Result<()> {
         Step::CrdsCheck => crate::crds::check(&e2e::paths::crds_dir()),
         Step::HelmCheck => crate::helm::run(crate::helm::HelmTask::Check),
         Step::ClusterUp => crate::cluster::up(),
+        Step::Tidy => crate::tidy::run(),
         Step::Demo => {
             let outcome = crate::demo::up();
             // Stopped either way: its components must not outlive CI.

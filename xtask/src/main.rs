@@ -2,7 +2,8 @@
 //!
 //! Owns: CRD generation (`crds`), the local Kubernetes control plane (`cluster`), fake nodes (`nodes`),
 //! removing what e2e tests left behind (`e2e-clean`), Helm (`helm`), the end-to-end binding benchmark
-//! (`bench`), the CI entry point (`ci`), the main job (`demo`) and the soak test (`soak`). Talks to clusters
+//! (`bench`), the CI entry point (`ci`), the main job (`demo`), the soak test (`soak`) and structural
+//! rules (`tidy`: the decision core has no I/O dependency). Talks to clusters
 //! through the e2e crate's library, so the tests and the developer's cluster are set up by one piece of
 //! code. Must not: be needed by the project's components at run time.
 
@@ -14,6 +15,7 @@ mod demo;
 mod helm;
 mod nodes;
 mod soak;
+mod tidy;
 
 use clap::{Parser, Subcommand};
 
@@ -52,8 +54,10 @@ enum Task {
         #[command(subcommand)]
         command: helm::HelmTask,
     },
-    /// Run every CI check: fmt, clippy, unit tests, crds --check, cluster up, e2e tests.
+    /// Run every CI check: fmt, clippy, tidy, unit tests, crds --check, cluster up, e2e tests.
     Ci,
+    /// Structural rules: the decision core (kai-scheduler-core) depends on no I/O crate.
+    Tidy,
     /// Binding throughput on the cluster: raw pods/binding, kube-scheduler, this scheduler (release).
     Bench(bench::BenchArgs),
     /// The main job: local cluster, the chart installed, both components running, and a walkthrough
@@ -141,6 +145,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }),
         Task::Ci => ci::run(),
+        Task::Tidy => tidy::run(),
         Task::Demo { command: None } => demo::up(),
         Task::Soak(args) => soak::run(&args),
         Task::Demo {

@@ -2,11 +2,13 @@
 //!
 //! Owns: the `scheduling.run.ai` PodGroup (served as `v2alpha2` and `v2`) and Queue (`v2`), KAI's
 //! `kai.scheduler` Topology, Volcano's `scheduling.volcano.sh` PodGroup, the label/annotation keys
-//! ([`keys`]) and pure parsers for quantities and GPU-sharing annotations ([`quantity`]).
+//! ([`keys`]), pure parsers for quantities and GPU-sharing annotations ([`quantity`]) and for durations
+//! written in flags and configuration files ([`duration`]).
 //!
 //! Must not: depend on tokio or a Kubernetes client, or do any I/O. `crds()` is the only source of the
 //! YAML under `crds/` (written by `cargo xtask crds`).
 
+pub mod duration;
 pub mod keys;
 pub mod podgroup;
 pub mod quantity;

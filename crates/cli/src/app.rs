@@ -14,7 +14,7 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use runtime::client::RateLimit;
 use scheduler::cache::ingest::Partition;
-use scheduler::config::Config;
+use scheduler_core::config::Config;
 use serde::de::DeserializeOwned;
 
 use crate::explain;

@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use scheduler::config::Config;
-use scheduler::framework::Session;
-use scheduler::model::resources::{CPU, GPU, MEMORY};
-use scheduler::model::{Cluster, Millis, QueueId};
+use scheduler_core::config::Config;
+use scheduler_core::framework::Session;
+use scheduler_core::model::resources::{CPU, GPU, MEMORY};
+use scheduler_core::model::{Cluster, Millis, QueueId};
 use serde::Serialize;
 
 use crate::render::{Column, Group, bytes, num, spec_units, table};

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use scheduler::model::Resources;
-use scheduler::model::resources::{GPU, MEMORY, PODS, ResourceNames, format_bytes};
+use scheduler_core::model::Resources;
+use scheduler_core::model::resources::{GPU, MEMORY, PODS, ResourceNames, format_bytes};
 
 /// Column alignment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

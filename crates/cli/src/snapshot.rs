@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use scheduler::cache::ingest::{Ingest, Partition};
 use scheduler::cache::watch::{Change, Event};
-use scheduler::model::{Cluster, GroupKey, GroupKind};
+use scheduler_core::model::{Cluster, GroupKey, GroupKind};
 use serde::Deserialize;
 
 /// Why YAML could not be read as a snapshot.

@@ -3,7 +3,7 @@
 //!
 //! Must not: do I/O.
 
-use scheduler::model::{Cluster, TaskStatus};
+use scheduler_core::model::{Cluster, TaskStatus};
 use serde::Serialize;
 
 use crate::render::{Column, Group, binary_bytes, num, table};

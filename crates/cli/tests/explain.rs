@@ -4,8 +4,8 @@ mod fixtures;
 
 use fixtures::*;
 use kai_cli::explain::{FitKind, NodeCount, Verdict, explain, render};
-use scheduler::config::Config;
-use scheduler::model::{GroupKey, GroupKind};
+use scheduler_core::config::Config;
+use scheduler_core::model::{GroupKey, GroupKind};
 
 fn key(ns: &str, name: &str) -> GroupKey {
     GroupKey {

@@ -176,11 +176,11 @@ fn snapshots_read_lists_and_skip_other_kinds() {
     );
     assert_eq!(
         s.find_pod_group("ml", "v").map(|k| k.kind),
-        Some(scheduler::model::GroupKind::Volcano)
+        Some(scheduler_core::model::GroupKind::Volcano)
     );
     assert_eq!(
         s.find_pod_group("ml", "k").map(|k| k.kind),
-        Some(scheduler::model::GroupKind::Kai)
+        Some(scheduler_core::model::GroupKind::Kai)
     );
     assert_eq!(s.find_pod_group("ml", "nope"), None);
     assert_eq!(s.pod_group_names("ml"), ["k", "v"]);

@@ -6,11 +6,11 @@
 
 use std::{net::SocketAddr, time::Duration};
 
+use api::duration;
 use clap::builder::BoolishValueParser;
 
 use crate::{
     client::RateLimit,
-    duration,
     lease::{self, LeaderElection, LeaseConfig},
     telemetry::{self, LogFormat},
 };

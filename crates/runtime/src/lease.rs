@@ -43,7 +43,7 @@ use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::duration;
+use api::duration;
 
 /// Field manager recorded on the Lease.
 const FIELD_MANAGER: &str = "kai-leader-election";

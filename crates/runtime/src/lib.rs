@@ -76,7 +76,6 @@ pub mod args;
 pub mod client;
 pub mod crd;
 pub mod discovery;
-pub mod duration;
 pub mod lease;
 pub mod metrics;
 pub mod shutdown;

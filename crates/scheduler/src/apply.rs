@@ -27,12 +27,12 @@ use serde_json::json;
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tracing::{debug, warn};
 
-use crate::config::GpuSharingArgs;
-use crate::framework::decisions::{
+use scheduler_core::config::GpuSharingArgs;
+use scheduler_core::framework::decisions::{
     Bind, Decisions, Event, EventObject, EventType, Evict, GroupAnnotations, GroupStatus, PodCondition,
     QueueStatus, ReservationChange, reservation_pod_name,
 };
-use crate::model::{GpuRequest, GroupKey, GroupKind};
+use scheduler_core::model::{GpuRequest, GroupKey, GroupKind};
 
 /// A write that failed, so the loop can stop assuming its outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,7 +154,7 @@ pub struct ApplierOptions {
 }
 
 fn quantity_text(milli: u32) -> String {
-    crate::model::resources::format_decimal_milli(i64::from(milli))
+    scheduler_core::model::resources::format_decimal_milli(i64::from(milli))
 }
 
 impl Applier {
@@ -641,13 +641,13 @@ impl Applier {
         if let Some(t) = a.last_start {
             annotations.insert(
                 api::keys::LAST_START_TIMESTAMP.to_owned(),
-                json!(crate::framework::status::rfc3339(t)),
+                json!(scheduler_core::framework::status::rfc3339(t)),
             );
         }
         if let Some(t) = a.stale_since {
             annotations.insert(
                 api::keys::STALE_TIMESTAMP.to_owned(),
-                json!(crate::framework::status::rfc3339(t)),
+                json!(scheduler_core::framework::status::rfc3339(t)),
             );
         }
         let api: Api<api::PodGroup> = Api::namespaced(self.client.clone(), &a.key.namespace);
@@ -695,7 +695,9 @@ impl Applier {
             if current.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
                 return Ok(());
             }
-            let now = crate::framework::status::rfc3339(k8s_openapi::jiff::Timestamp::now().as_millisecond());
+            let now = scheduler_core::framework::status::rfc3339(
+                k8s_openapi::jiff::Timestamp::now().as_millisecond(),
+            );
             // Strategic merge keyed by condition type: the kubelet's conditions are left alone.
             let patch = json!({
                 "metadata": { "uid": c.uid.as_ref(), "resourceVersion": current.metadata.resource_version },

@@ -1,20 +1,14 @@
-//! The scheduler: watch -> cache -> model -> session -> actions -> decisions -> apply.
+//! The scheduler's I/O edges around the pure decision core (`kai-scheduler-core`):
+//! watch -> `cache` -> model -> core cycle -> decisions -> `apply`.
 //!
-//! Owns: `model` (the cluster as plain data), `framework` (session, journal, placement, explanations,
-//! status), `actions`, `config`, `cycle` (one pure scheduling cycle). The I/O edges come later in the
-//! module list (`cache` feeds the model, `apply` executes decisions).
+//! Owns: `cache` (watches and the conversion of API objects into the model), `apply` (decisions ->
+//! API writes), `coalesce` (one status write in flight per object), `loop_state` (when to run the next
+//! cycle), `metrics`, and the binaries (`main.rs`, `kai-gpu-reservation`).
 //!
-//! Must not: do I/O or read clocks anywhere but the I/O edges and the binary.
+//! Must not: make scheduling decisions; every decision is made by `scheduler_core::cycle::run`.
 
-pub mod actions;
 pub mod apply;
 pub mod cache;
 pub mod coalesce;
-pub mod config;
-pub mod cycle;
-pub mod fairshare;
-pub mod framework;
 pub mod loop_state;
 pub mod metrics;
-pub mod model;
-pub mod sim;

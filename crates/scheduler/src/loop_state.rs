@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::apply::Feedback;
-use crate::model::Cluster;
+use scheduler_core::model::Cluster;
 
 /// When the next cycle runs: soon after a change (but not more often than the minimum interval),
 /// otherwise after the period.

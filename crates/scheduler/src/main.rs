@@ -10,13 +10,14 @@ use clap::Parser;
 use kai_scheduler::apply::{Applier, ApplierOptions, ApplyMetrics};
 use kai_scheduler::cache::ingest::{Ingest, Partition};
 use kai_scheduler::cache::watch::{self, Offered};
-use kai_scheduler::config::Config;
+use kai_scheduler::loop_state;
 use kai_scheduler::metrics::CycleMetrics;
-use kai_scheduler::model::Cluster;
-use kai_scheduler::{cycle, loop_state};
 use prometheus_client::registry::Registry;
 use runtime::client::RateLimit;
 use runtime::{admin, args::CommonArgs, crd, discovery, lease, shutdown, telemetry};
+use scheduler_core::config::Config;
+use scheduler_core::cycle;
+use scheduler_core::model::Cluster;
 use tokio::sync::mpsc;
 use tracing::{Instrument, info, info_span, warn};
 
@@ -61,7 +62,7 @@ struct Args {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    kai_scheduler::config::parse_duration(s)
+    scheduler_core::config::parse_duration(s)
 }
 
 #[tokio::main]
@@ -152,7 +153,7 @@ async fn main() -> anyhow::Result<()> {
     let mut ingest = Ingest::new(&args.scheduler_name, &args.default_queue, partition);
     let mut cluster = Cluster::default();
     if args.node_pool.is_some() {
-        cluster.queue_reports = kai_scheduler::model::QueueReports::UsedByPool;
+        cluster.queue_reports = scheduler_core::model::QueueReports::UsedByPool;
     }
     let mut state = loop_state::LoopState::new(args.schedule_period, args.min_cycle_interval);
     let mut was_leader = false;

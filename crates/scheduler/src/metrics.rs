@@ -9,8 +9,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::cycle::CycleResult;
-use crate::model::Cluster;
+use scheduler_core::cycle::CycleResult;
+use scheduler_core::model::Cluster;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActionLabel {

@@ -7,9 +7,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use kai_scheduler::apply::ApplyMetrics;
-use kai_scheduler::config::Config;
 use kai_scheduler::metrics::CycleMetrics;
 use prometheus_client::registry::Registry;
+use scheduler_core::config::Config;
 
 fn doc(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

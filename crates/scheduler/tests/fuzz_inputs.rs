@@ -7,10 +7,10 @@ use std::time::Duration;
 use api::keys;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kai_scheduler::cache::convert;
-use kai_scheduler::config::{Config, format_duration, parse_duration};
-use kai_scheduler::model::Cluster;
-use kai_scheduler::model::resources::ResourceNames;
 use proptest::prelude::*;
+use scheduler_core::config::{Config, format_duration, parse_duration};
+use scheduler_core::model::Cluster;
+use scheduler_core::model::resources::ResourceNames;
 use serde_json::{Map, Value, json};
 
 /// Names shared across objects, so references sometimes resolve and sometimes do not.
@@ -236,7 +236,7 @@ proptest! {
         }
         let config = Config::default();
         for cycle in 0..2 {
-            let _ = kai_scheduler::cycle::run(&mut cluster, &config, 1_767_225_600_000 + cycle * 1000);
+            let _ = scheduler_core::cycle::run(&mut cluster, &config, 1_767_225_600_000 + cycle * 1000);
         }
         prop_assert_eq!(cluster.check_invariants(), Ok(()));
     }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use kai_scheduler::apply::Feedback;
 use kai_scheduler::loop_state;
-use kai_scheduler::model::TaskStatus;
-use kai_scheduler::sim::{GangSpec, Sim, Synthetic};
+use scheduler_core::model::TaskStatus;
+use scheduler_core::sim::{GangSpec, Sim, Synthetic};
 
 /// Runs `rounds` rounds of the scenario `build` on two sims, `between(sim, round)` applied to both
 /// before each round; the second has every cycle forced. Asserts equal decisions in every round and
@@ -133,7 +133,7 @@ fn a_schedule_timeout_fires_at_the_same_round_with_cycles_skipped_before() {
         12,
         |_, _| {},
     );
-    let timed_out = |d: &kai_scheduler::framework::decisions::Decisions| {
+    let timed_out = |d: &scheduler_core::framework::decisions::Decisions| {
         d.group_statuses
             .iter()
             .any(|g| format!("{:?}", g.status).contains("TimedOut"))
@@ -198,7 +198,7 @@ fn churn_and_idle_rounds_decide_the_same_with_skips() {
 
 #[test]
 fn a_pod_whose_podgroup_never_comes_is_told_at_the_same_round() {
-    use kai_scheduler::model::{ApiView, GpuRequest, GroupKey, GroupKind, PodUpdate, Resources};
+    use scheduler_core::model::{ApiView, GpuRequest, GroupKey, GroupKind, PodUpdate, Resources};
     let (skipped, s) = same_decisions_with_skips(
         |s| {
             one_queue(s);

@@ -10,16 +10,16 @@
 
 use std::collections::BTreeMap;
 
-use scheduler::actions::{self, victims};
-use scheduler::config::Config;
-use scheduler::fairshare::units::to_raw;
-use scheduler::framework::decisions::EvictionCause;
-use scheduler::framework::explain::{FitFailure, QueueGate, Why, miss_text};
-use scheduler::framework::placement::{Mode, NodeMiss};
-use scheduler::framework::status::rfc3339;
-use scheduler::framework::{Session, own_nominated};
-use scheduler::model::resources::{CPU, GPU, MAX_RESOURCES, MEMORY, PODS, ResourceNames};
-use scheduler::model::{
+use scheduler_core::actions::{self, victims};
+use scheduler_core::config::Config;
+use scheduler_core::fairshare::units::to_raw;
+use scheduler_core::framework::decisions::EvictionCause;
+use scheduler_core::framework::explain::{FitFailure, QueueGate, Why, miss_text};
+use scheduler_core::framework::placement::{Mode, NodeMiss};
+use scheduler_core::framework::status::rfc3339;
+use scheduler_core::framework::{Session, own_nominated};
+use scheduler_core::model::resources::{CPU, GPU, MAX_RESOURCES, MEMORY, PODS, ResourceNames};
+use scheduler_core::model::{
     Cluster, GroupId, GroupKey, GroupKind, Millis, NodeId, QueueId, Resources, TaskId, TaskStatus,
 };
 use serde::Serialize;

@@ -11,11 +11,13 @@ use k8s_openapi::api::core::v1::{Container, Node, NodeSelectorRequirement, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::model::constraints::{Constraints, Operator, Requirement, Taint, TaintEffect, Toleration};
-use crate::model::group::{GroupProblem, SubGroupDecl};
-use crate::model::queue::{QueueProblem, QueueResourceSpec};
-use crate::model::resources::{CPU, GPU, MEMORY, PODS, ResourceNames};
-use crate::model::{
+use scheduler_core::model::constraints::{
+    Constraints, Operator, Requirement, Taint, TaintEffect, Toleration,
+};
+use scheduler_core::model::group::{GroupProblem, SubGroupDecl};
+use scheduler_core::model::queue::{QueueProblem, QueueResourceSpec};
+use scheduler_core::model::resources::{CPU, GPU, MEMORY, PODS, ResourceNames};
+use scheduler_core::model::{
     ApiView, GpuRequest, Group, GroupKey, GroupKind, Millis, NodeUpdate, PodUpdate, Queue, Resources,
     TaskStatus,
 };
@@ -532,7 +534,7 @@ pub fn pod_group(pg: &api::PodGroup, default_queue: &str) -> Group {
         }
     }
     if let Some(status) = &pg.status {
-        group.observed.fingerprint = crate::framework::status::status_fingerprint(status);
+        group.observed.fingerprint = scheduler_core::framework::status::status_fingerprint(status);
         group.observed.status = Some(status.clone());
     }
     group.problems.sort();
@@ -540,7 +542,9 @@ pub fn pod_group(pg: &api::PodGroup, default_queue: &str) -> Group {
     group
 }
 
-fn topology_spec(t: &api::podgroup::TopologyConstraint) -> Option<crate::model::group::TopologySpec> {
+fn topology_spec(
+    t: &api::podgroup::TopologyConstraint,
+) -> Option<scheduler_core::model::group::TopologySpec> {
     if t.is_empty() {
         return None;
     }
@@ -622,7 +626,7 @@ pub fn queue(names: &mut ResourceNames, q: &api::Queue) -> Queue {
     }
     let runtime = |v: Option<&String>, field: &str, problems: &mut Vec<QueueProblem>| {
         v.filter(|s| !s.is_empty())
-            .and_then(|s| match crate::config::parse_duration(s) {
+            .and_then(|s| match scheduler_core::config::parse_duration(s) {
                 Ok(d) => Some(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
                 Err(e) => {
                     problems.push(QueueProblem::BadDuration(format!("{field}: {e}")));

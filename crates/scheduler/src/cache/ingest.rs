@@ -8,7 +8,7 @@ use kube::ResourceExt;
 
 use super::convert;
 use super::watch::{Change, Event, Kind, key, pod_key};
-use crate::model::{Cluster, GroupKey, GroupKind};
+use scheduler_core::model::{Cluster, GroupKey, GroupKind};
 
 /// Event ingestion state.
 #[derive(Debug)]

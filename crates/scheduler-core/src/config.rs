@@ -338,13 +338,13 @@ impl Config {
     }
 }
 
-/// Parses `90s`, `5m`, `1h30m`, `500ms`, `0` (the grammar of [`runtime::duration::parse`]: exact integer
+/// Parses `90s`, `5m`, `1h30m`, `500ms`, `0` (the grammar of [`api::duration::parse`]: exact integer
 /// arithmetic, so text from a Queue or a config file can never overflow or panic).
 ///
 /// # Errors
 /// A message naming the bad text.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    runtime::duration::parse(text)
+    api::duration::parse(text)
         .map_err(|why| format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h): {why}"))
 }
 
@@ -353,7 +353,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub fn format_duration(d: Duration) -> String {
     if !d.subsec_nanos().is_multiple_of(1_000_000) {
         // Below a millisecond: the exact form, so a saved configuration loads back the same.
-        return runtime::duration::format(d);
+        return api::duration::format(d);
     }
     let ms = d.as_millis();
     if !ms.is_multiple_of(1000) {

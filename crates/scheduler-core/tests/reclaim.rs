@@ -2,8 +2,8 @@
 //! cycle (allocate fails, reclaim evicts, the reclaimer is reserved, then bound once victims are gone),
 //! then extra rounds to show nothing oscillates.
 
-use kai_scheduler::model::TaskStatus;
-use kai_scheduler::sim::{GangSpec, Sim};
+use kai_scheduler_core::model::TaskStatus;
+use kai_scheduler_core::sim::{GangSpec, Sim};
 
 fn queues(specs: &[(&str, f64, f64)]) -> Sim {
     let mut s = Sim::new();
@@ -117,15 +117,16 @@ fn worked_example_queue_priority() {
     s.queue("d1", None, -1.0, -1.0, 1.0);
     s.queue("q0", Some("d1"), 1.0, -1.0, 2.0);
     s.queue("q1", Some("d1"), 1.0, -1.0, 1.0);
-    let mut r = kai_scheduler::model::Queue::new("r");
+    let mut r = kai_scheduler_core::model::Queue::new("r");
     r.parent_name = Some("d1".into());
     r.priority = 101;
     r.created = 5;
-    r.resources[kai_scheduler::model::resources::GPU] = kai_scheduler::model::queue::QueueResourceSpec {
-        quota: 0.0,
-        limit: -1.0,
-        weight: 1.0,
-    };
+    r.resources[kai_scheduler_core::model::resources::GPU] =
+        kai_scheduler_core::model::queue::QueueResourceSpec {
+            quota: 0.0,
+            limit: -1.0,
+            weight: 1.0,
+        };
     s.queue_spec(r);
     s.node("n0", 64_000, 256, 8);
     for i in 0..5 {

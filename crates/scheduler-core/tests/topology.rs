@@ -1,7 +1,7 @@
 //! Topology-aware placement (KAI's scenarios 48-51 and a rack-constrained gang).
 
-use kai_scheduler::model::TaskStatus;
-use kai_scheduler::sim::{GangSpec, Sim};
+use kai_scheduler_core::model::TaskStatus;
+use kai_scheduler_core::sim::{GangSpec, Sim};
 
 fn sim() -> Sim {
     let mut s = Sim::new();

@@ -2,9 +2,9 @@
 //! its node pool's gangs use (and their ancestors) when it serves one pool, so schedulers of different
 //! pools never overwrite each other's view of a queue.
 
-use kai_scheduler::framework::decisions::QueueStatus;
-use kai_scheduler::model::QueueReports;
-use kai_scheduler::sim::{GangSpec, Sim};
+use kai_scheduler_core::framework::decisions::QueueStatus;
+use kai_scheduler_core::model::QueueReports;
+use kai_scheduler_core::sim::{GangSpec, Sim};
 
 fn reported(reports: QueueReports) -> Vec<String> {
     let mut s = Sim::new();

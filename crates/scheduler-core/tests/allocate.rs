@@ -1,10 +1,10 @@
 //! Scenario tests of allocate: clusters, queues and gangs in, placements and explanations out, over
 //! several rounds to show decisions are stable.
 
-use kai_scheduler::config::PlacementStrategy;
-use kai_scheduler::model::resources::{CPU, GPU};
-use kai_scheduler::model::{Resources, TaskStatus};
-use kai_scheduler::sim::{GangSpec, Sim};
+use kai_scheduler_core::config::PlacementStrategy;
+use kai_scheduler_core::model::resources::{CPU, GPU};
+use kai_scheduler_core::model::{Resources, TaskStatus};
+use kai_scheduler_core::sim::{GangSpec, Sim};
 
 fn sim() -> Sim {
     let mut s = Sim::new();
@@ -308,9 +308,9 @@ fn a_bind_already_in_flight_is_not_decided_twice() {
     s.nodes("gpu", 1, 8);
     s.gang(GangSpec::new("g", "q", 4));
     // Run the cycle without letting the simulated API server confirm the binds.
-    let first = kai_scheduler::cycle::run(&mut s.cluster, &s.config, s.now);
+    let first = kai_scheduler_core::cycle::run(&mut s.cluster, &s.config, s.now);
     assert_eq!(first.decisions.binds.len(), 4);
-    let second = kai_scheduler::cycle::run(&mut s.cluster, &s.config, s.now + 1000);
+    let second = kai_scheduler_core::cycle::run(&mut s.cluster, &s.config, s.now + 1000);
     assert!(
         second.decisions.binds.is_empty(),
         "assumed binds are not decided again"

@@ -1,4 +1,4 @@
-//! Placement quality against an exact search on tiny clusters (`cargo bench -p kai-scheduler --bench
+//! Placement quality against an exact search on tiny clusters (`cargo bench -p kai-scheduler-core --bench
 //! quality`).
 //!
 //! Each instance: a few nodes of 8 GPUs, some GPUs already held by pods of another scheduler, and a few
@@ -14,8 +14,8 @@
 
 use std::collections::HashMap;
 
-use kai_scheduler::model::TaskStatus;
-use kai_scheduler::sim::{self, GangSpec, Sim, SplitMix};
+use kai_scheduler_core::model::TaskStatus;
+use kai_scheduler_core::sim::{self, GangSpec, Sim, SplitMix};
 
 const GPUS: u8 = 8;
 

@@ -1,9 +1,9 @@
 //! GPU reservation pods are decided from the model: created for a shared device with sharers, reused
 //! while it has sharers, deleted once the last sharer is gone.
 
-use kai_scheduler::framework::decisions::ReservationChange;
-use kai_scheduler::model::{ApiView, GpuRequest, PodUpdate, Resources, TaskStatus};
-use kai_scheduler::sim::{GangSpec, Sim};
+use kai_scheduler_core::framework::decisions::ReservationChange;
+use kai_scheduler_core::model::{ApiView, GpuRequest, PodUpdate, Resources, TaskStatus};
+use kai_scheduler_core::sim::{GangSpec, Sim};
 
 fn sim() -> Sim {
     let mut s = Sim::new();

@@ -1,13 +1,13 @@
-//! Resident memory of the model and of a cycle at scale (`cargo bench -p kai-scheduler --bench memory`).
+//! Resident memory of the model and of a cycle at scale (`cargo bench -p kai-scheduler-core --bench memory`).
 //!
 //! Builds the synthetic cluster (default 5,000 nodes x 8 GPUs, 50,000 pending pods in gangs of 8;
 //! `KAI_BENCH_NODES` and `KAI_BENCH_GANGS` override) through the watch-update API, runs a full cycle,
 //! settles the cluster and runs another, reading `VmRSS` and `VmHWM` from `/proc/self/status` after
 //! each step. Linux only.
 
-use kai_scheduler::config::Config;
-use kai_scheduler::cycle;
-use kai_scheduler::sim::{self, Sim, Synthetic};
+use kai_scheduler_core::config::Config;
+use kai_scheduler_core::cycle;
+use kai_scheduler_core::sim::{self, Sim, Synthetic};
 
 fn status_kib(field: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/status").ok()?;

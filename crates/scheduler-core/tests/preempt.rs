@@ -1,8 +1,8 @@
 //! Scenario tests of preempt, consolidation and stale-gang eviction (KAI's acceptance scenarios 24-31,
 //! 45-47), over several rounds with the simulated cluster in between.
 
-use kai_scheduler::model::TaskStatus;
-use kai_scheduler::sim::{GangSpec, Sim};
+use kai_scheduler_core::model::TaskStatus;
+use kai_scheduler_core::sim::{GangSpec, Sim};
 
 fn one_queue(deserved_gpus: f64) -> Sim {
     let mut s = Sim::new();
@@ -213,10 +213,10 @@ fn a_reserved_gang_waiting_for_evictions_is_tried_once_per_cycle() {
     s.node("n0", 64_000, 256, 2);
     s.gang(train("train", 1, 2).running_on(&["n0"]).created(0));
     s.gang(build("build", 1, 1).created(10));
-    let first = kai_scheduler::cycle::run(&mut s.cluster, &s.config, s.now);
+    let first = kai_scheduler_core::cycle::run(&mut s.cluster, &s.config, s.now);
     assert_eq!(first.decisions.evictions.len(), 1);
     for i in 1..4 {
-        let r = kai_scheduler::cycle::run(&mut s.cluster, &s.config, s.now + i * 1000);
+        let r = kai_scheduler_core::cycle::run(&mut s.cluster, &s.config, s.now + i * 1000);
         assert!(
             r.stats.gangs_tried <= 2,
             "cycle {i} tried {} gangs",
@@ -233,7 +233,7 @@ fn an_elastic_gang_at_its_maximum_is_not_tried_again_and_again() {
     let mut s = one_queue(8.0);
     s.node("n0", 64_000, 256, 8);
     s.gang(train("elastic", 6, 1).min(2).max(4).created(0));
-    let r = kai_scheduler::cycle::run(&mut s.cluster, &s.config, s.now);
+    let r = kai_scheduler_core::cycle::run(&mut s.cluster, &s.config, s.now);
     assert_eq!(r.decisions.binds.len(), 4, "grows to maxMember, no further");
     assert!(r.stats.gangs_tried <= 4, "tried {} times", r.stats.gangs_tried);
 }

@@ -1,4 +1,4 @@
-//! The scale curve of the pure core, printed as tables (`cargo bench -p kai-scheduler --bench scale`).
+//! The scale curve of the pure core, printed as tables (`cargo bench -p kai-scheduler-core --bench scale`).
 //!
 //! For each cluster size N (8 GPUs per node) and gang size k, with 10 x N pending one-GPU pods across
 //! 100 leaf queues under 10 departments:
@@ -15,10 +15,10 @@
 
 use std::time::{Duration, Instant};
 
-use kai_scheduler::config::{ActionKind, Config};
-use kai_scheduler::cycle::{self, CycleResult};
-use kai_scheduler::model::Cluster;
-use kai_scheduler::sim::{self, Sim, Synthetic};
+use kai_scheduler_core::config::{ActionKind, Config};
+use kai_scheduler_core::cycle::{self, CycleResult};
+use kai_scheduler_core::model::Cluster;
+use kai_scheduler_core::sim::{self, Sim, Synthetic};
 
 fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
     std::env::var(name)

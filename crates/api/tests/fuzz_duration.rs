@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kai_runtime::duration::{format, parse};
+use kai_api::duration::{format, parse};
 use proptest::prelude::*;
 
 proptest! {

@@ -1,14 +1,14 @@
-//! Statistical benchmarks of the pure core with divan (`cargo bench -p kai-scheduler --bench cycle`).
+//! Statistical benchmarks of the pure core with divan (`cargo bench -p kai-scheduler-core --bench cycle`).
 //!
 //! Synthetic clusters of N nodes x 8 GPUs with 10 x N pending one-GPU pods in gangs of k across 100 leaf
-//! queues (see `kai_scheduler::sim::Synthetic`). Every timed iteration works on its own copy of the
+//! queues (see `kai_scheduler_core::sim::Synthetic`). Every timed iteration works on its own copy of the
 //! model; making the copy is not timed. `benches/scale.rs` prints the same cases as one table.
 
 use divan::Bencher;
-use kai_scheduler::config::{ActionKind, Config};
-use kai_scheduler::cycle;
-use kai_scheduler::model::Cluster;
-use kai_scheduler::sim::{self, Sim, Synthetic};
+use kai_scheduler_core::config::{ActionKind, Config};
+use kai_scheduler_core::cycle;
+use kai_scheduler_core::model::Cluster;
+use kai_scheduler_core::sim::{self, Sim, Synthetic};
 
 const NOW: i64 = 1_000_000;
 

@@ -1,8 +1,8 @@
 //! GPU sharing: fractions packed onto devices (KAI's scenarios 19-23 and 25), mixed gangs, and the
 //! seed 002 layout (two 0.5 workers share one device with one group id).
 
-use kai_scheduler::model::TaskStatus;
-use kai_scheduler::sim::{GangSpec, Sim};
+use kai_scheduler_core::model::TaskStatus;
+use kai_scheduler_core::sim::{GangSpec, Sim};
 
 fn sim() -> Sim {
     let mut s = Sim::new();
@@ -99,16 +99,16 @@ fn s22_gpu_memory_request() {
         .tasks
         .iter()
         .find(|(_, t)| &*t.name == "mem-0")
-        .map(|(i, _)| kai_scheduler::model::TaskId(i))
+        .map(|(i, _)| kai_scheduler_core::model::TaskId(i))
         .unwrap();
     let mut t = s.cluster.task(id).clone();
-    t.gpu = kai_scheduler::model::GpuRequest::Memory {
+    t.gpu = kai_scheduler_core::model::GpuRequest::Memory {
         mib: 2000,
         devices: 1,
     };
-    t.request.0[kai_scheduler::model::resources::GPU] = 0;
+    t.request.0[kai_scheduler_core::model::resources::GPU] = 0;
     s.cluster.remove_pod(&t.uid);
-    s.cluster.apply_pod(kai_scheduler::model::PodUpdate {
+    s.cluster.apply_pod(kai_scheduler_core::model::PodUpdate {
         uid: t.uid.clone(),
         namespace: t.namespace.clone(),
         name: t.name.clone(),
@@ -147,14 +147,14 @@ fn seed_002_two_half_gpu_workers_share_one_device_with_a_whole_gpu_head() {
         .tasks
         .iter()
         .filter(|(_, t)| t.subgroup.as_deref() == Some("workers"))
-        .map(|(i, _)| kai_scheduler::model::TaskId(i))
+        .map(|(i, _)| kai_scheduler_core::model::TaskId(i))
         .collect();
     for w in workers {
         let t = s.cluster.task(w).clone();
         s.cluster.remove_pod(&t.uid);
         let mut request = t.request;
-        request.0[kai_scheduler::model::resources::GPU] = 0;
-        s.cluster.apply_pod(kai_scheduler::model::PodUpdate {
+        request.0[kai_scheduler_core::model::resources::GPU] = 0;
+        s.cluster.apply_pod(kai_scheduler_core::model::PodUpdate {
             uid: t.uid.clone(),
             namespace: t.namespace.clone(),
             name: t.name.clone(),
@@ -162,7 +162,7 @@ fn seed_002_two_half_gpu_workers_share_one_device_with_a_whole_gpu_head() {
             group_key: t.group_key.clone(),
             subgroup: t.subgroup.clone(),
             request,
-            gpu: kai_scheduler::model::GpuRequest::Fraction {
+            gpu: kai_scheduler_core::model::GpuRequest::Fraction {
                 milli: 500,
                 devices: 1,
             },
