@@ -53,7 +53,7 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
         actions::run(&mut ssn, *action);
         timings.push((*action, t.elapsed()));
     }
-    crate::framework::status::timeouts(&mut ssn);
+    crate::framework::report::status::timeouts(&mut ssn);
     let (decisions, stats) = ssn.close();
     let settled = !stats.placement_changed
         && decisions.binds.is_empty()

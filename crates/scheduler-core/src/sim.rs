@@ -625,7 +625,7 @@ impl Sim {
         self.status(gang)?
             .conditions
             .into_iter()
-            .find(|c| c.type_ == crate::framework::status::condition::UNSCHEDULABLE)
+            .find(|c| c.type_ == crate::framework::report::status::condition::UNSCHEDULABLE)
             .and_then(|c| c.message)
     }
 }

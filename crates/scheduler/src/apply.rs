@@ -641,13 +641,13 @@ impl Applier {
         if let Some(t) = a.last_start {
             annotations.insert(
                 api::keys::LAST_START_TIMESTAMP.to_owned(),
-                json!(scheduler_core::framework::status::rfc3339(t)),
+                json!(scheduler_core::framework::report::status::rfc3339(t)),
             );
         }
         if let Some(t) = a.stale_since {
             annotations.insert(
                 api::keys::STALE_TIMESTAMP.to_owned(),
-                json!(scheduler_core::framework::status::rfc3339(t)),
+                json!(scheduler_core::framework::report::status::rfc3339(t)),
             );
         }
         let api: Api<api::PodGroup> = Api::namespaced(self.client.clone(), &a.key.namespace);
@@ -695,7 +695,7 @@ impl Applier {
             if current.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
                 return Ok(());
             }
-            let now = scheduler_core::framework::status::rfc3339(
+            let now = scheduler_core::framework::report::status::rfc3339(
                 k8s_openapi::jiff::Timestamp::now().as_millisecond(),
             );
             // Strategic merge keyed by condition type: the kubelet's conditions are left alone.

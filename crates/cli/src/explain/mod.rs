@@ -14,9 +14,9 @@ use scheduler_core::actions::{self, victims};
 use scheduler_core::config::Config;
 use scheduler_core::fairshare::units::to_raw;
 use scheduler_core::framework::decisions::EvictionCause;
-use scheduler_core::framework::explain::{FitFailure, QueueGate, Why, miss_text};
-use scheduler_core::framework::placement::{Mode, NodeMiss};
-use scheduler_core::framework::status::rfc3339;
+use scheduler_core::framework::policy::placement::{Mode, NodeMiss};
+use scheduler_core::framework::report::explain::{FitFailure, QueueGate, Why, miss_text};
+use scheduler_core::framework::report::status::rfc3339;
 use scheduler_core::framework::{Session, own_nominated};
 use scheduler_core::model::resources::{CPU, GPU, MAX_RESOURCES, MEMORY, PODS, ResourceNames};
 use scheduler_core::model::{

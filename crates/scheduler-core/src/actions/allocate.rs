@@ -9,10 +9,10 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use crate::framework::explain::{FitFailure, Why};
-use crate::framework::ordering::JobQueues;
-use crate::framework::placement::{Mode, NodeMiss, main_slot};
-use crate::framework::topology;
+use crate::framework::policy::ordering::JobQueues;
+use crate::framework::policy::placement::{Mode, NodeMiss, main_slot};
+use crate::framework::policy::topology;
+use crate::framework::report::explain::{FitFailure, Why};
 use crate::framework::{Session, own_nominated};
 use crate::model::group::TopologyRequirement;
 use crate::model::resources::{CPU, GPU};

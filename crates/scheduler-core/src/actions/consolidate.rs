@@ -7,7 +7,7 @@ use super::victims::{self, Request, Unit};
 use crate::config::PlacementStrategy;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
-use crate::framework::explain::Why;
+use crate::framework::report::explain::Why;
 use crate::model::Resources;
 
 /// Runs consolidation.

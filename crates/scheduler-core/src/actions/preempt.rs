@@ -5,7 +5,7 @@
 use super::victims::{self, Request, Unit};
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
-use crate::framework::explain::Why;
+use crate::framework::report::explain::Why;
 
 /// Gangs that allocate could not place because no node had room (the only ones eviction can help).
 pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
@@ -15,7 +15,7 @@ pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
         .filter(|(_, o)| !o.placed && matches!(o.why.first(), Some(Why::NoFit(_))))
         .map(|(g, _)| *g)
         .collect();
-    gangs.sort_by_key(|g| crate::framework::ordering::job_key(ssn, *g));
+    gangs.sort_by_key(|g| crate::framework::policy::ordering::job_key(ssn, *g));
     gangs
 }
 

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, VecDeque};
 use super::victims::{self, Request, Unit};
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
-use crate::framework::explain::Why;
-use crate::framework::ordering::JobQueues;
+use crate::framework::policy::ordering::JobQueues;
+use crate::framework::report::explain::Why;
 use crate::model::{QueueId, Resources, TaskId};
 
 /// Runs reclaim.

@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::own_nominated;
-use crate::framework::placement::Mode;
-use crate::framework::topology;
+use crate::framework::policy::placement::Mode;
+use crate::framework::policy::topology;
 use crate::model::{GroupId, NodeId, Resources, TaskId, TaskStatus};
 
 /// Something that may be evicted at once.

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use super::Session;
-use super::decisions::{Decisions, ReservationChange};
+use crate::framework::Session;
+use crate::framework::decisions::{Decisions, ReservationChange};
 use crate::model::Millis;
 
 /// How long a reservation pod may stand without sharers before it is deleted.

@@ -534,7 +534,7 @@ pub fn pod_group(pg: &api::PodGroup, default_queue: &str) -> Group {
         }
     }
     if let Some(status) = &pg.status {
-        group.observed.fingerprint = scheduler_core::framework::status::status_fingerprint(status);
+        group.observed.fingerprint = scheduler_core::framework::report::status::status_fingerprint(status);
         group.observed.status = Some(status.clone());
     }
     group.problems.sort();

@@ -14,7 +14,7 @@ use crate::fairshare::{
 };
 use crate::model::{Cluster, QueueId, Resources};
 
-use super::gang::Gang;
+use crate::framework::gang::Gang;
 
 /// Fairness state of one session.
 #[derive(Debug)]

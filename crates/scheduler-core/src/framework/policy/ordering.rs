@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
 
-use super::Session;
+use crate::framework::Session;
 use crate::model::{QueueId, Resources, TaskStatus};
 
 /// A leaf queue and its front gang: the next gang to try under some queue.

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::gang::NotReady;
-use super::placement::NodeMiss;
+use crate::framework::gang::NotReady;
+use crate::framework::policy::placement::NodeMiss;
 use crate::model::resources::{GPU, ResourceNames};
 use crate::model::{GroupProblem, Resources};
 

@@ -8,11 +8,11 @@ use api::podgroup::{PodGroupCondition, SchedulingCondition, UnschedulableExplana
 use api::{PodGroupPhase, PodGroupStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::Session;
-use super::decisions::{
+use crate::framework::Session;
+use crate::framework::decisions::{
     Decisions, Event, EventObject, EventType, GroupAnnotations, GroupStatus, PodCondition, QueueStatus,
 };
-use super::explain::Why;
+use crate::framework::report::explain::Why;
 use crate::model::resources::{GPU, PODS};
 use crate::model::{Cluster, Group, GroupId, GroupKind, Millis, Resources, TaskStatus};
 

@@ -1,0 +1,443 @@
+//! One scheduling cycle's working state (KAI's "session") and its transactional journal (KAI's
+//! "statement").
+//!
+//! A session borrows the model mutably for one cycle. Every change of a pod's placement goes through
+//! [`Session::allocate`], [`Session::pipeline`], [`Session::evict`] or [`Session::unreserve`], each
+//! journaled; [`Session::checkpoint`] / [`Session::rollback`] make a gang's placement all or nothing.
+//! What survives the cycle is the model's assumed placements; [`Session::close`] turns the difference from
+//! the start of the cycle into [`Decisions`]. Nothing here does I/O or reads a clock.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::decisions::{Bind, Decisions, Evict, EvictionCause};
+use super::gang::{self, ChildIndex, Gang};
+use super::policy::fairness::{self, Fairness};
+use super::policy::placement::{NodeIndex, PlacementPolicy};
+use super::report::explain::Why;
+use super::report::status;
+use super::reservations;
+use crate::config::Config;
+use crate::model::{Assumed, Cluster, GroupId, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId};
+
+/// One journal entry.
+#[derive(Clone, Debug)]
+enum Op {
+    /// A pod's placement changed.
+    Place {
+        undo: PlacementUndo,
+        /// Queue accounting change applied with it: (queue, share request, preemptible, +1/-1).
+        share: Option<(QueueId, Resources, bool, i64)>,
+    },
+    /// Room held on a node for a pod that does not exist yet (a moved victim's replacement); only
+    /// ever inside a scenario that is rolled back.
+    Phantom { node: NodeId, request: Resources },
+}
+
+/// Why a pod was evicted, kept for the eviction decision.
+#[derive(Clone, Debug)]
+struct EvictionNote {
+    cause: EvictionCause,
+    for_gang: Option<GroupId>,
+    message: String,
+}
+
+/// What happened to a gang in this cycle.
+#[derive(Clone, Debug, Default)]
+pub struct GangOutcome {
+    /// Why it is not (fully) placed, most important first.
+    pub why: Vec<Why>,
+    /// Whether this cycle placed it (bound or pipelined to satisfaction).
+    pub placed: bool,
+    /// Action that placed it.
+    pub placed_by: Option<&'static str>,
+}
+
+/// Reservations of a gang on a node.
+#[must_use]
+pub fn own_nominated(_cluster: &Cluster, _gang: &Gang, _node: NodeId) -> Resources {
+    // A gang gives back its reservations before it is placed again (allocate and the victim search
+    // both do), so while it is being placed every reservation on a node is someone else's, including
+    // those its own earlier pods took in this attempt: they must not count as free room twice.
+    Resources::ZERO
+}
+
+/// Per-cycle state.
+pub struct Session<'c> {
+    /// The model.
+    pub cluster: &'c mut Cluster,
+    /// Configuration.
+    pub config: &'c Config,
+    /// Current time.
+    pub now: Millis,
+    /// Free-capacity indexes.
+    pub index: NodeIndex,
+    /// Placement settings.
+    pub policy: PlacementPolicy,
+    /// Queue accounting and fair share.
+    pub fairness: Fairness,
+    /// The scheduling units of this cycle.
+    pub gangs: Vec<Gang>,
+    /// Gang index by every PodGroup in it.
+    pub gang_of: HashMap<GroupId, usize>,
+    /// PodGroup hierarchy.
+    pub children: ChildIndex,
+    /// Gang indexes by queue, ascending (gangs without a queue are not listed).
+    gangs_by_queue: HashMap<QueueId, Vec<usize>>,
+    /// Outcomes by gang index.
+    pub outcomes: HashMap<usize, GangOutcome>,
+    journal: Vec<Op>,
+    /// Assumed placement of each touched task at the start of the cycle.
+    touched: HashMap<TaskId, Assumed>,
+    evictions: HashMap<TaskId, EvictionNote>,
+    /// Counters for metrics: binds, pipelines, evictions per action.
+    pub stats: SessionStats,
+    /// The model's capacity epoch when the session opened (memo key).
+    pub epoch_at_open: u64,
+    /// Gangs whose scheduler-owned annotations changed this cycle.
+    pub annotations_changed: std::collections::HashSet<GroupId>,
+    /// See [`SessionStats::next_deadline`]; a cell so rules reading the session can record theirs.
+    deadline: std::cell::Cell<Option<Millis>>,
+}
+
+/// Counts of what a session did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Gangs tried by allocate.
+    pub gangs_tried: u64,
+    /// Gangs skipped because nothing changed since they last failed.
+    pub gangs_skipped_unchanged: u64,
+    /// Placements attempted (pods).
+    pub placements: u64,
+    /// Gangs left waiting with a reason at the end of the cycle.
+    pub gangs_waiting: u64,
+    /// Allocate stopped at its attempt budget (a defect if it ever happens; logged).
+    pub attempt_budget_exhausted: bool,
+    /// Some pod's placement differs from the start of the cycle (bound, evicted, reserved elsewhere or
+    /// released), so the next cycle starts from a different model.
+    pub placement_changed: bool,
+    /// The earliest time a time-based rule seen in this cycle could decide otherwise (a gang's
+    /// timeout, a grace period ending, a minimum runtime ending, a reservation lapsing).
+    pub next_deadline: Option<Millis>,
+}
+
+impl<'c> Session<'c> {
+    /// Opens a session: resolves hierarchies, builds the gangs, the node index and queue accounting.
+    pub fn open(cluster: &'c mut Cluster, config: &'c Config, now: Millis) -> Self {
+        let (children, roots) = gang::index_hierarchy(cluster);
+        // Lapsed reservations go back to the pool.
+        let lapsed: Vec<TaskId> = cluster
+            .tasks
+            .iter()
+            .filter(|(_, t)| matches!(t.assumed, Assumed::Pipelined { until, .. } if until <= now))
+            .map(|(i, _)| TaskId(i))
+            .collect();
+        for t in lapsed {
+            cluster.clear_assumed(t);
+        }
+        let gangs: Vec<Gang> = roots
+            .iter()
+            .map(|r| Gang::build(cluster, &children, *r))
+            .collect();
+        let mut gang_of = HashMap::new();
+        let mut gangs_by_queue: HashMap<QueueId, Vec<usize>> = HashMap::new();
+        for (i, g) in gangs.iter().enumerate() {
+            for group in &g.groups {
+                gang_of.insert(*group, i);
+            }
+            if let Some(q) = g.queue {
+                gangs_by_queue.entry(q).or_default().push(i);
+            }
+        }
+        let plugins = &config.plugins;
+        let policy = PlacementPolicy {
+            gpu: plugins.nodeplacement.gpu,
+            cpu: plugins.nodeplacement.cpu,
+            gpu_sharing: plugins.gpusharing.placement,
+            gpu_sharing_enabled: plugins.gpusharing.enabled,
+        };
+        let index = NodeIndex::build(cluster);
+        let fairness = Fairness::open(cluster, &gangs, &plugins.proportion);
+        let epoch_at_open = cluster.epochs.capacity;
+        Self {
+            epoch_at_open,
+            annotations_changed: std::collections::HashSet::new(),
+            cluster,
+            config,
+            now,
+            index,
+            policy,
+            fairness,
+            gangs,
+            gang_of,
+            children,
+            gangs_by_queue,
+            outcomes: HashMap::new(),
+            journal: Vec::new(),
+            touched: HashMap::new(),
+            evictions: HashMap::new(),
+            stats: SessionStats::default(),
+            deadline: std::cell::Cell::new(None),
+        }
+    }
+
+    /// A time-based rule would decide otherwise at `at` (a timeout, a grace period or a minimum runtime
+    /// ending): a quiet cluster is scheduled again then, even if nothing else changes.
+    pub fn wake_at(&self, at: Millis) {
+        let earliest = self.deadline.get().map_or(at, |d| d.min(at));
+        self.deadline.set(Some(earliest));
+    }
+
+    /// The gangs of a queue, by ascending index (the same order as `0..gangs.len()` filtered on the
+    /// queue, without scanning every gang).
+    #[must_use]
+    pub fn gangs_in_queue(&self, queue: QueueId) -> &[usize] {
+        self.gangs_by_queue.get(&queue).map_or(&[], Vec::as_slice)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The journal
+    // -----------------------------------------------------------------------------------------
+
+    /// A point to roll back to.
+    #[must_use]
+    pub fn checkpoint(&self) -> usize {
+        self.journal.len()
+    }
+
+    /// Undoes everything after `checkpoint`, newest first.
+    pub fn rollback(&mut self, checkpoint: usize) {
+        while self.journal.len() > checkpoint {
+            let (undo, share) = match self.journal.pop().expect("invariant: length checked") {
+                Op::Place { undo, share } => (undo, share),
+                Op::Phantom { node, request } => {
+                    if let Some(n) = self.cluster.nodes.get_mut(node.0) {
+                        n.nominated.sub(&request);
+                    }
+                    self.index.update(self.cluster, node);
+                    continue;
+                }
+            };
+            let task = undo.task;
+            let nodes = self.nodes_of(task);
+            self.cluster.undo_placement(undo);
+            if let Some((queue, share, preemptible, sign)) = share {
+                self.fairness
+                    .change(self.cluster, queue, &share, preemptible, -sign);
+            }
+            if self
+                .cluster
+                .tasks
+                .get(task.0)
+                .is_none_or(|t| t.assumed != Assumed::Evicting)
+            {
+                self.evictions.remove(&task);
+            }
+            self.reindex(nodes);
+            self.reindex(self.nodes_of(task));
+        }
+    }
+
+    fn nodes_of(&self, task: TaskId) -> Option<NodeId> {
+        self.cluster.tasks.get(task.0).and_then(|t| t.node)
+    }
+
+    fn reindex(&mut self, node: Option<NodeId>) {
+        if let Some(n) = node {
+            self.index.update(self.cluster, n);
+        }
+    }
+
+    /// Changes a task's assumed placement, journaled, keeping queue accounting and indexes current.
+    fn change(&mut self, task: TaskId, assumed: Assumed, gpu_groups: Option<Vec<Arc<str>>>) {
+        let before_node = self.nodes_of(task);
+        let before_allocated = self.cluster.task(task).status.is_allocated();
+        self.touched
+            .entry(task)
+            .or_insert_with(|| self.cluster.task(task).assumed.clone());
+        let undo = self.cluster.set_assumed(task, assumed, gpu_groups);
+        let after_allocated = self.cluster.task(task).status.is_allocated();
+        let share = self.share_change(task, before_allocated, after_allocated);
+        if let Some((queue, share_req, preemptible, sign)) = share {
+            self.fairness
+                .change(self.cluster, queue, &share_req, preemptible, sign);
+        }
+        self.journal.push(Op::Place { undo, share });
+        self.reindex(before_node);
+        let after = self.nodes_of(task);
+        if after != before_node {
+            self.reindex(after);
+        }
+    }
+
+    fn share_change(
+        &self,
+        task: TaskId,
+        before: bool,
+        after: bool,
+    ) -> Option<(QueueId, Resources, bool, i64)> {
+        if before == after {
+            return None;
+        }
+        let t = self.cluster.task(task);
+        let g = t.group?;
+        let gang = &self.gangs[*self.gang_of.get(&g)?];
+        let queue = gang.queue?;
+        let share = self.share_request(task);
+        Some((queue, share, gang.preemptible, if after { 1 } else { -1 }))
+    }
+
+    /// What a task counts against its queue: its request with fractions as milli-GPUs.
+    #[must_use]
+    pub fn share_request(&self, task: TaskId) -> Resources {
+        fairness::share_request(self.cluster, task)
+    }
+
+    /// Places a pod to be bound.
+    pub fn allocate(&mut self, task: TaskId, node: NodeId, gpu_groups: Vec<Arc<str>>) {
+        self.stats.placements += 1;
+        self.change(task, Assumed::Binding { node }, Some(gpu_groups));
+    }
+
+    /// Reserves a pod on a node whose resources are still being freed.
+    pub fn pipeline(&mut self, task: TaskId, node: NodeId, gpu_groups: Vec<Arc<str>>) {
+        self.stats.placements += 1;
+        let until = self.now
+            + i64::try_from(self.config.plugins.pipelining.reservation_ttl.as_millis()).unwrap_or(i64::MAX);
+        self.change(task, Assumed::Pipelined { node, until }, Some(gpu_groups));
+    }
+
+    /// Holds room on a node for a pod that does not exist yet. Must be rolled back before the session
+    /// closes (it is not a decision).
+    pub fn reserve_phantom(&mut self, node: NodeId, request: &Resources) {
+        if let Some(n) = self.cluster.nodes.get_mut(node.0) {
+            n.nominated.add(request);
+        }
+        self.index.update(self.cluster, node);
+        self.journal.push(Op::Phantom {
+            node,
+            request: *request,
+        });
+    }
+
+    /// Drops a pod's reservation (before its gang is tried again).
+    pub fn unreserve(&mut self, task: TaskId) {
+        self.change(task, Assumed::None, None);
+    }
+
+    /// Evicts a running pod.
+    pub fn evict(&mut self, task: TaskId, cause: EvictionCause, for_gang: Option<GroupId>, message: String) {
+        self.evictions.insert(
+            task,
+            EvictionNote {
+                cause,
+                for_gang,
+                message,
+            },
+        );
+        self.change(task, Assumed::Evicting, None);
+    }
+
+    /// Sets or clears when a gang was first seen running below its minimum.
+    pub fn set_stale_since(&mut self, group: GroupId, since: Option<Millis>) {
+        self.cluster.group_mut(group).stale_since = since;
+        self.annotations_changed.insert(group);
+    }
+
+    /// Record why a gang is not placed.
+    pub fn explain(&mut self, gang: usize, why: Why) {
+        self.outcomes.entry(gang).or_default().why.push(why);
+    }
+
+    /// Record that a gang was placed by an action.
+    pub fn mark_placed(&mut self, gang: usize, action: &'static str) {
+        let o = self.outcomes.entry(gang).or_default();
+        o.placed = true;
+        o.placed_by = Some(action);
+        o.why.clear();
+    }
+
+    /// Reservations of a gang on a node (what it may use beyond others' reservations).
+    #[must_use]
+    pub fn own_nominated(&self, gang: usize, node: NodeId) -> Resources {
+        own_nominated(self.cluster, &self.gangs[gang], node)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Closing
+    // -----------------------------------------------------------------------------------------
+
+    /// Closes the session into decisions: binds and evictions that differ from the start of the
+    /// cycle, and the statuses, conditions and events that changed.
+    #[must_use]
+    pub fn close(mut self) -> (Decisions, SessionStats) {
+        let mut decisions = Decisions::default();
+        let mut touched: Vec<(TaskId, Assumed)> = self.touched.drain().collect();
+        touched.sort_by_key(|(t, _)| *t);
+        for (task, before) in touched {
+            let Some(t) = self.cluster.tasks.get(task.0) else {
+                continue;
+            };
+            if !same_placement(&before, &t.assumed) {
+                self.stats.placement_changed = true;
+            }
+            let group_key = t.group.map(|g| self.cluster.group(g).key.clone());
+            match (&before, &t.assumed) {
+                (b, Assumed::Binding { node }) if !matches!(b, Assumed::Binding { .. }) => {
+                    let n = self.cluster.node(*node);
+                    let devices = t
+                        .gpu_groups
+                        .iter()
+                        .map(|g| n.shared_gpu(g).and_then(|i| n.shared_gpus[i].device.clone()))
+                        .collect();
+                    decisions.binds.push(Bind {
+                        devices,
+                        uid: t.uid.clone(),
+                        namespace: t.namespace.clone(),
+                        name: t.name.clone(),
+                        node: self.cluster.node(*node).name.clone(),
+                        gpu_groups: t.gpu_groups.clone(),
+                        gpu: t.gpu,
+                        group: group_key,
+                    });
+                }
+                (b, Assumed::Evicting) if *b != Assumed::Evicting => {
+                    let note = self.evictions.remove(&task);
+                    let (cause, for_gang, message) = note
+                        .map_or((EvictionCause::Preempt, None, String::new()), |n| {
+                            (n.cause, n.for_gang, n.message)
+                        });
+                    decisions.evictions.push(Evict {
+                        uid: t.uid.clone(),
+                        namespace: t.namespace.clone(),
+                        name: t.name.clone(),
+                        cause,
+                        for_group: for_gang.map(|g| self.cluster.group(g).key.clone()),
+                        group: group_key,
+                        message,
+                    });
+                }
+                _ => {}
+            }
+        }
+        self.stats.gangs_waiting = self.outcomes.values().filter(|o| !o.why.is_empty()).count() as u64;
+        status::report(&mut self, &mut decisions);
+        reservations::reconcile(&mut self, &mut decisions);
+        for (_, t) in self.cluster.tasks.iter() {
+            if let Assumed::Pipelined { until, .. } = t.assumed {
+                self.wake_at(until);
+            }
+        }
+        self.stats.next_deadline = self.deadline.get();
+        (decisions, self.stats)
+    }
+}
+
+/// Whether two assumed placements put a pod in the same place: a reservation renewed on the same node
+/// is the same placement (only its lapse time moved, which the deadline covers).
+fn same_placement(a: &Assumed, b: &Assumed) -> bool {
+    match (a, b) {
+        (Assumed::Pipelined { node: x, .. }, Assumed::Pipelined { node: y, .. }) => x == y,
+        _ => a == b,
+    }
+}
