@@ -63,8 +63,10 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init(&common)?;
     let shutdown = shutdown::on_signals()?;
 
-    let client = client::build(USER_AGENT, common.rate_limit(RATE_LIMIT)).await?;
     let lease_client = client::build(USER_AGENT, RateLimit::UNLIMITED).await?;
+    let (elector, leadership) = lease::Elector::new(lease_client, common.leader_election("kai-podgrouper")?);
+    // Every write leaves through the fence: refused unless this process leads at that moment.
+    let client = client::build_fenced(USER_AGENT, common.rate_limit(RATE_LIMIT), leadership.guard()).await?;
 
     let mut registry = Registry::with_prefix("kai_podgrouper");
     let metrics = Metrics::register(&mut registry);
@@ -86,7 +88,6 @@ async fn main() -> anyhow::Result<()> {
     .context("waiting for the PodGroup CRD")?;
     crds_ready.set_ready();
 
-    let (elector, leadership) = lease::Elector::new(lease_client, common.leader_election("kai-podgrouper")?);
     let mut elector_task = tokio::spawn(elector.run(shutdown.clone()));
     let mut state = leadership.subscribe();
     tokio::select! {

@@ -1,6 +1,7 @@
 //! Building the Kubernetes client: configuration from `KUBECONFIG` or the in-cluster service account
-//! (kube's `Config::infer`), a per-component `User-Agent`, and a client-side token-bucket rate limit
-//! (QPS + burst, as client-go has) applied as a tower layer around kube's HTTP stack.
+//! (kube's `Config::infer`), a per-component `User-Agent`, a client-side token-bucket rate limit
+//! (QPS + burst, as client-go has) applied as a tower layer around kube's HTTP stack, and, for a
+//! component that writes only while it leads, the write fence ([`crate::fence`]) below the rate limit.
 //!
 //! Owns: how a component talks to the API server. Must not: issue requests itself.
 
@@ -14,6 +15,8 @@ use std::{
 use http::{HeaderValue, header::USER_AGENT};
 use kube::{Client, Config, client::ClientBuilder};
 use tokio::time::{Instant, Sleep};
+
+use crate::{fence::FenceLayer, lease::LeaderGuard};
 
 /// Client-side request rate limit: a token bucket refilled at `qps` tokens per second holding at most
 /// `burst` tokens. Every request (including the start of a watch) takes one token.
@@ -58,13 +61,34 @@ pub async fn build(user_agent: &str, rate_limit: RateLimit) -> Result<Client, Er
     from_config(config, user_agent, rate_limit)
 }
 
+/// Like [`build`], for a component that may write only while it leads: every write request is checked
+/// against `leader` when it leaves the process, after any wait for the rate limit (see [`crate::fence`]).
+pub async fn build_fenced(
+    user_agent: &str,
+    rate_limit: RateLimit,
+    leader: LeaderGuard,
+) -> Result<Client, Error> {
+    let config = Config::infer().await.map_err(Error::Infer)?;
+    let builder = ClientBuilder::try_from(with_user_agent(config, user_agent)?).map_err(Error::Build)?;
+    // `with_layer` wraps what is there: the fence goes on first so that it runs after the rate limit.
+    Ok(builder
+        .with_layer(&FenceLayer::new(leader))
+        .with_layer(&RateLimitLayer::new(rate_limit))
+        .build())
+}
+
 /// Builds a client from an explicit configuration (tests and tools that already have one).
-pub fn from_config(mut config: Config, user_agent: &str, rate_limit: RateLimit) -> Result<Client, Error> {
+pub fn from_config(config: Config, user_agent: &str, rate_limit: RateLimit) -> Result<Client, Error> {
+    let builder = ClientBuilder::try_from(with_user_agent(config, user_agent)?).map_err(Error::Build)?;
+    Ok(builder.with_layer(&RateLimitLayer::new(rate_limit)).build())
+}
+
+/// `config` sending `user_agent` instead of kube's default.
+fn with_user_agent(mut config: Config, user_agent: &str) -> Result<Config, Error> {
     let value = HeaderValue::from_str(user_agent).map_err(|_| Error::UserAgent(user_agent.to_owned()))?;
     config.headers.retain(|(name, _)| name != USER_AGENT);
     config.headers.push((USER_AGENT, value));
-    let builder = ClientBuilder::try_from(config).map_err(Error::Build)?;
-    Ok(builder.with_layer(&RateLimitLayer::new(rate_limit)).build())
+    Ok(config)
 }
 
 /// Pure token-bucket state; time is passed in so the arithmetic is tested without clocks.

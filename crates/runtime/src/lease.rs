@@ -342,6 +342,30 @@ impl LeaderGuard {
     }
 }
 
+/// A guard whose leadership a test takes away by hand (no API server, no clocks).
+#[cfg(test)]
+pub(crate) struct Revocable {
+    tenure: SharedTenure,
+}
+
+#[cfg(test)]
+impl Revocable {
+    /// A guard that leads until [`Revocable::revoke`].
+    pub(crate) fn leading() -> (LeaderGuard, Self) {
+        let tenure: SharedTenure = Arc::new(Mutex::new(Some(Tenure::unbounded(1))));
+        let guard = LeaderGuard {
+            tenure: tenure.clone(),
+            clock: Clock::SYSTEM,
+        };
+        (guard, Self { tenure })
+    }
+
+    /// Ends the term, as a failed renewal does.
+    pub(crate) fn revoke(&self) {
+        *lock(&self.tenure) = None;
+    }
+}
+
 /// What components hold: the published [`LeaderState`] and the write [`LeaderGuard`].
 #[derive(Debug, Clone)]
 pub struct Leadership {

@@ -76,6 +76,7 @@ pub mod args;
 pub mod client;
 pub mod crd;
 pub mod discovery;
+pub mod fence;
 pub mod lease;
 pub mod metrics;
 pub mod shutdown;

@@ -76,16 +76,31 @@ async fn main() -> anyhow::Result<()> {
     info!(actions = ?config.actions, "configuration loaded");
     let shutdown = shutdown::on_signals()?;
     let user_agent = concat!("kai-scheduler/", env!("CARGO_PKG_VERSION"));
-    let client = runtime::client::build(
+    let lease_client = runtime::client::build(user_agent, RateLimit::UNLIMITED)
+        .await
+        .context("connecting to the cluster")?;
+    // One lease per shard, as KAI names it.
+    let lease_name = match &args.node_pool {
+        Some(pool) => format!("{}-{pool}", args.scheduler_name),
+        None => args.scheduler_name.clone(),
+    };
+    let election = args.common.leader_election(&lease_name)?;
+    let identity = match &election {
+        lease::LeaderElection::Enabled(config) => config.identity().to_owned(),
+        lease::LeaderElection::Disabled => lease::default_identity(),
+    };
+    let (elector, leadership) = lease::Elector::new(lease_client, election);
+    // Every write leaves through the fence: refused unless this process leads at that moment.
+    let client = runtime::client::build_fenced(
         user_agent,
         args.common.rate_limit(RateLimit {
             qps: 1000.0,
             burst: 2000,
         }),
+        leadership.guard(),
     )
     .await
     .context("connecting to the cluster")?;
-    let lease_client = runtime::client::build(user_agent, RateLimit::UNLIMITED).await?;
 
     let mut registry = Registry::with_prefix("kai_scheduler");
     let cycle_metrics = CycleMetrics::default();
@@ -116,17 +131,6 @@ async fn main() -> anyhow::Result<()> {
     let eviction = discovery::eviction_version(&client).await?;
     info!(?offered, ?eviction, "server capabilities");
 
-    // One lease per shard, as KAI names it.
-    let lease_name = match &args.node_pool {
-        Some(pool) => format!("{}-{pool}", args.scheduler_name),
-        None => args.scheduler_name.clone(),
-    };
-    let election = args.common.leader_election(&lease_name)?;
-    let identity = match &election {
-        lease::LeaderElection::Enabled(config) => config.identity().to_owned(),
-        lease::LeaderElection::Disabled => lease::default_identity(),
-    };
-    let (elector, leadership) = lease::Elector::new(lease_client, election);
     let mut elector_task = tokio::spawn(elector.run(shutdown.clone()));
 
     let (feedback_tx, mut feedback_rx) = mpsc::unbounded_channel();
