@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::coalesce::Coalescer;
+use crate::loop_state::Feedback;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, MicroTime, ObjectMeta, Preconditions};
@@ -33,36 +34,6 @@ use scheduler_core::framework::decisions::{
     QueueStatus, ReservationChange, reservation_pod_name,
 };
 use scheduler_core::model::{GpuRequest, GroupKey, GroupKind};
-
-/// A write that failed, so the loop can stop assuming its outcome.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Feedback {
-    /// The bind was refused; the pod is pending again.
-    BindFailed {
-        /// Pod UID.
-        uid: Arc<str>,
-    },
-    /// The eviction was refused (a PodDisruptionBudget, or an error); the pod keeps running.
-    EvictFailed {
-        /// Pod UID.
-        uid: Arc<str>,
-    },
-    /// A PodGroup status write failed; write it again next cycle.
-    StatusFailed {
-        /// Gang.
-        key: GroupKey,
-    },
-    /// A pod condition write failed.
-    PodConditionFailed {
-        /// Pod UID.
-        uid: Arc<str>,
-    },
-    /// A queue status write failed.
-    QueueStatusFailed {
-        /// Queue.
-        name: Arc<str>,
-    },
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
