@@ -60,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
         knative_gang_schedule,
         namespace,
     } = Args::parse();
-    telemetry::init(&common)?;
+    telemetry::init(&common.log_settings())?;
     let shutdown = shutdown::on_signals()?;
 
     let lease_client = client::build(USER_AGENT, RateLimit::UNLIMITED).await?;

@@ -2,7 +2,7 @@
 //! `#[command(flatten)]`. Every flag also reads an environment variable, so a Deployment can set either.
 //!
 //! Owns: flag names, defaults and their conversion into the typed settings the other modules take
-//! ([`RateLimit`], [`LeaderElection`]). Must not: hold component-specific flags.
+//! ([`RateLimit`], [`LeaderElection`], [`LogSettings`]). Must not: hold component-specific flags.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -12,7 +12,7 @@ use clap::builder::BoolishValueParser;
 use crate::{
     client::RateLimit,
     lease::{self, LeaderElection, LeaseConfig},
-    telemetry::{self, LogFormat},
+    telemetry::{self, LogFormat, LogSettings},
 };
 
 /// Flags shared by the podgrouper and the scheduler.
@@ -82,6 +82,14 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
+    /// The tracing settings: `--log-level` and `--log-format`.
+    pub fn log_settings(&self) -> LogSettings {
+        LogSettings {
+            filter: self.log_level.clone(),
+            format: self.log_format,
+        }
+    }
+
     /// The client rate limit: the flags where given, else the component's `defaults`.
     pub fn rate_limit(&self, defaults: RateLimit) -> RateLimit {
         RateLimit {
@@ -200,6 +208,18 @@ mod tests {
         assert_eq!(args.renew_deadline, Duration::from_secs(40));
         assert_eq!(args.retry_period, Duration::from_millis(500));
         assert_eq!(args.identity.as_deref(), Some("me"));
+    }
+
+    #[test]
+    fn log_settings_carry_the_log_flags() {
+        let args = parse(&["--log-level=warn,kube=debug", "--log-format=json"]).expect("parse");
+        assert_eq!(
+            args.log_settings(),
+            LogSettings {
+                filter: "warn,kube=debug".to_owned(),
+                format: LogFormat::Json,
+            }
+        );
     }
 
     #[test]

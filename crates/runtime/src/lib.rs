@@ -25,7 +25,7 @@
 //! #[tokio::main]
 //! async fn main() -> anyhow::Result<()> {
 //!     let args = Args::parse();
-//!     telemetry::init(&args.common)?;
+//!     telemetry::init(&args.common.log_settings())?;
 //!     let shutdown = shutdown::on_signals()?;
 //!
 //!     let user_agent = concat!("kai-scheduler/", env!("CARGO_PKG_VERSION"));

@@ -1,11 +1,10 @@
 //! Process-wide tracing setup: one `tracing-subscriber` registry with an [`EnvFilter`] and a plain or JSON
 //! formatting layer on stderr.
 //!
-//! Owns: the subscriber and the log format choice. Must not: decide what components log.
+//! Owns: the subscriber, the log format choice and [`LogSettings`]. Must not: decide what components log,
+//! or know the command line (`args` turns the flags into [`LogSettings`], so the dependency runs one way).
 
 use tracing_subscriber::{EnvFilter, layer::SubscriberExt as _, util::SubscriberInitExt as _};
-
-use crate::args::CommonArgs;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -15,6 +14,15 @@ pub enum LogFormat {
     Plain,
     /// One JSON object per line, for log collectors.
     Json,
+}
+
+/// What the global subscriber is set up with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    /// Filter in `tracing` EnvFilter syntax, e.g. `info` or `info,kai_scheduler=debug`.
+    pub filter: String,
+    /// How lines are written.
+    pub format: LogFormat,
 }
 
 /// Why tracing could not be set up.
@@ -34,17 +42,17 @@ pub enum Error {
     AlreadyInitialized(#[source] tracing_subscriber::util::TryInitError),
 }
 
-/// Installs the global subscriber from `--log-level` / `RUST_LOG` and `--log-format`.
+/// Installs the global subscriber (in the binaries: from `--log-level` / `RUST_LOG` and `--log-format`).
 ///
 /// Call once, first thing in `main`, before anything logs.
-pub fn init(args: &CommonArgs) -> Result<(), Error> {
-    let filter = parse_filter(&args.log_level)?;
+pub fn init(settings: &LogSettings) -> Result<(), Error> {
+    let filter = parse_filter(&settings.filter)?;
     let registry = tracing_subscriber::registry().with(filter);
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colour only on a terminal: log files and collectors get plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match args.log_format {
+    match settings.format {
         LogFormat::Plain => registry.with(fmt).try_init(),
         LogFormat::Json => registry
             .with(fmt.json().flatten_event(true).with_current_span(true))

@@ -3,7 +3,8 @@
 //!
 //! Owns: `cache` (watches and the conversion of API objects into the model), `apply` (decisions ->
 //! API writes), `coalesce` (one status write in flight per object), `loop_state` (when to run the next
-//! cycle), `metrics`, and the binaries (`main.rs`, `kai-gpu-reservation`).
+//! cycle, and the feedback a failed write sends back to it), `metrics`, and the binaries (`main.rs`,
+//! `kai-gpu-reservation`).
 //!
 //! Must not: make scheduling decisions; every decision is made by `scheduler_core::cycle::run`.
 

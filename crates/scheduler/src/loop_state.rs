@@ -1,9 +1,12 @@
 //! Timing of the scheduling loop and handling of applier feedback.
+//!
+//! [`Feedback`] is defined here, on the loop's side: it is what the loop needs to hear about a failed
+//! write, and the applier only sends it.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::apply::Feedback;
-use scheduler_core::model::Cluster;
+use scheduler_core::model::{Cluster, GroupKey};
 
 /// When the next cycle runs: soon after a change (but not more often than the minimum interval),
 /// otherwise after the period.
@@ -54,6 +57,36 @@ impl LoopState {
 
 /// The shortest time between cycles while binds are in flight.
 pub const BUSY_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A write that failed, so the loop can stop assuming its outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Feedback {
+    /// The bind was refused; the pod is pending again.
+    BindFailed {
+        /// Pod UID.
+        uid: Arc<str>,
+    },
+    /// The eviction was refused (a PodDisruptionBudget, or an error); the pod keeps running.
+    EvictFailed {
+        /// Pod UID.
+        uid: Arc<str>,
+    },
+    /// A PodGroup status write failed; write it again next cycle.
+    StatusFailed {
+        /// Gang.
+        key: GroupKey,
+    },
+    /// A pod condition write failed.
+    PodConditionFailed {
+        /// Pod UID.
+        uid: Arc<str>,
+    },
+    /// A queue status write failed.
+    QueueStatusFailed {
+        /// Queue.
+        name: Arc<str>,
+    },
+}
 
 /// Drops what the model assumed about a write that failed.
 pub fn feedback(cluster: &mut Cluster, fb: Feedback) {

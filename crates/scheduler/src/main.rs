@@ -68,7 +68,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    telemetry::init(&args.common)?;
+    telemetry::init(&args.common.log_settings())?;
     let config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),

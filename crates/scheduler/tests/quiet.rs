@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use kai_scheduler::apply::Feedback;
-use kai_scheduler::loop_state;
+use kai_scheduler::loop_state::{self, Feedback};
 use scheduler_core::model::TaskStatus;
 use scheduler_core::sim::{GangSpec, Sim, Synthetic};
 

@@ -1,0 +1,310 @@
+//! The I/O edge that executes decisions: binds through `pods/binding` (concurrently, under the client's
+//! QPS budget), evictions through the Eviction API (so PodDisruptionBudgets hold), PodGroup and queue
+//! statuses with server-side apply, pod conditions, and events.
+//!
+//! Results come back to the model as watch events, not as trusted local state; only failures are
+//! reported back ([`Feedback`]) so the loop can drop what it assumed. Every write checks leadership
+//! right before it is sent: a deposed leader stops writing at once.
+//!
+//! This file holds the [`Applier`], its options and counters, and the dispatch of a cycle's decisions
+//! (binds first, the other writes deferred behind them). Each kind of write is in its own file:
+//! `bind` (binds, including labelling a shared-GPU pod with its devices), `reservation` (GPU
+//! reservation pods), `evict`, `status` (PodGroup and queue statuses, PodGroup annotations, pod
+//! conditions) and `events`.
+
+mod bind;
+mod events;
+mod evict;
+mod reservation;
+mod status;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::coalesce::Coalescer;
+use crate::loop_state::Feedback;
+use kube::Client;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use runtime::discovery::EvictionVersion;
+use runtime::lease::LeaderGuard;
+use tokio::sync::{Notify, Semaphore, mpsc};
+
+use scheduler_core::config::GpuSharingArgs;
+use scheduler_core::framework::decisions::{Decisions, GroupStatus, PodCondition, QueueStatus};
+use scheduler_core::model::GroupKey;
+
+use events::EventSeries;
+
+/// The tracing target of every applier log line, whichever file it is written in: log filters
+/// (`RUST_LOG=kai_scheduler::apply=debug`) and e2e/tests/reliability.rs, which counts the
+/// `kai_scheduler::apply: bound ` lines, name this target.
+const LOG_TARGET: &str = "kai_scheduler::apply";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EvictLabel {
+    action: &'static str,
+    result: &'static str,
+}
+
+/// Counters of writes.
+#[derive(Clone, Debug, Default)]
+pub struct ApplyMetrics {
+    binds: Family<ResultLabel, Counter>,
+    evictions: Family<EvictLabel, Counter>,
+    status_writes: Family<ResultLabel, Counter>,
+}
+
+impl ApplyMetrics {
+    /// Registers the counters.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register("binds", "Pod binds by result", self.binds.clone());
+        registry.register(
+            "evictions",
+            "Pod evictions by action and result",
+            self.evictions.clone(),
+        );
+        registry.register(
+            "status_writes",
+            "PodGroup, queue and pod status writes by result",
+            self.status_writes.clone(),
+        );
+    }
+}
+
+/// How long a status, annotation, pod condition or event may wait for binds to drain. Binds go first
+/// because the API server's write path is the bottleneck and a bound pod is what users wait for; the
+/// cap keeps a continuous stream of binds from starving the explanations.
+pub const MAX_WRITE_DEFERRAL: Duration = Duration::from_secs(10);
+
+/// Binds submitted and not finished; dropping the last one wakes the writes deferred behind them.
+struct BindsInFlight {
+    count: AtomicUsize,
+    drained: Notify,
+}
+
+/// One submitted bind, counted until it is dropped (sent, refused or abandoned).
+struct BindTicket(Arc<BindsInFlight>);
+
+impl Drop for BindTicket {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
+/// Executes decisions.
+pub struct Applier {
+    client: Client,
+    eviction: EvictionVersion,
+    events: EventSeries,
+    guard: LeaderGuard,
+    feedback: mpsc::UnboundedSender<Feedback>,
+    binds: Arc<Semaphore>,
+    binds_in_flight: Arc<BindsInFlight>,
+    writes: Arc<Semaphore>,
+    sharing: GpuSharingArgs,
+    metrics: ApplyMetrics,
+    // One write per object in flight, so statuses land in the order they were decided.
+    group_statuses: Coalescer<GroupKey, GroupStatus>,
+    pod_conditions: Coalescer<Arc<str>, PodCondition>,
+    queue_statuses: Coalescer<Arc<str>, QueueStatus>,
+}
+
+/// How the applier works.
+#[derive(Clone, Debug)]
+pub struct ApplierOptions {
+    /// This replica's identity (events' reporting instance).
+    pub identity: String,
+    /// Binds in flight at most.
+    pub bind_concurrency: usize,
+    /// Other writes in flight at most.
+    pub write_concurrency: usize,
+    /// GPU sharing settings (reservation pods).
+    pub gpu_sharing: GpuSharingArgs,
+}
+
+impl Applier {
+    /// An applier.
+    #[must_use]
+    pub fn new(
+        client: Client,
+        eviction: EvictionVersion,
+        guard: LeaderGuard,
+        feedback: mpsc::UnboundedSender<Feedback>,
+        options: ApplierOptions,
+        metrics: ApplyMetrics,
+    ) -> Self {
+        Self {
+            events: EventSeries::new(options.identity.clone()),
+            client,
+            eviction,
+            guard,
+            feedback,
+            binds: Arc::new(Semaphore::new(options.bind_concurrency.max(1))),
+            binds_in_flight: Arc::new(BindsInFlight {
+                count: AtomicUsize::new(0),
+                drained: Notify::new(),
+            }),
+            writes: Arc::new(Semaphore::new(options.write_concurrency.max(1))),
+            sharing: options.gpu_sharing,
+            metrics,
+            group_statuses: Coalescer::default(),
+            pod_conditions: Coalescer::default(),
+            queue_statuses: Coalescer::default(),
+        }
+    }
+
+    /// Binds submitted and not yet finished.
+    #[must_use]
+    pub fn binds_in_flight(&self) -> usize {
+        self.binds_in_flight.count.load(Ordering::Acquire)
+    }
+
+    /// Waits until no bind is in flight, at most [`MAX_WRITE_DEFERRAL`].
+    async fn after_binds(&self) {
+        let deadline = tokio::time::Instant::now() + MAX_WRITE_DEFERRAL;
+        loop {
+            let drained = self.binds_in_flight.drained.notified();
+            if self.binds_in_flight() == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, drained).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Starts executing a cycle's decisions without waiting for them. Binds and evictions are sent at
+    /// once; statuses, annotations, pod conditions and events wait for the binds in flight to finish
+    /// (see [`MAX_WRITE_DEFERRAL`]), and a status decided again meanwhile replaces the one waiting.
+    pub fn submit(self: &Arc<Self>, d: Decisions) {
+        // Binds of one gang share a flag: after one fails, the gang's binds not yet sent are dropped (the
+        // pods go back to pending) instead of binding more of a gang that is no longer whole.
+        let mut gangs: HashMap<Option<GroupKey>, Arc<AtomicBool>> = HashMap::new();
+        self.binds_in_flight
+            .count
+            .fetch_add(d.binds.len(), Ordering::AcqRel);
+        for b in d.binds {
+            let failed = gangs
+                .entry(b.group.clone())
+                .or_insert_with(|| Arc::new(AtomicBool::new(false)))
+                .clone();
+            let this = self.clone();
+            let ticket = BindTicket(self.binds_in_flight.clone());
+            tokio::spawn(async move {
+                this.bind(b, &failed).await;
+                drop(ticket);
+            });
+        }
+        for e in d.evictions {
+            let this = self.clone();
+            tokio::spawn(async move { this.evict(e).await });
+        }
+        for s in d.group_statuses {
+            self.write_latest(
+                |a| &a.group_statuses,
+                s.key.clone(),
+                s,
+                |a, s| async move {
+                    a.group_status(s).await;
+                },
+            );
+        }
+        for a in d.group_annotations {
+            let this = self.clone();
+            tokio::spawn(async move {
+                this.after_binds().await;
+                this.group_annotations(a).await;
+            });
+        }
+        for c in d.pod_conditions {
+            self.write_latest(
+                |a| &a.pod_conditions,
+                c.uid.clone(),
+                c,
+                |a, c| async move {
+                    a.pod_condition(c).await;
+                },
+            );
+        }
+        for q in d.queue_statuses {
+            self.write_latest(
+                |a| &a.queue_statuses,
+                q.name.clone(),
+                q,
+                |a, q| async move {
+                    a.queue_status(q).await;
+                },
+            );
+        }
+        for r in d.reservations {
+            let this = self.clone();
+            tokio::spawn(async move { this.reservation(r).await });
+        }
+        for e in d.events {
+            let this = self.clone();
+            tokio::spawn(async move {
+                this.after_binds().await;
+                this.event(e).await;
+            });
+        }
+    }
+
+    /// Writes `value` of `key` through its coalescer (`pick`): after the binds in flight, the newest
+    /// value offered by then, and each newer one offered while a write is in flight, one at a time.
+    fn write_latest<K, V, W, F>(
+        self: &Arc<Self>,
+        pick: fn(&Self) -> &Coalescer<K, V>,
+        key: K,
+        value: V,
+        write: W,
+    ) where
+        K: Eq + std::hash::Hash + Clone + Send + 'static,
+        V: Send + 'static,
+        W: Fn(Arc<Self>, V) -> F + Send + 'static,
+        F: Future<Output = ()> + Send,
+    {
+        let Some(mut value) = pick(self).offer(key.clone(), value) else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.after_binds().await;
+            if let Some(newer) = pick(&this).take_queued(&key) {
+                value = newer;
+            }
+            loop {
+                write(this.clone(), value).await;
+                match pick(&this).next(&key) {
+                    Some(newer) => value = newer,
+                    None => break,
+                }
+            }
+        });
+    }
+
+    fn leading(&self) -> bool {
+        self.guard.check().is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LOG_TARGET;
+
+    #[test]
+    fn log_target_is_the_module_path() {
+        assert_eq!(format!("{LOG_TARGET}::tests"), module_path!());
+    }
+}
