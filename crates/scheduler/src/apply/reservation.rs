@@ -21,9 +21,13 @@ impl Applier {
         let name = reservation_pod_name(node, group);
         let deadline = tokio::time::Instant::now() + self.sharing.reservation_timeout;
         let mut created = false;
+        // The pod this wait saw last: only that one may be deleted on timeout, never a newer pod of the
+        // same name that another cycle (or another leader) made meanwhile.
+        let mut seen_uid: Option<String> = None;
         loop {
             match pods.get_opt(&name).await {
                 Ok(Some(pod)) => {
+                    seen_uid.clone_from(&pod.metadata.uid);
                     let device = pod
                         .metadata
                         .annotations
@@ -43,7 +47,9 @@ impl Applier {
             }
             if tokio::time::Instant::now() >= deadline {
                 // Give the device back rather than leave a reservation nobody uses.
-                let _ = pods.delete(&name, &kube::api::DeleteParams::default()).await;
+                if let Some(uid) = seen_uid {
+                    self.delete_reservation(&name, &uid).await;
+                }
                 return Err(format!(
                     "reservation pod {}/{name} did not report its GPU within {}s",
                     api::keys::RESERVATION_NAMESPACE,
@@ -81,19 +87,23 @@ impl Applier {
                     warn!(target: LOG_TARGET, error = %e, "reservation pod");
                 }
             }
-            ReservationChange::Delete { uid, name } => {
-                let pods: Api<Pod> = Api::namespaced(self.client.clone(), api::keys::RESERVATION_NAMESPACE);
-                let params = kube::api::DeleteParams {
-                    preconditions: Some(kube::api::Preconditions {
-                        uid: Some(uid.to_string()),
-                        resource_version: None,
-                    }),
-                    ..kube::api::DeleteParams::default()
-                };
-                if let Err(e) = pods.delete(&name, &params).await {
-                    debug!(target: LOG_TARGET, pod = %name, error = %e, "deleting reservation pod");
-                }
-            }
+            ReservationChange::Delete { uid, name } => self.delete_reservation(&name, &uid).await,
+        }
+    }
+
+    /// Deletes the reservation pod `name` only if it is still the pod with `uid` (a precondition the API
+    /// server checks), so a pod of the same name made since is never removed by mistake.
+    async fn delete_reservation(&self, name: &str, uid: &str) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), api::keys::RESERVATION_NAMESPACE);
+        let params = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..kube::api::DeleteParams::default()
+        };
+        if let Err(e) = pods.delete(name, &params).await {
+            debug!(target: LOG_TARGET, pod = %name, error = %e, "deleting reservation pod");
         }
     }
 }
