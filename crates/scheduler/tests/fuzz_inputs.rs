@@ -23,7 +23,26 @@ fn text() -> impl Strategy<Value = String> {
         "[-+]?[0-9]{0,22}(\\.[0-9]{0,6})?([eE][-+]?[0-9]{1,3}|m|k|Ki|Gi|ms|s|h)?",
         "[a-c]|default-queue|[a-z0-9./-]{1,12}",
         any::<String>(),
+        extreme_quantity(),
     ]
+}
+
+/// Quantities the API server accepts whose sums (two containers, overhead, a node's pods) do not fit in
+/// 64 bits, and their neighbours.
+fn extreme_quantity() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "5Ei",
+        "8Ei",
+        "7Ei",
+        "9223372036854775807",
+        "9223372036854775806",
+        "9223372036854775807m",
+        "9223372036854775",
+        "9.2e18",
+        "1e18",
+        "4611686018427387904",
+    ])
+    .prop_map(str::to_owned)
 }
 
 fn name() -> impl Strategy<Value = String> {
@@ -97,8 +116,21 @@ fn pod(i: usize) -> impl Strategy<Value = Value> {
         prop::sample::select(vec!["Pending", "Running", "Succeeded", "Failed", "Unknown", ""]),
         prop::option::of(name()),
         any::<bool>(),
+        // More containers, init containers and an overhead: sums that can overflow.
+        prop::collection::vec((resources(), resources()), 0..4),
+        prop::collection::vec(resources(), 0..3),
+        prop::option::of(resources()),
     )
-        .prop_map(move |(annotations, labels, requests, limits, phase, node, ours)| {
+        .prop_map(move |(annotations, labels, requests, limits, phase, node, ours, more, init, overhead)| {
+            let mut containers = vec![json!({ "name": "c", "resources": { "requests": requests, "limits": limits } })];
+            containers.extend(more.into_iter().enumerate().map(|(k, (requests, limits))| {
+                json!({ "name": format!("c{k}"), "resources": { "requests": requests, "limits": limits } })
+            }));
+            let init_containers: Vec<Value> = init
+                .into_iter()
+                .enumerate()
+                .map(|(k, requests)| json!({ "name": format!("i{k}"), "resources": { "requests": requests } }))
+                .collect();
             json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": { "name": format!("p{i}"), "namespace": "ns", "uid": format!("uid-p{i}"),
@@ -106,7 +138,9 @@ fn pod(i: usize) -> impl Strategy<Value = Value> {
                 "spec": {
                     "schedulerName": if ours { keys::SCHEDULER_NAME } else { "other" },
                     "nodeName": node.map(|n| format!("node-{n}")),
-                    "containers": [{ "name": "c", "resources": { "requests": requests, "limits": limits } }],
+                    "containers": containers,
+                    "initContainers": init_containers,
+                    "overhead": overhead,
                 },
                 "status": { "phase": phase },
             })
@@ -147,7 +181,8 @@ fn pod_group(n: &'static str) -> impl Strategy<Value = Value> {
             any::<Option<i64>>(),
             prop::option::of(name()),
         ),
-        prop::collection::vec((name(), prop::option::of(name()), any::<Option<i32>>()), 0..3),
+        // Many sub-groups, as LeaderWorkerSets and segmented jobs make.
+        prop::collection::vec((name(), prop::option::of(name()), any::<Option<i32>>()), 0..40),
         string_map(vec![keys::LAST_START_TIMESTAMP, keys::STALE_TIMESTAMP]),
         prop::option::of((name(), prop::option::of(text()), prop::option::of(text()))),
     )

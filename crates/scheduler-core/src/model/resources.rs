@@ -83,26 +83,32 @@ impl Resources {
         r
     }
 
-    /// Adds in place.
+    /// Adds in place, saturating at the slot's bounds.
+    ///
+    /// Saturating, never wrapping: quantities come from users (the API server accepts `memory: 5Ei` in
+    /// two containers), and a wrapped sum would turn negative and "fit" anywhere, corrupting node and
+    /// queue accounting for everyone. Reading a pod refuses one whose own requests overflow
+    /// (`cache::convert` in the scheduler crate), so the sums the model keeps for placed pods stay exact; saturation
+    /// only caps absurd totals, such as a queue's demand over many huge pending pods.
     pub fn add(&mut self, other: &Self) {
         for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
-            *a += *b;
+            *a = a.saturating_add(*b);
         }
     }
 
-    /// Subtracts in place.
+    /// Subtracts in place, saturating at the slot's bounds (see [`Self::add`]).
     pub fn sub(&mut self, other: &Self) {
         for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
-            *a -= *b;
+            *a = a.saturating_sub(*b);
         }
     }
 
-    /// Multiplies every slot.
+    /// Multiplies every slot, saturating (see [`Self::add`]).
     #[must_use]
     pub fn times(&self, n: i64) -> Self {
         let mut r = *self;
         for a in &mut r.0 {
-            *a *= n;
+            *a = a.saturating_mul(n);
         }
         r
     }
@@ -276,6 +282,23 @@ pub fn format_bytes(bytes: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sums_saturate_instead_of_wrapping() {
+        let huge = Resources::ZERO.with(MEMORY, i64::MAX - 1);
+        let more = Resources::ZERO.with(MEMORY, 5);
+        assert_eq!(huge.plus(&more).memory(), i64::MAX, "saturates, never negative");
+        assert_eq!(
+            Resources::ZERO.with(MEMORY, i64::MIN + 1).minus(&more).memory(),
+            i64::MIN
+        );
+        assert_eq!(huge.times(3).memory(), i64::MAX);
+        assert_eq!(
+            more.plus(&more),
+            Resources::ZERO.with(MEMORY, 10),
+            "exact below the bounds"
+        );
+    }
 
     #[test]
     fn arithmetic_and_fit() {

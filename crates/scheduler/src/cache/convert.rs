@@ -16,7 +16,7 @@ use scheduler_core::model::constraints::{
 };
 use scheduler_core::model::group::{GroupProblem, SubGroupDecl};
 use scheduler_core::model::queue::{QueueProblem, QueueResourceSpec};
-use scheduler_core::model::resources::{CPU, GPU, MEMORY, PODS, ResourceNames};
+use scheduler_core::model::resources::{CPU, GPU, MAX_RESOURCES, MEMORY, PODS, ResourceNames};
 use scheduler_core::model::{
     ApiView, GpuRequest, Group, GroupKey, GroupKind, Millis, NodeUpdate, PodUpdate, Queue, Resources,
     TaskStatus,
@@ -98,11 +98,23 @@ fn add_quantities(
             _ => quantity::value(&q.0),
         };
         match amount {
-            Ok(v) if v >= 0 => total.0[slot] += v,
+            Ok(v) if v >= 0 => match total.0[slot].checked_add(v) {
+                Some(sum) => total.0[slot] = sum,
+                None => {
+                    // Counted as unbounded, so a pod already bound fills its node rather than freeing it.
+                    total.0[slot] = i64::MAX;
+                    problems.push(overflow(name));
+                }
+            },
             Ok(_) => problems.push(format!("negative request for {name}: {}", q.0)),
             Err(e) => problems.push(format!("resource {name}: {e}")),
         }
     }
+}
+
+/// The problem of a request sum past what the scheduler can count (about 8 Ei of any unit).
+fn overflow(resource: &str) -> String {
+    format!("the requests for {resource} add up to more than can be counted")
 }
 
 /// A container's effective request: requests, with limits standing in where a request is missing (as
@@ -132,7 +144,14 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
     let mut init_max = Resources::ZERO;
     if let Some(spec) = spec {
         for c in &spec.containers {
-            request.add(&container_request(names, c, &mut problems));
+            let container = container_request(names, c, &mut problems);
+            for slot in 0..MAX_RESOURCES {
+                if request.0[slot].checked_add(container.0[slot]).is_none() {
+                    problems.push(overflow(names.name(slot)));
+                }
+            }
+            // Saturated where it overflowed: the problem refuses the pod, which counts as unbounded.
+            request.add(&container);
         }
         for c in spec.init_containers.iter().flatten() {
             init_max = init_max.max(&container_request(names, c, &mut problems));
@@ -692,6 +711,36 @@ spec:
         assert_eq!(u.request.0[names.get("example.com/fpga").unwrap()], 1);
         assert_eq!(u.api.status, TaskStatus::Pending);
         assert!(u.problem.is_none());
+    }
+
+    #[test]
+    fn requests_past_what_can_be_counted_are_a_problem_not_a_panic_or_a_wrap() {
+        let mut names = ResourceNames::default();
+        // The API server accepts each of these; their sums do not fit in 64 bits.
+        let p = pod_yaml(
+            r#"
+metadata: {name: big, uid: u, annotations: {pod-group-name: g}}
+spec:
+  overhead: {cpu: "9223372036854775"}
+  containers:
+  - {name: a, image: x, resources: {requests: {memory: 5Ei, cpu: "9223372036854775"}}}
+  - {name: b, image: x, resources: {requests: {memory: 5Ei}, limits: {example.com/x: "9223372036854775807"}}}
+  - {name: c, image: x, resources: {requests: {example.com/x: "1"}}}
+"#,
+        );
+        let u = pod(&mut names, &p, "kai-scheduler");
+        let problem = u.problem.expect("refused with a reason");
+        for resource in ["memory", "example.com/x", "cpu"] {
+            assert!(
+                problem.contains(&format!(
+                    "the requests for {resource} add up to more than can be counted"
+                )),
+                "{resource}: {problem}"
+            );
+        }
+        // Counted as unbounded: never negative, so it never "fits" where it does not.
+        assert_eq!(u.request.memory(), i64::MAX);
+        assert_eq!(u.request.cpu(), i64::MAX);
     }
 
     #[test]
