@@ -16,7 +16,8 @@ use super::ids::{Arena, GroupId, NodeId, QueueId, TaskId};
 use super::node::{Node, SharedGpu};
 use super::queue::{Queue, QueueProblem};
 use super::resources::{GPU, ResourceNames, Resources};
-use super::task::{ApiView, Assumed, GpuRequest, Millis, Task, TaskStatus};
+use super::task::{ApiView, Assumed, GpuRequest, Task, TaskStatus};
+use super::time::Millis;
 
 /// Counters that tell whether anything that could change a scheduling outcome happened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

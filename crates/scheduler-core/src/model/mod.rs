@@ -11,6 +11,7 @@ pub mod node;
 pub mod queue;
 pub mod resources;
 pub mod task;
+pub mod time;
 
 pub use cluster::{Cluster, Epochs, NodeUpdate, PlacementUndo, PodUpdate, QueueReports, Quiet};
 pub use group::{Group, GroupKey, GroupKind, GroupProblem};
@@ -18,4 +19,5 @@ pub use ids::{GroupId, NodeId, QueueId, TaskId};
 pub use node::Node;
 pub use queue::Queue;
 pub use resources::Resources;
-pub use task::{ApiView, Assumed, GpuRequest, Millis, Task, TaskStatus};
+pub use task::{ApiView, Assumed, GpuRequest, Task, TaskStatus};
+pub use time::Millis;
