@@ -2,11 +2,10 @@
 //! incrementally kept one.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use super::Cluster;
 use crate::model::ids::{GroupId, NodeId, TaskId};
-use crate::model::node::{Node, SharedGpu};
+use crate::model::node::Node;
 use crate::model::resources::{GPU, Resources};
 use crate::model::task::TaskStatus;
 
@@ -17,7 +16,9 @@ impl Cluster {
     /// A description of the first mismatch.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut expected: HashMap<NodeId, (Resources, Resources, Resources)> = HashMap::new();
-        let mut devices: HashMap<(NodeId, Arc<str>), SharedGpu> = HashMap::new();
+        // Shared devices recounted on one empty scratch node per node, through the same device
+        // accounting the model uses, then summed device by device below.
+        let mut devices: HashMap<NodeId, Node> = HashMap::new();
         for (i, task) in self.tasks.iter() {
             let (status, node) = self.effective(task);
             if (status, node) != (task.status, task.node) {
@@ -51,15 +52,9 @@ impl Cluster {
             }
             if task.gpu.is_shared() {
                 let milli = Self::share_milli(task.gpu, self.node(node));
+                let scratch = devices.entry(node).or_insert_with(scratch_node);
                 for g in &Self::device_groups(task) {
-                    let mut scratch = Node::new("scratch", Resources::ZERO);
-                    if let Some(d) = devices.remove(&(node, g.clone())) {
-                        scratch.shared_gpus.push(d);
-                    }
-                    Self::contribute_shared(&mut scratch, g, milli, status, 1);
-                    if let Some(d) = scratch.shared_gpus.pop() {
-                        devices.insert((node, g.clone()), d);
-                    }
+                    Self::contribute_shared(scratch, g, milli, status, 1);
                 }
             }
         }
@@ -70,27 +65,22 @@ impl Cluster {
             if !task.status.holds_node() {
                 continue;
             }
-            let mut scratch = Node::new("scratch", Resources::ZERO);
-            if let Some(d) = devices.remove(&(node, group.clone())) {
-                scratch.shared_gpus.push(d);
-            }
             Self::contribute_reservation(
-                &mut scratch,
+                devices.entry(node).or_insert_with(scratch_node),
                 &group,
                 task.uid.clone(),
                 task.gpu_device.clone(),
                 true,
             );
-            if let Some(d) = scratch.shared_gpus.pop() {
-                devices.insert((node, group), d);
-            }
         }
-        for ((node, _), d) in &devices {
-            let (u, r, n) = d.device_contribution();
-            let e = expected.entry(*node).or_default();
-            e.0.0[GPU] += u;
-            e.1.0[GPU] += r;
-            e.2.0[GPU] += n;
+        for (node, scratch) in &devices {
+            for d in &scratch.shared_gpus {
+                let (u, r, n) = d.device_contribution();
+                let e = expected.entry(*node).or_default();
+                e.0.0[GPU] += u;
+                e.1.0[GPU] += r;
+                e.2.0[GPU] += n;
+            }
         }
         for (i, node) in self.nodes.iter() {
             let e = expected.remove(&NodeId(i)).unwrap_or_default();
@@ -114,4 +104,9 @@ impl Cluster {
         }
         Ok(())
     }
+}
+
+/// An empty node to recount shared devices on.
+fn scratch_node() -> Node {
+    Node::new("scratch", Resources::ZERO)
 }
