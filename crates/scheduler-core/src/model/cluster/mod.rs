@@ -27,6 +27,7 @@ use std::sync::Arc;
 use super::constraints::ConstraintsTable;
 use super::group::{Group, GroupKey};
 use super::ids::{Arena, GroupId, NodeId, QueueId, TaskId};
+use super::no_fit_memo::NoFitMemo;
 use super::node::Node;
 use super::queue::Queue;
 use super::resources::ResourceNames;
@@ -120,8 +121,9 @@ pub struct Cluster {
     /// other's view of a queue.
     pub queue_reports: QueueReports,
     /// Gangs that did not fit, remembered across cycles so an unchanged cluster costs nothing to
-    /// schedule again (by root PodGroup).
-    pub memo: HashMap<GroupId, crate::actions::allocate::Memo>,
+    /// schedule again (by root PodGroup). Written and read by allocate; forgotten here when a gang goes
+    /// or every assumption is dropped.
+    pub no_fit_memo: NoFitMemo,
     /// Set by a cycle that decided nothing to place, evict or reserve (see [`Quiet`]).
     pub quiet: Option<Quiet>,
 }

@@ -151,7 +151,7 @@ impl Cluster {
         for t in ids {
             self.clear_assumed(t);
         }
-        self.memo.clear();
+        self.no_fit_memo.clear();
         self.quiet = None;
     }
 }

@@ -389,7 +389,7 @@ impl Cluster {
             self.orphans.insert(key.clone(), tasks);
         }
         self.groups.remove(id.0);
-        self.memo.remove(&id);
+        self.no_fit_memo.forget(id);
         self.epochs.capacity_changed();
     }
 
