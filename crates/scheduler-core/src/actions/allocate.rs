@@ -28,17 +28,6 @@ pub fn task_order(cluster: &Cluster, a: TaskId, b: TaskId) -> Ordering {
         .then(ta.name.cmp(&tb.name))
 }
 
-/// Memory of a gang that did not fit, valid while nothing changed.
-#[derive(Clone, Debug)]
-pub struct Memo {
-    /// Capacity epoch at the start of the cycle it failed in.
-    pub epoch: u64,
-    /// Sum of its PodGroups' versions then.
-    pub version: u64,
-    /// Why it failed.
-    pub why: Why,
-}
-
 /// Runs allocate over every gang with pods waiting.
 pub fn allocate(ssn: &mut Session<'_>) {
     let mut candidates = Vec::new();
@@ -68,11 +57,12 @@ pub fn allocate(ssn: &mut Session<'_>) {
         budget -= 1;
         let version = gang_version(ssn, g);
         let root = ssn.gangs[g].root;
-        if let Some(memo) = ssn.cluster.memo.get(&root)
-            && memo.epoch == ssn.epoch_at_open
-            && memo.version == version
+        if let Some(why) = ssn
+            .cluster
+            .no_fit_memo
+            .still_failing::<Why>(root, ssn.epoch_at_open, version)
+            .cloned()
         {
-            let why = memo.why.clone();
             ssn.stats.gangs_skipped_unchanged += 1;
             ssn.explain(g, why);
             continue;
@@ -80,7 +70,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
         ssn.stats.gangs_tried += 1;
         match try_allocate(ssn, g) {
             Ok(progress) => {
-                ssn.cluster.memo.remove(&root);
+                ssn.cluster.no_fit_memo.forget(root);
                 // An elastic gang competes again for one more pod, but only after binding one now:
                 // a gang that only reserved (waits for evictions) or has nothing left to place is done
                 // for this cycle.
@@ -90,14 +80,9 @@ pub fn allocate(ssn: &mut Session<'_>) {
                 }
             }
             Err(why) => {
-                ssn.cluster.memo.insert(
-                    root,
-                    Memo {
-                        epoch: ssn.epoch_at_open,
-                        version,
-                        why: why.clone(),
-                    },
-                );
+                ssn.cluster
+                    .no_fit_memo
+                    .remember(root, ssn.epoch_at_open, version, why.clone());
                 ssn.explain(g, why);
             }
         }

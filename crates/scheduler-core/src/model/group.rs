@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::ids::{QueueId, TaskId};
 use super::resources::Resources;
-use super::task::Millis;
+use super::time::Millis;
 
 /// Which API a gang comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

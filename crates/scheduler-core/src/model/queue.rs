@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::ids::QueueId;
 use super::resources::MAX_RESOURCES;
-use super::task::Millis;
+use super::time::Millis;
 
 /// Quota, limit and over-quota weight of one resource, in share units (GPU devices, CPU millicores,
 /// memory megabytes, extended resources in their own units). `-1` means unlimited.

@@ -6,9 +6,7 @@ use super::constraints::ConstraintsId;
 use super::group::GroupKey;
 use super::ids::{GroupId, NodeId};
 use super::resources::Resources;
-
-/// Milliseconds since the Unix epoch. The core never reads a clock; `now` is an input.
-pub type Millis = i64;
+use super::time::Millis;
 
 /// Where a task stands. The statuses that hold node resources are [`Self::holds_node`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

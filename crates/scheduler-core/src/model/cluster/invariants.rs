@@ -1,0 +1,112 @@
+//! Invariants: node accounting recomputed from scratch, from the tasks alone, and compared with the
+//! incrementally kept one.
+
+use std::collections::HashMap;
+
+use super::Cluster;
+use crate::model::ids::{GroupId, NodeId, TaskId};
+use crate::model::node::Node;
+use crate::model::resources::{GPU, Resources};
+use crate::model::task::TaskStatus;
+
+impl Cluster {
+    /// Recomputes node accounting from the tasks and compares. Used by tests and debug checks.
+    ///
+    /// # Errors
+    /// A description of the first mismatch.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut expected: HashMap<NodeId, (Resources, Resources, Resources)> = HashMap::new();
+        // Shared devices recounted on one empty scratch node per node, through the same device
+        // accounting the model uses, then summed device by device below.
+        let mut devices: HashMap<NodeId, Node> = HashMap::new();
+        for (i, task) in self.tasks.iter() {
+            let (status, node) = self.effective(task);
+            if (status, node) != (task.status, task.node) {
+                return Err(format!(
+                    "task {} effective {:?}/{:?} stored {:?}/{:?}",
+                    task.key(),
+                    status,
+                    node,
+                    task.status,
+                    task.node
+                ));
+            }
+            let Some(node) = task.node else { continue };
+            let e = expected.entry(node).or_default();
+            match status {
+                TaskStatus::Pipelined => e.2.add(&task.request),
+                s if s.holds_node() => {
+                    e.0.add(&task.request);
+                    if s == TaskStatus::Releasing {
+                        e.1.add(&task.request);
+                    }
+                }
+                _ => continue,
+            }
+            if !self.node(node).tasks.contains(&TaskId(i)) {
+                return Err(format!(
+                    "task {} missing from node {}",
+                    task.key(),
+                    self.node(node).name
+                ));
+            }
+            if task.gpu.is_shared() {
+                let milli = Self::share_milli(task.gpu, self.node(node));
+                let scratch = devices.entry(node).or_insert_with(scratch_node);
+                for g in &Self::device_groups(task) {
+                    Self::contribute_shared(scratch, g, milli, status, 1);
+                }
+            }
+        }
+        for (_, task) in self.tasks.iter() {
+            let (Some(node), Some(group)) = (task.node, task.reservation_for.clone()) else {
+                continue;
+            };
+            if !task.status.holds_node() {
+                continue;
+            }
+            Self::contribute_reservation(
+                devices.entry(node).or_insert_with(scratch_node),
+                &group,
+                task.uid.clone(),
+                task.gpu_device.clone(),
+                true,
+            );
+        }
+        for (node, scratch) in &devices {
+            for d in &scratch.shared_gpus {
+                let (u, r, n) = d.device_contribution();
+                let e = expected.entry(*node).or_default();
+                e.0.0[GPU] += u;
+                e.1.0[GPU] += r;
+                e.2.0[GPU] += n;
+            }
+        }
+        for (i, node) in self.nodes.iter() {
+            let e = expected.remove(&NodeId(i)).unwrap_or_default();
+            if (node.used, node.releasing, node.nominated) != e {
+                return Err(format!(
+                    "node {}: used/releasing/nominated {:?}/{:?}/{:?}, tasks say {:?}/{:?}/{:?}",
+                    node.name, node.used, node.releasing, node.nominated, e.0, e.1, e.2
+                ));
+            }
+        }
+        for (i, group) in self.groups.iter() {
+            for t in &group.tasks {
+                if self.task(*t).group != Some(GroupId(i)) {
+                    return Err(format!(
+                        "group {} lists task {} that points elsewhere",
+                        group.key,
+                        self.task(*t).key()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An empty node to recount shared devices on.
+fn scratch_node() -> Node {
+    Node::new("scratch", Resources::ZERO)
+}

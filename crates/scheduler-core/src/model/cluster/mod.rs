@@ -1,0 +1,223 @@
+//! The cluster model: arenas of nodes, tasks, gangs and queues with their indexes, kept up to date
+//! incrementally from watch events, and the one placement primitive that keeps node accounting exact.
+//!
+//! Invariants (checked by [`Cluster::check_invariants`] in tests):
+//! - a node's `used`, `releasing` and `nominated` are exactly the sums over the tasks placed on it, with
+//!   each shared GPU device counted once as 1000 milli-GPUs;
+//! - a task's effective status and node are its API view with its assumed placement on top;
+//! - every task naming a gang that exists is listed in that gang's `tasks`.
+//!
+//! One `Cluster`, its `impl` split by concern:
+//! - this file: the store (the struct, its change counters, lookups by id and by name);
+//! - `watch_events`: upserts and removals of nodes, pods, gangs, queues, priority classes, topologies;
+//! - `placement`: a task's effective placement and its contribution to its node;
+//! - `shared_gpus`: fractional-GPU accounting per shared device;
+//! - `resolution`: resolving gangs' and queues' references (queue, parent, priority class, topology);
+//! - `invariants`: recomputing the accounting from scratch to check it.
+
+mod invariants;
+mod placement;
+mod resolution;
+mod shared_gpus;
+mod watch_events;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::constraints::ConstraintsTable;
+use super::group::{Group, GroupKey};
+use super::ids::{Arena, GroupId, NodeId, QueueId, TaskId};
+use super::no_fit_memo::NoFitMemo;
+use super::node::Node;
+use super::queue::Queue;
+use super::resources::ResourceNames;
+use super::task::Task;
+use super::time::Millis;
+
+pub use placement::PlacementUndo;
+pub use watch_events::{NodeUpdate, PodUpdate};
+
+/// Counters that tell whether anything that could change a scheduling outcome happened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Epochs {
+    /// Bumped when capacity may have grown or rules changed: a task released resources, a node or
+    /// queue or priority class changed, a gang changed.
+    pub capacity: u64,
+    /// Bumped on every change that could alter any decision: each capacity change, a pod added or
+    /// changed in what scheduling reads, a gang's start or stale time or observed status changed, a
+    /// write that failed, and a cycle that placed, evicted or reserved. Equal values mean the model
+    /// is the same as far as a cycle is concerned.
+    pub changes: u64,
+}
+
+impl Epochs {
+    fn capacity_changed(&mut self) {
+        self.capacity += 1;
+        self.changes += 1;
+    }
+
+    /// Something a cycle reads changed.
+    pub fn changed(&mut self) {
+        self.changes += 1;
+    }
+}
+
+/// A cycle that decided nothing to place, evict or reserve: until the model changes or `until` (the
+/// earliest time a time-based rule could decide otherwise), the next cycle would decide the same
+/// nothing, so it is skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quiet {
+    /// [`Epochs::changes`] at the end of that cycle.
+    pub changes: u64,
+    /// The earliest time-based deadline it saw (a timeout, a grace period, a reservation lapsing).
+    pub until: Millis,
+}
+
+/// Which queues' statuses a scheduler writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueueReports {
+    /// Every queue (the scheduler serves the whole cluster).
+    #[default]
+    All,
+    /// Queues that gangs of the served node pool name, and their ancestors.
+    UsedByPool,
+}
+
+/// The model.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    /// Resource name interning.
+    pub names: ResourceNames,
+    /// Interned placement constraints.
+    pub constraints: ConstraintsTable,
+    /// Nodes.
+    pub nodes: Arena<Node>,
+    node_index: HashMap<Arc<str>, NodeId>,
+    /// Tasks (pods), ours and others'.
+    pub tasks: Arena<Task>,
+    task_index: HashMap<Arc<str>, TaskId>,
+    /// Tasks bound to a node name the model does not know (yet).
+    unattached: HashMap<Arc<str>, Vec<TaskId>>,
+    /// Gangs.
+    pub groups: Arena<Group>,
+    group_index: HashMap<GroupKey, GroupId>,
+    /// Tasks naming a gang that does not exist (yet).
+    orphans: HashMap<GroupKey, Vec<TaskId>>,
+    /// Queues.
+    pub queues: Arena<Queue>,
+    queue_index: HashMap<Arc<str>, QueueId>,
+    /// Priority classes by name.
+    priority_classes: HashMap<String, i32>,
+    /// Value of the PriorityClass marked `globalDefault`, if any.
+    global_default_priority: Option<(String, i32)>,
+    /// Topology objects: name -> level label keys, widest first.
+    topologies: HashMap<String, Vec<String>>,
+    /// Change counters.
+    pub epochs: Epochs,
+    /// Reservation pods requested and not yet seen, by shared-GPU group, with when they were asked for.
+    pub reservations_pending: HashMap<Arc<str>, Millis>,
+    /// Which queues' statuses this scheduler writes. Queues are cluster-wide; a scheduler serving one node
+    /// pool writes only those its pool's gangs use, so schedulers of different pools do not overwrite each
+    /// other's view of a queue.
+    pub queue_reports: QueueReports,
+    /// Gangs that did not fit, remembered across cycles so an unchanged cluster costs nothing to
+    /// schedule again (by root PodGroup). Written and read by allocate; forgotten here when a gang goes
+    /// or every assumption is dropped.
+    pub no_fit_memo: NoFitMemo,
+    /// Set by a cycle that decided nothing to place, evict or reserve (see [`Quiet`]).
+    pub quiet: Option<Quiet>,
+}
+
+impl Cluster {
+    /// A node by id.
+    #[must_use]
+    pub fn node(&self, id: NodeId) -> &Node {
+        self.nodes
+            .get(id.0)
+            .expect("invariant: node ids in the model are live")
+    }
+
+    /// A task by id.
+    #[must_use]
+    pub fn task(&self, id: TaskId) -> &Task {
+        self.tasks
+            .get(id.0)
+            .expect("invariant: task ids in the model are live")
+    }
+
+    /// A gang by id.
+    #[must_use]
+    pub fn group(&self, id: GroupId) -> &Group {
+        self.groups
+            .get(id.0)
+            .expect("invariant: group ids in the model are live")
+    }
+
+    /// A gang by id, mutably.
+    pub fn group_mut(&mut self, id: GroupId) -> &mut Group {
+        self.groups
+            .get_mut(id.0)
+            .expect("invariant: group ids in the model are live")
+    }
+
+    /// A queue by id.
+    #[must_use]
+    pub fn queue(&self, id: QueueId) -> &Queue {
+        self.queues
+            .get(id.0)
+            .expect("invariant: queue ids in the model are live")
+    }
+
+    /// A node id by name.
+    #[must_use]
+    pub fn node_id(&self, name: &str) -> Option<NodeId> {
+        self.node_index.get(name).copied()
+    }
+
+    /// A task id by pod UID.
+    #[must_use]
+    pub fn task_id(&self, uid: &str) -> Option<TaskId> {
+        self.task_index.get(uid).copied()
+    }
+
+    /// A gang id by key.
+    #[must_use]
+    pub fn group_id(&self, key: &GroupKey) -> Option<GroupId> {
+        self.group_index.get(key).copied()
+    }
+
+    /// A queue id by name.
+    #[must_use]
+    pub fn queue_id(&self, name: &str) -> Option<QueueId> {
+        self.queue_index.get(name).copied()
+    }
+
+    /// Tasks naming a gang that does not exist, by gang.
+    pub fn orphans(&self) -> impl Iterator<Item = (&GroupKey, &Vec<TaskId>)> {
+        self.orphans.iter()
+    }
+
+    /// Topology levels by name.
+    #[must_use]
+    pub fn topology(&self, name: &str) -> Option<&[String]> {
+        self.topologies.get(name).map(Vec::as_slice)
+    }
+
+    /// Names of known priority classes.
+    #[must_use]
+    pub fn priority_class_names(&self) -> Vec<String> {
+        self.priority_classes.keys().cloned().collect()
+    }
+
+    /// Names of known topologies.
+    #[must_use]
+    pub fn topology_names(&self) -> Vec<String> {
+        self.topologies.keys().cloned().collect()
+    }
+
+    /// The value of a priority class.
+    #[must_use]
+    pub fn priority_class(&self, name: &str) -> Option<i32> {
+        self.priority_classes.get(name).copied()
+    }
+}

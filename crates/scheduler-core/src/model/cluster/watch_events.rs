@@ -1,0 +1,461 @@
+//! Upserts and removals: the model follows the watch events of nodes, pods, gangs, queues, priority
+//! classes and topologies, bumping [`Epochs`](super::Epochs) for whatever a cycle could decide
+//! differently on.
+
+use std::sync::Arc;
+
+use super::Cluster;
+use crate::model::constraints::{Constraints, ConstraintsId, Taint};
+use crate::model::group::{Group, GroupKey};
+use crate::model::ids::{GroupId, NodeId, QueueId, TaskId};
+use crate::model::node::Node;
+use crate::model::queue::Queue;
+use crate::model::resources::Resources;
+use crate::model::task::{ApiView, Assumed, GpuRequest, Task, TaskStatus};
+use crate::model::time::Millis;
+
+/// What of a task a cycle reads; a pod update that leaves it equal changes nothing.
+#[derive(PartialEq)]
+struct TaskInputs {
+    status: TaskStatus,
+    node: Option<NodeId>,
+    gpu_groups: Vec<Arc<str>>,
+    request: Resources,
+    gpu: GpuRequest,
+    constraints: ConstraintsId,
+    group_key: Option<GroupKey>,
+    subgroup: Option<Arc<str>>,
+    task_order: i32,
+    ours: bool,
+    problem: Option<Arc<str>>,
+    reservation_for: Option<Arc<str>>,
+    gpu_device: Option<Arc<str>>,
+}
+
+fn task_inputs(t: &Task) -> TaskInputs {
+    TaskInputs {
+        status: t.status,
+        node: t.node,
+        gpu_groups: t.gpu_groups.clone(),
+        request: t.request,
+        gpu: t.gpu,
+        constraints: t.constraints,
+        group_key: t.group_key.clone(),
+        subgroup: t.subgroup.clone(),
+        task_order: t.task_order,
+        ours: t.ours,
+        problem: t.problem.clone(),
+        reservation_for: t.reservation_for.clone(),
+        gpu_device: t.gpu_device.clone(),
+    }
+}
+
+/// A pod as converted from the API, before it is linked into the model.
+#[derive(Clone, Debug)]
+pub struct PodUpdate {
+    /// UID.
+    pub uid: Arc<str>,
+    /// Namespace.
+    pub namespace: Arc<str>,
+    /// Name.
+    pub name: Arc<str>,
+    /// Scheduled by this scheduler.
+    pub ours: bool,
+    /// Gang named by its annotations.
+    pub group_key: Option<GroupKey>,
+    /// Sub-group label.
+    pub subgroup: Option<Arc<str>>,
+    /// Node-level request.
+    pub request: Resources,
+    /// GPU request.
+    pub gpu: GpuRequest,
+    /// Placement constraints.
+    pub constraints: Constraints,
+    /// Placement per the API.
+    pub api: ApiView,
+    /// `runai-gpu-group` labels.
+    pub gpu_groups: Vec<Arc<str>>,
+    /// Order in the gang.
+    pub task_order: i32,
+    /// Creation time.
+    pub created: Millis,
+    /// A problem with the pod's own definition.
+    pub problem: Option<Arc<str>>,
+    /// For a GPU reservation pod: the group it holds the device for.
+    pub reservation_for: Option<Arc<str>>,
+    /// For a GPU reservation pod: the device it reported.
+    pub gpu_device: Option<Arc<str>>,
+}
+
+/// A node as converted from the API.
+#[derive(Clone, Debug)]
+pub struct NodeUpdate {
+    /// Name.
+    pub name: Arc<str>,
+    /// Labels.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Ready.
+    pub ready: bool,
+    /// Cordoned.
+    pub unschedulable: bool,
+    /// Allocatable.
+    pub allocatable: Resources,
+    /// GPU memory per device in MiB.
+    pub gpu_memory_mib: Option<u32>,
+}
+
+impl Cluster {
+    /// Adds or updates a node.
+    pub fn apply_node(&mut self, update: NodeUpdate) {
+        self.epochs.capacity_changed();
+        if let Some(id) = self.node_id(&update.name) {
+            let node = self
+                .nodes
+                .get_mut(id.0)
+                .expect("invariant: indexed nodes are live");
+            let memory_changed = node.gpu_memory_mib != update.gpu_memory_mib;
+            node.labels = update.labels;
+            node.taints = update.taints;
+            node.ready = update.ready;
+            node.unschedulable = update.unschedulable;
+            node.allocatable = update.allocatable;
+            if memory_changed {
+                // gpu-memory shares depend on the per-device memory: re-place the sharers.
+                let tasks = node.tasks.clone();
+                for t in &tasks {
+                    self.contribute(*t, -1);
+                }
+                self.nodes.get_mut(id.0).expect("invariant").gpu_memory_mib = update.gpu_memory_mib;
+                for t in &tasks {
+                    self.contribute(*t, 1);
+                }
+            }
+            return;
+        }
+        let mut node = Node::new(&update.name, update.allocatable);
+        node.labels = update.labels;
+        node.taints = update.taints;
+        node.ready = update.ready;
+        node.unschedulable = update.unschedulable;
+        node.gpu_memory_mib = update.gpu_memory_mib;
+        let id = NodeId(self.nodes.insert(node));
+        self.node_index.insert(update.name.clone(), id);
+        for task in self.unattached.remove(&update.name).unwrap_or_default() {
+            if self.tasks.get(task.0).is_some() {
+                self.refresh(task);
+            }
+        }
+    }
+
+    /// Removes a node; tasks on it stay, unattached, until they go too.
+    pub fn remove_node(&mut self, name: &str) {
+        let Some(id) = self.node_index.remove(name) else {
+            return;
+        };
+        let tasks = self.node(id).tasks.clone();
+        for t in &tasks {
+            self.contribute(*t, -1);
+            let task = self.tasks.get_mut(t.0).expect("invariant: node tasks are live");
+            task.node = None;
+            if matches!(task.assumed, Assumed::Binding { node } | Assumed::Pipelined { node, .. } if node == id)
+            {
+                task.assumed = Assumed::None;
+            }
+            let (status, _) = self.effective(self.task(*t));
+            let task = self.tasks.get_mut(t.0).expect("invariant");
+            task.status = status;
+            if let Some(n) = task.api.node_name.clone() {
+                self.unattached.entry(n).or_default().push(*t);
+            }
+        }
+        self.nodes.remove(id.0);
+        self.epochs.capacity_changed();
+    }
+
+    /// Adds or updates a pod.
+    pub fn apply_pod(&mut self, update: PodUpdate) {
+        let constraints = self.constraints.intern(update.constraints);
+        if let Some(id) = self.task_id(&update.uid) {
+            let before = task_inputs(self.task(id));
+            self.contribute(id, -1);
+            let old_group_key = self.task(id).group_key.clone();
+            let task = self
+                .tasks
+                .get_mut(id.0)
+                .expect("invariant: indexed tasks are live");
+            task.subgroup = update.subgroup;
+            task.request = update.request;
+            task.gpu = update.gpu;
+            task.constraints = constraints;
+            task.api = update.api;
+            // Drop an assumption once the API shows its outcome (or overtook it).
+            let caught_up = match (&task.assumed, task.api.status) {
+                (Assumed::None, _) => false,
+                (Assumed::Binding { .. } | Assumed::Pipelined { .. }, s) => !s.is_pending(),
+                (Assumed::Evicting, s) => !matches!(s, TaskStatus::Bound | TaskStatus::Running),
+            };
+            if caught_up {
+                task.assumed = Assumed::None;
+            }
+            if !update.gpu_groups.is_empty() || task.api.status.holds_node() {
+                task.gpu_groups = update.gpu_groups;
+            }
+            task.task_order = update.task_order;
+            task.problem = update.problem;
+            task.reservation_for = update.reservation_for;
+            task.gpu_device = update.gpu_device;
+            task.ours = update.ours;
+            let (status, node) = self.effective(self.task(id));
+            let task = self.tasks.get_mut(id.0).expect("invariant");
+            let released = task.status.holds_node() && !status.holds_node();
+            task.status = status;
+            task.node = node;
+            self.contribute(id, 1);
+            self.track_unattached(id);
+            if released {
+                self.epochs.capacity_changed();
+            }
+            if before != task_inputs(self.task(id)) || old_group_key != update.group_key {
+                self.epochs.changed();
+            }
+            if old_group_key != update.group_key {
+                self.unlink_group(id);
+                self.tasks.get_mut(id.0).expect("invariant").group_key = update.group_key;
+                self.link_group(id);
+            } else if let Some(g) = self.task(id).group {
+                self.group_mut(g).version += 1;
+            }
+            return;
+        }
+        let task = Task {
+            uid: update.uid.clone(),
+            namespace: update.namespace,
+            name: update.name,
+            ours: update.ours,
+            group_key: update.group_key,
+            group: None,
+            subgroup: update.subgroup,
+            request: update.request,
+            gpu: update.gpu,
+            constraints,
+            status: TaskStatus::Pending,
+            node: None,
+            api: update.api,
+            assumed: Assumed::None,
+            gpu_groups: update.gpu_groups,
+            task_order: update.task_order,
+            created: update.created,
+            problem: update.problem,
+            condition_fingerprint: 0,
+            reservation_for: update.reservation_for,
+            gpu_device: update.gpu_device,
+        };
+        let id = TaskId(self.tasks.insert(task));
+        self.task_index.insert(update.uid, id);
+        self.epochs.changed();
+        let (status, node) = self.effective(self.task(id));
+        let task = self.tasks.get_mut(id.0).expect("invariant");
+        task.status = status;
+        task.node = node;
+        self.contribute(id, 1);
+        self.track_unattached(id);
+        self.link_group(id);
+    }
+
+    fn track_unattached(&mut self, id: TaskId) {
+        let task = self.task(id);
+        if task.node.is_none()
+            && task.api.status.holds_node()
+            && let Some(n) = task.api.node_name.clone()
+        {
+            let list = self.unattached.entry(n).or_default();
+            if !list.contains(&id) {
+                list.push(id);
+            }
+        }
+    }
+
+    /// Removes a pod.
+    pub fn remove_pod(&mut self, uid: &str) {
+        let Some(id) = self.task_index.remove(uid) else {
+            return;
+        };
+        self.contribute(id, -1);
+        self.unlink_group(id);
+        if let Some(n) = self.task(id).api.node_name.clone()
+            && let Some(list) = self.unattached.get_mut(&n)
+        {
+            list.retain(|t| *t != id);
+        }
+        self.tasks.remove(id.0);
+        self.epochs.capacity_changed();
+    }
+
+    fn link_group(&mut self, id: TaskId) {
+        let Some(key) = self.task(id).group_key.clone() else {
+            return;
+        };
+        if let Some(g) = self.group_id(&key) {
+            let group = self.group_mut(g);
+            group.tasks.push(id);
+            group.version += 1;
+            self.tasks.get_mut(id.0).expect("invariant").group = Some(g);
+        } else {
+            self.orphans.entry(key).or_default().push(id);
+        }
+    }
+
+    fn unlink_group(&mut self, id: TaskId) {
+        let task = self.tasks.get_mut(id.0).expect("invariant: live task");
+        let group = task.group.take();
+        let key = task.group_key.clone();
+        if let Some(g) = group {
+            let group = self.group_mut(g);
+            group.tasks.retain(|t| *t != id);
+            group.version += 1;
+        } else if let Some(key) = key
+            && let Some(list) = self.orphans.get_mut(&key)
+        {
+            list.retain(|t| *t != id);
+            if list.is_empty() {
+                self.orphans.remove(&key);
+            }
+        }
+    }
+
+    /// Adds or updates a gang. Fields the scheduler keeps across updates (members, waiting time, timeout
+    /// state) are preserved; everything declared is replaced.
+    pub fn apply_group(&mut self, mut group: Group) {
+        if let Some(id) = self.group_id(&group.key) {
+            let old = self.group_mut(id);
+            if old.same_definition(&group) {
+                // Only status or scheduler-owned annotations changed (often our own write echoing back):
+                // nothing that could change a decision.
+                // Our own echo leaves these equal; anything else (someone else's status, a start or
+                // stale time we did not write) can change a decision.
+                let changed = old.observed.fingerprint != group.observed.fingerprint
+                    || old.last_start != group.last_start
+                    || old.stale_since != group.stale_since;
+                let event_fingerprint = old.observed.event_fingerprint;
+                old.observed = group.observed;
+                old.observed.event_fingerprint = event_fingerprint;
+                old.last_start = group.last_start;
+                old.stale_since = group.stale_since;
+                if changed {
+                    self.epochs.changed();
+                }
+                return;
+            }
+            self.epochs.capacity_changed();
+            let old = self.group_mut(id);
+            group.tasks = std::mem::take(&mut old.tasks);
+            group.observed.event_fingerprint = old.observed.event_fingerprint;
+            group.waiting_since = old.waiting_since;
+            group.timed_out = old.timed_out;
+            group.version = old.version + 1;
+            *old = group;
+            self.resolve_group(id);
+            return;
+        }
+        self.epochs.capacity_changed();
+        let key = group.key.clone();
+        let id = GroupId(self.groups.insert(group));
+        self.group_index.insert(key.clone(), id);
+        for task in self.orphans.remove(&key).unwrap_or_default() {
+            self.tasks
+                .get_mut(task.0)
+                .expect("invariant: orphans are live")
+                .group = Some(id);
+            self.group_mut(id).tasks.push(task);
+        }
+        self.resolve_group(id);
+    }
+
+    /// Removes a gang; its pods become orphans waiting for it to come back.
+    pub fn remove_group(&mut self, key: &GroupKey) {
+        let Some(id) = self.group_index.remove(key) else {
+            return;
+        };
+        let tasks = std::mem::take(&mut self.group_mut(id).tasks);
+        for t in &tasks {
+            self.tasks
+                .get_mut(t.0)
+                .expect("invariant: members are live")
+                .group = None;
+        }
+        if !tasks.is_empty() {
+            self.orphans.insert(key.clone(), tasks);
+        }
+        self.groups.remove(id.0);
+        self.no_fit_memo.forget(id);
+        self.epochs.capacity_changed();
+    }
+
+    /// Adds or updates a queue and re-resolves the tree.
+    pub fn apply_queue(&mut self, queue: Queue) {
+        if let Some(id) = self.queue_id(&queue.name) {
+            let old = self
+                .queues
+                .get_mut(id.0)
+                .expect("invariant: indexed queues are live");
+            let fingerprint = old.observed_fingerprint;
+            *old = queue;
+            old.observed_fingerprint = fingerprint;
+        } else {
+            let name = queue.name.clone();
+            let id = QueueId(self.queues.insert(queue));
+            self.queue_index.insert(name, id);
+        }
+        self.resolve_queues();
+    }
+
+    /// Removes a queue and re-resolves the tree (gangs in it now wait with `QueueDoesNotExist`).
+    pub fn remove_queue(&mut self, name: &str) {
+        if let Some(id) = self.queue_index.remove(name) {
+            self.queues.remove(id.0);
+            self.resolve_queues();
+        }
+    }
+
+    /// Adds or updates a priority class.
+    pub fn apply_priority_class(&mut self, name: &str, value: i32, global_default: bool) {
+        self.priority_classes.insert(name.to_owned(), value);
+        if global_default {
+            self.global_default_priority = Some((name.to_owned(), value));
+        } else if self
+            .global_default_priority
+            .as_ref()
+            .is_some_and(|(n, _)| n == name)
+        {
+            self.global_default_priority = None;
+        }
+        self.resolve_all_groups();
+    }
+
+    /// Removes a priority class.
+    pub fn remove_priority_class(&mut self, name: &str) {
+        self.priority_classes.remove(name);
+        if self
+            .global_default_priority
+            .as_ref()
+            .is_some_and(|(n, _)| n == name)
+        {
+            self.global_default_priority = None;
+        }
+        self.resolve_all_groups();
+    }
+
+    /// Adds or updates a topology.
+    pub fn apply_topology(&mut self, name: &str, levels: Vec<String>) {
+        self.topologies.insert(name.to_owned(), levels);
+        self.resolve_all_groups();
+    }
+
+    /// Removes a topology.
+    pub fn remove_topology(&mut self, name: &str) {
+        self.topologies.remove(name);
+        self.resolve_all_groups();
+    }
+}
