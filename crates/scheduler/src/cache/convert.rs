@@ -904,6 +904,12 @@ spec:
             invalid.message.as_deref(),
             Some(r#"minResources "gpu": "abc" is not a quantity"#)
         );
+        let waiting = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Unschedulable")
+            .expect("an Unschedulable condition");
+        assert_eq!(waiting.reason.as_deref(), Some("InvalidMinResources"));
     }
 
     #[test]
