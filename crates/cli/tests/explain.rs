@@ -424,6 +424,37 @@ fn volcano_min_resources_are_checked_against_free_capacity() {
 }
 
 #[test]
+fn volcano_min_resources_that_cannot_be_counted_are_named() {
+    let yaml = stream(&[
+        default_priority_classes(),
+        DEFAULT_QUEUES.to_owned(),
+        node("node-0", 2, &[]),
+        SEED_VOLCANO.replace("cpu: \"16\"", "cpu: abc"),
+        pods("default", "training-job-pg", 8, 1, &[], None).replace(
+            "pod-group-name: training-job-pg",
+            "scheduling.k8s.io/group-name: training-job-pg",
+        ),
+    ]);
+    let (snapshot, model) = load(&yaml);
+    let volcano = snapshot.find_pod_group("default", "training-job-pg").unwrap();
+    let e = explain(&snapshot, &model, &volcano, &Config::default(), NOW).unwrap();
+    let message = r#"minResources "cpu": "abc" is not a quantity"#;
+    assert_eq!(
+        e.problems
+            .iter()
+            .map(|p| (p.reason.as_str(), p.message.as_str()))
+            .collect::<Vec<_>>(),
+        [("InvalidMinResources", message)]
+    );
+    assert_eq!(e.analysis.reasons[0].reason, "InvalidMinResources");
+    let text = render(&e, 1000);
+    assert!(
+        text.contains(&format!("InvalidMinResources: {message}")),
+        "{text}"
+    );
+}
+
+#[test]
 fn pods_the_scheduler_does_not_try_are_named() {
     let yaml = stream(&[
         default_priority_classes(),

@@ -1,14 +1,14 @@
 //! Property tests: whatever the pod and its top owner carry (every annotation and label the podgrouper
 //! reads, with arbitrary values, and specs of any shape for every workload kind it knows), grouping
-//! never panics, and what it decides can be written: the PodGroup manifest and the pod patch are built
-//! without panicking too.
+//! never panics, never makes more than `MAX_SUB_GROUPS` sub-groups, and what it decides can be written:
+//! the PodGroup manifest and the pod patch are built without panicking too.
 
 use std::sync::Arc;
 
 use api::{PodGroup, keys};
 use k8s_openapi::api::core::v1::Pod;
 use kai_podgrouper::grouping::{
-    ClusterView, Decision, Input, Object, Settings, group, pod_group_manifest, pod_patch,
+    ClusterView, Decision, Input, MAX_SUB_GROUPS, Object, Settings, group, pod_group_manifest, pod_patch,
 };
 use kube::api::DynamicObject;
 use proptest::prelude::*;
@@ -53,7 +53,7 @@ const KEYS: [&str; 34] = [
 ];
 
 /// Field names the workload rules look for in specs.
-const FIELDS: [&str; 30] = [
+const FIELDS: [&str; 32] = [
     "replicas",
     "minReplicas",
     "maxReplicas",
@@ -84,6 +84,8 @@ const FIELDS: [&str; 30] = [
     "numNodes",
     "startupPolicy",
     "podGroupPolicy",
+    "subGroupPolicy",
+    "subGroupSize",
 ];
 
 /// Workload kinds with rules of their own, plus wrappers and an unknown kind.
@@ -221,6 +223,7 @@ proptest! {
             if let Decision::Apply(grouping) = &outcome.decision {
                 let pg = pod_group_manifest(grouping, "ns");
                 prop_assert!(pg.spec.min_member.unwrap_or(1) >= 1, "{:?}", pg.spec.min_member);
+                prop_assert!(grouping.sub_groups.len() <= MAX_SUB_GROUPS, "{} sub-groups", grouping.sub_groups.len());
             }
             let _ = pod_patch(&pod, &outcome.decision, &settings);
         }

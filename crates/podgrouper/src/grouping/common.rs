@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
 
 use super::names::{MAX_LABEL_VALUE, bounded_label_value, bounded_name};
-use super::{Grouping, Shape, Warning, Workload};
+use super::{Grouping, MAX_SUB_GROUPS, Shape, Warning, Workload};
 
 /// Annotations never copied from the top owner: bulky, or owned by the scheduler.
 const NOT_COPIED: [&str; 4] = [
@@ -90,6 +90,26 @@ pub(crate) fn gang_annotation(obj: &DynamicObject, warnings: &mut Vec<Warning>) 
     }
 }
 
+/// Whether a PodGroup of `requested` sub-groups stays within [`MAX_SUB_GROUPS`]. When it does not, the
+/// user hears that `what` was not cut up and what was done `instead`; the caller must then not build
+/// them.
+pub(crate) fn sub_groups_within_cap(
+    requested: u64,
+    what: impl FnOnce() -> String,
+    instead: &str,
+    warnings: &mut Vec<Warning>,
+) -> bool {
+    if usize::try_from(requested).is_ok_and(|n| n <= MAX_SUB_GROUPS) {
+        return true;
+    }
+    warnings.push(Warning::TooManySubGroups {
+        what: what(),
+        requested,
+        detail: instead.to_owned(),
+    });
+    false
+}
+
 /// A topology constraint from `kai.scheduler/topology*`-style annotations: present only when a
 /// required or preferred level is set; without a topology name it is dropped with a warning.
 pub(crate) fn topology_from(
@@ -124,6 +144,14 @@ pub(crate) fn topology_from(
 /// labels, annotations, topology and the `min-member` override.
 pub(crate) fn finish(w: &Workload<'_>, mut shape: Shape, warnings: &mut Vec<Warning>) -> Grouping {
     let top = w.top.as_ref();
+    // The families that cut by a number check before building; this catches the ones whose sub-groups
+    // come from lists in the spec (Ray worker groups, JobSet replicated jobs).
+    let requested = u64::try_from(shape.sub_groups.len()).unwrap_or(u64::MAX);
+    let what = || format!("{} {}", kind(top), name(top));
+    if !sub_groups_within_cap(requested, what, "the group has no sub-groups", warnings) {
+        shape.sub_groups = Vec::new();
+        shape.pod_sub_group = None;
+    }
     let name = bounded_name(&shape.name);
     min_member_override(top, &mut shape, warnings);
     for sg in &mut shape.sub_groups {

@@ -34,7 +34,8 @@ pub(crate) fn jobset(w: &Workload<'_>, warnings: &mut Vec<Warning>) -> Shape {
         .and_then(|l| l.get(keys::JOBSET_REPLICATED_JOB));
 
     if any_order && !depends {
-        let total: i64 = jobs.iter().map(pods_of).sum();
+        // Saturating: each count is the user's, and a sum past i64 must not panic.
+        let total: i64 = jobs.iter().map(pods_of).fold(0, i64::saturating_add);
         let mut shape = whole(w, clamp_i32(total.max(1)), "train");
         shape.gang = true;
         shape.sub_groups = jobs

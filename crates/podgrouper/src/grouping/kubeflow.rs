@@ -6,14 +6,15 @@
 //! defaults it). An MPIJob that creates its launcher only once the workers run
 //! (`launcherCreationPolicy: WaitForWorkersReady`) does not count the launcher until it exists.
 //! PyTorch jobs get `master` and `worker` sub-groups, the workers optionally cut into segments of
-//! `kai.scheduler/segment-size` pods (`worker-0`, `worker-1`, ...).
+//! `kai.scheduler/segment-size` pods (`worker-0`, `worker-1`, ...), unless that would pass
+//! [`MAX_SUB_GROUPS`](super::MAX_SUB_GROUPS) or overflow the count (then reported, not segmented).
 
 use std::collections::BTreeMap;
 
 use api::{SubGroup, keys};
 use serde_json::{Map, Value};
 
-use super::common::{annotations, name, topology_from};
+use super::common::{annotations, name, sub_groups_within_cap, topology_from};
 use super::generic::whole;
 use super::json::{at, clamp_i32, int_at, str_at, string_map_at};
 use super::{Shape, Warning, Workload};
@@ -44,7 +45,8 @@ pub(crate) fn training_job(w: &Workload<'_>, warnings: &mut Vec<Warning>) -> Sha
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     let replicas = |spec: &Value| int_at(spec, &["replicas"]).unwrap_or(1).max(0);
-    let total: i64 = specs.values().map(replicas).sum();
+    // Saturating: each count is the user's, and a sum past i64 must not panic.
+    let total: i64 = specs.values().map(replicas).fold(0, i64::saturating_add);
 
     let min_available = int_at(
         &top.data,
@@ -61,7 +63,7 @@ pub(crate) fn training_job(w: &Workload<'_>, warnings: &mut Vec<Warning>) -> Sha
         && str_at(&top.data, &["spec", "launcherCreationPolicy"]) == Some("WaitForWorkersReady")
         && !launcher_exists(w)
     {
-        min -= specs.get("Launcher").map_or(0, replicas);
+        min = min.saturating_sub(specs.get("Launcher").map_or(0, replicas));
     }
     let min = clamp_i32(min.max(1));
     if i64::from(min) > total && total > 0 {
@@ -104,7 +106,7 @@ fn pytorch_sub_groups(
     let master = specs.get("Master");
     let worker = specs.get("Worker");
     let master_count = master.map_or(0, |m| clamp_i32(int_at(m, &["replicas"]).unwrap_or(1).max(0)));
-    let worker_min = (min - master_count).max(0);
+    let worker_min = min.saturating_sub(master_count).max(0);
     if master_count > 0 {
         shape.sub_groups.push(SubGroup {
             name: "master".to_owned(),
@@ -161,9 +163,35 @@ fn pytorch_sub_groups(
         warnings,
         "the PyTorch worker segments",
     );
-    let segments = (worker_min + size - 1) / size;
+    // Both numbers are the user's: their sum can pass i32::MAX.
+    let Some(segments) = worker_min.checked_add(size - 1).map(|n| n / size) else {
+        warnings.push(Warning::InvalidValue {
+            key: keys::SEGMENT_SIZE.to_owned(),
+            value: raw_size,
+            detail: format!(
+                "segments of {size} over {worker_min} workers overflow the segment count; workers are not segmented"
+            ),
+        });
+        return;
+    };
+    let requested = u64::try_from(shape.sub_groups.len())
+        .ok()
+        .zip(u64::try_from(segments).ok())
+        .and_then(|(existing, segments)| existing.checked_add(segments))
+        .unwrap_or(u64::MAX);
+    let what = || {
+        format!(
+            "segments of {size} over the {worker_min} workers of PyTorchJob {}",
+            name(w.top.as_ref())
+        )
+    };
+    if !sub_groups_within_cap(requested, what, "workers are not segmented", warnings) {
+        return;
+    }
+    let mut unplaced = worker_min;
     for k in 0..segments {
-        let members = (worker_min - k * size).min(size);
+        let members = unplaced.min(size);
+        unplaced -= members;
         shape.sub_groups.push(SubGroup {
             name: format!("worker-{k}"),
             min_member: Some(members),

@@ -9,12 +9,13 @@
 //! Segments (`subGroupPolicy.subGroupSize`, else `kai.scheduler/segment-size` on the set or the worker
 //! template) cut a group into `segment-<k>` sub-groups of that many pods carrying the segment topology;
 //! with the `LeaderWorker` policy the leader belongs to `segment-0` (children `leader` and `workers`), with
-//! `LeaderExcluded` it stands alone.
+//! `LeaderExcluded` it stands alone. More segments than [`MAX_SUB_GROUPS`](super::MAX_SUB_GROUPS) allows
+//! are reported and not made.
 
 use api::{SubGroup, keys, podgroup::TopologyConstraint};
 use serde_json::Value;
 
-use super::common::{annotations, name, topology_from, uid};
+use super::common::{annotations, name, sub_groups_within_cap, topology_from, uid};
 use super::generic::whole;
 use super::json::{at, clamp_i32, int_at, str_at, string_map_at};
 use super::names::pg_name;
@@ -146,6 +147,23 @@ fn segmentation(w: &Workload<'_>, group_size: i32, warnings: &mut Vec<Warning>) 
         });
         return None;
     }
+    let segmentation = Segmentation {
+        size,
+        leader_excluded,
+        constraint: None,
+    };
+    // Besides the segments: `leader`, and with LeaderWorker also `workers` (segment 0 always has one).
+    let others = if leader_excluded { 1 } else { 2 };
+    let requested = segmentation.segment_count(group_size).saturating_add(others);
+    let what = || {
+        format!(
+            "segments of {size} in LeaderWorkerSet {} of size {group_size}",
+            name(top)
+        )
+    };
+    if !sub_groups_within_cap(requested, what, "no segments", warnings) {
+        return None;
+    }
     let constraint = topology_from(
         pick(keys::TOPOLOGY).as_ref(),
         pick(keys::SEGMENT_TOPOLOGY_REQUIRED).as_ref(),
@@ -154,13 +172,27 @@ fn segmentation(w: &Workload<'_>, group_size: i32, warnings: &mut Vec<Warning>) 
         "the LeaderWorkerSet segments",
     );
     Some(Segmentation {
-        size,
-        leader_excluded,
         constraint,
+        ..segmentation
     })
 }
 
 impl Segmentation {
+    /// 1 when segment 0 keeps a place for the leader (LeaderWorker with workers not a multiple of the
+    /// segment size), else 0: worker `index` sits at position `index - 1 + shift`, `size` per segment.
+    fn leader_shift(&self, group_size: i32) -> i32 {
+        let divisible = (group_size - 1) % self.size == 0;
+        i32::from(!self.leader_excluded && !divisible)
+    }
+
+    /// How many segments the workers of a group of `group_size` (at least 2) fill, computed rather
+    /// than counted: the size is the user's and may be i32::MAX.
+    fn segment_count(&self, group_size: i32) -> u64 {
+        // In i64 nothing here can overflow: every operand is a non-negative i32.
+        let last_position = i64::from(group_size) - 2 + i64::from(self.leader_shift(group_size));
+        u64::try_from(last_position / i64::from(self.size) + 1).unwrap_or(0)
+    }
+
     /// Segment of pod `index` (0 is the leader).
     fn segment_of(&self, group_size: i32, index: i32) -> i32 {
         if self.leader_excluded {
@@ -180,13 +212,16 @@ impl Segmentation {
         worker_index: Option<i32>,
         is_leader: bool,
     ) -> (Vec<SubGroup>, Option<String>) {
+        // Workers per segment, segment by segment (never worker by worker): the caller checked the
+        // segment count against the cap.
         let mut counts: Vec<i32> = Vec::new();
-        for index in 1..group_size {
-            let k = usize::try_from(self.segment_of(group_size, index)).unwrap_or(0);
-            if counts.len() <= k {
-                counts.resize(k + 1, 0);
-            }
-            counts[k] += 1;
+        let mut unplaced = group_size - 1;
+        let mut room = self.size - self.leader_shift(group_size);
+        while unplaced > 0 {
+            let members = unplaced.min(room);
+            counts.push(members);
+            unplaced -= members;
+            room = self.size;
         }
         let segment = |k: usize| format!("segment-{k}");
         let mut groups = Vec::new();
@@ -197,7 +232,7 @@ impl Segmentation {
             }
         } else {
             for (k, n) in counts.iter().enumerate() {
-                let members = if k == 0 { n + 1 } else { *n };
+                let members = if k == 0 { n.saturating_add(1) } else { *n };
                 groups.push(sub(&segment(k), members, None, self.constraint.clone()));
             }
             groups.push(sub("leader", 1, Some("segment-0"), None));
@@ -227,5 +262,53 @@ fn sub(name: &str, min: i32, parent: Option<&str>, constraint: Option<TopologyCo
         min_member: Some(min),
         parent: parent.map(str::to_owned),
         topology_constraint: constraint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Segmentation;
+
+    /// The segments computed in one step hold exactly the workers `segment_of` puts in them one by one.
+    #[test]
+    fn computed_segments_agree_with_segment_of_every_worker() {
+        for group_size in 2..=24 {
+            for size in 2..=group_size {
+                for leader_excluded in [false, true] {
+                    if leader_excluded && (group_size - 1) % size != 0 {
+                        continue;
+                    }
+                    let seg = Segmentation {
+                        size,
+                        leader_excluded,
+                        constraint: None,
+                    };
+                    let mut by_worker: Vec<i32> = Vec::new();
+                    for index in 1..group_size {
+                        let k = usize::try_from(seg.segment_of(group_size, index)).expect("non-negative");
+                        if by_worker.len() <= k {
+                            by_worker.resize(k + 1, 0);
+                        }
+                        by_worker[k] += 1;
+                    }
+                    let case = format!("group {group_size}, segments of {size}, excluded {leader_excluded}");
+                    let (groups, _) = seg.build(group_size, None, false);
+                    let mut computed: Vec<i32> = groups
+                        .iter()
+                        .filter(|g| g.name.starts_with("segment-"))
+                        .filter_map(|g| g.min_member)
+                        .collect();
+                    if !leader_excluded {
+                        computed[0] -= 1; // segment-0 counts the leader too
+                    }
+                    assert_eq!(computed, by_worker, "{case}");
+                    assert_eq!(
+                        seg.segment_count(group_size),
+                        u64::try_from(by_worker.len()).expect("small"),
+                        "{case}"
+                    );
+                }
+            }
+        }
     }
 }

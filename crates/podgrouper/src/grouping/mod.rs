@@ -39,6 +39,11 @@ pub use explicit::{managed_by, managed_keys};
 pub use manifest::{PodPatch, pod_group_manifest, pod_group_up_to_date, pod_patch};
 pub use names::{bounded_label_value, bounded_name, pod_as_object};
 
+/// Most sub-groups one PodGroup may have (KAI's cap). Sizes and counts on a workload are the user's:
+/// a workload that would fan out into more is not cut up, and the user is told, so one hostile object
+/// cannot make the podgrouper build (or the API server store) millions of sub-groups.
+pub const MAX_SUB_GROUPS: usize = 10_000;
+
 /// An object of the owner chain as the caches hold it: full for kinds whose spec matters, metadata only
 /// (`data` is `null`) for the others. `types` is always set.
 pub type Object = Arc<DynamicObject>;
@@ -221,6 +226,15 @@ pub enum Warning {
         /// What is odd and what was done.
         detail: String,
     },
+    /// The workload would fan out into more than [`MAX_SUB_GROUPS`] sub-groups; it was not cut up.
+    TooManySubGroups {
+        /// What would have been cut up ("the PyTorch workers of PyTorchJob train").
+        what: String,
+        /// How many sub-groups that would have made.
+        requested: u64,
+        /// What was done instead.
+        detail: String,
+    },
 }
 
 impl Warning {
@@ -240,6 +254,7 @@ impl Warning {
             Self::PriorityClassNotFound { .. } => "PriorityClassNotFound",
             Self::InvalidValue { .. } => "InvalidValue",
             Self::Workload { .. } => "WorkloadShape",
+            Self::TooManySubGroups { .. } => "TooManySubGroups",
         }
     }
 }
@@ -285,6 +300,14 @@ impl fmt::Display for Warning {
             }
             Self::InvalidValue { key, value, detail } => write!(f, "{key}={value:?} is not valid: {detail}"),
             Self::Workload { detail } => f.write_str(detail),
+            Self::TooManySubGroups {
+                what,
+                requested,
+                detail,
+            } => write!(
+                f,
+                "{what} would make {requested} sub-groups, more than the {MAX_SUB_GROUPS} a PodGroup may have; {detail}"
+            ),
         }
     }
 }

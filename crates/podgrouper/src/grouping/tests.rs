@@ -786,6 +786,22 @@ fn jobset_parallelism_edge_cases() {
 }
 
 #[test]
+fn jobset_pod_counts_past_i64_saturate() {
+    let replicated = |name: &str| json!({"name": name, "replicas": i64::MAX, "template": {"spec": {"parallelism": i64::MAX}}});
+    let js = obj(
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        "js",
+        "u",
+        json!({"startupPolicy": {"startupPolicyOrder": "AnyOrder"},
+            "replicatedJobs": [replicated("a"), replicated("b")]}),
+    );
+    let p = pod("p").owned_by(&js).label(keys::JOBSET_REPLICATED_JOB, "a");
+    let out = run(&p, &[js], &View::default());
+    assert_eq!(applied(&out).min_member, i32::MAX);
+}
+
+#[test]
 fn jobset_with_dependencies_splits_even_in_any_order() {
     let js = obj(
         "jobset.x-k8s.io/v1alpha2",
@@ -824,6 +840,34 @@ fn jobset_pod_without_replicated_job_label_falls_back_with_a_warning() {
         matches!(out.warnings.as_slice(), [Warning::Workload { .. }]),
         "{:?}",
         out.warnings
+    );
+}
+
+#[test]
+fn ray_cluster_with_more_worker_groups_than_the_cap_gets_no_sub_groups() {
+    // Sub-groups listed in the spec rather than cut by a number meet the same cap, in `finish`.
+    let groups: Vec<serde_json::Value> = (0..super::MAX_SUB_GROUPS)
+        .map(|i| json!({"groupName": format!("g{i}"), "replicas": 1}))
+        .collect();
+    let rc = obj(
+        "ray.io/v1",
+        "RayCluster",
+        "rc",
+        "u",
+        json!({"headGroupSpec": {}, "workerGroupSpecs": groups}),
+    );
+    let p = pod("rc-g1-x").owned_by(&rc).label(keys::RAY_GROUP, "g1");
+    let out = run(&p, &[rc], &View::default());
+    let g = applied(&out);
+    // Head plus 10,000 worker groups is one too many.
+    assert!(g.sub_groups.is_empty(), "{} sub-groups", g.sub_groups.len());
+    assert_eq!(g.pod_sub_group, None);
+    assert_eq!(g.min_member, 10_001);
+    assert_eq!(reasons(&out), ["TooManySubGroups"], "{:?}", out.warnings);
+    assert!(
+        out.warnings[0].to_string().contains("10001"),
+        "{}",
+        out.warnings[0]
     );
 }
 
@@ -1234,6 +1278,135 @@ fn lws_segments() {
     let out = run(&member(1), &[lws(3, 4, "LeaderWorker")], &View::default());
     assert_eq!(subs(applied(&out)), pairs(&[("leader", 1), ("workers", 2)]));
     assert!(!out.warnings.is_empty());
+}
+
+/// Groups `p` and fails when that takes long: a hostile size must be refused, not worked through.
+fn run_quickly(label: &str, p: &super::testkit::PodB, owners: &[Object]) -> super::Outcome {
+    let started = std::time::Instant::now();
+    let out = run(p, owners, &View::default());
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(5), "{label}: took {took:?}");
+    out
+}
+
+/// The reasons of an outcome's warnings.
+fn reasons(out: &super::Outcome) -> Vec<&'static str> {
+    out.warnings.iter().map(Warning::reason).collect()
+}
+
+/// A PyTorchJob of `workers` workers (no master) whose worker template asks for `segment_size`.
+fn pytorch_workers(workers: i64, segment_size: &str) -> Object {
+    obj(
+        "kubeflow.org/v1",
+        "PyTorchJob",
+        "pt",
+        "u",
+        json!({"pytorchReplicaSpecs": {"Worker": {"replicas": workers, "template": {"metadata": {
+            "annotations": {keys::SEGMENT_SIZE: segment_size}}}}}}),
+    )
+}
+
+fn pytorch_worker_pod(pt: &Object) -> super::testkit::PodB {
+    pod("pt-worker-1")
+        .owned_by(pt)
+        .label(keys::KUBEFLOW_REPLICA_TYPE, "worker")
+        .label(keys::KUBEFLOW_REPLICA_INDEX, "1")
+}
+
+#[test]
+fn pytorch_segment_size_i32_max_is_reported_not_overflowed() {
+    // 4 workers + i32::MAX - 1 overflows the segment count: reported, workers not segmented.
+    let pt = pytorch_workers(4, &i32::MAX.to_string());
+    let out = run_quickly("segment size i32::MAX", &pytorch_worker_pod(&pt), &[pt]);
+    let g = applied(&out);
+    assert_eq!(subs(g), vec![("worker".to_owned(), 4)]);
+    assert_eq!(g.pod_sub_group.as_deref(), Some("worker"));
+    assert_eq!(reasons(&out), ["InvalidValue"], "{:?}", out.warnings);
+    assert!(
+        out.warnings[0].to_string().contains(keys::SEGMENT_SIZE),
+        "{}",
+        out.warnings[0]
+    );
+}
+
+#[test]
+fn pytorch_segment_size_1_with_i32_max_workers_is_capped() {
+    // i32::MAX segments of one worker each would be built one by one: refused at the cap instead.
+    let pt = pytorch_workers(i64::from(i32::MAX), "1");
+    let out = run_quickly("size 1, i32::MAX workers", &pytorch_worker_pod(&pt), &[pt]);
+    let g = applied(&out);
+    assert_eq!(subs(g), vec![("worker".to_owned(), i32::MAX)]);
+    assert_eq!(g.pod_sub_group.as_deref(), Some("worker"));
+    assert_eq!(reasons(&out), ["TooManySubGroups"], "{:?}", out.warnings);
+    let text = out.warnings[0].to_string();
+    assert!(text.contains("2147483647") && text.contains("10000"), "{text}");
+}
+
+#[test]
+fn pytorch_worker_count_plus_segment_size_overflow_is_reported() {
+    // worker_min + size - 1 = i32::MAX + 1: reported, workers not segmented.
+    let pt = pytorch_workers(i64::from(i32::MAX), "2");
+    let out = run_quickly("i32::MAX workers, size 2", &pytorch_worker_pod(&pt), &[pt]);
+    let g = applied(&out);
+    assert_eq!(subs(g), vec![("worker".to_owned(), i32::MAX)]);
+    assert_eq!(g.pod_sub_group.as_deref(), Some("worker"));
+    assert!(!out.warnings.is_empty(), "nothing reported");
+
+    // Replica counts beyond i64 still sum without overflowing.
+    let huge = obj(
+        "kubeflow.org/v1",
+        "PyTorchJob",
+        "pt",
+        "u",
+        json!({"pytorchReplicaSpecs": {"Master": {"replicas": i64::MAX}, "Worker": {"replicas": i64::MAX}}}),
+    );
+    let out = run_quickly("i64::MAX replicas", &pytorch_worker_pod(&huge), &[huge]);
+    assert_eq!(applied(&out).min_member, i32::MAX);
+}
+
+#[test]
+fn lws_size_i32_max_is_not_cut_into_a_billion_segments() {
+    let lws = |segment: i32, policy: &str| {
+        obj(
+            "leaderworkerset.x-k8s.io/v1",
+            "LeaderWorkerSet",
+            "lws",
+            "u",
+            json!({"leaderWorkerTemplate": {"size": i32::MAX,
+                "subGroupPolicy": {"subGroupSize": segment, "subGroupPolicyType": policy}}}),
+        )
+    };
+    let worker = pod("lws-0-3")
+        .label(keys::LWS_GROUP_INDEX, "0")
+        .label(keys::LWS_WORKER_INDEX, "3");
+    let unsegmented = vec![("leader".to_owned(), 1), ("workers".to_owned(), i32::MAX - 1)];
+
+    for policy in ["LeaderWorker", "LeaderExcluded"] {
+        let out = run_quickly(policy, &worker, &[lws(2, policy)]);
+        let g = applied(&out);
+        assert_eq!(g.min_member, i32::MAX, "{policy}");
+        assert_eq!(subs(g), unsegmented, "{policy}");
+        assert_eq!(g.pod_sub_group.as_deref(), Some("workers"), "{policy}");
+        assert_eq!(
+            reasons(&out),
+            ["TooManySubGroups"],
+            "{policy}: {:?}",
+            out.warnings
+        );
+    }
+
+    // One segment of the whole group is fine, and must not walk every worker index to find that out.
+    let out = run_quickly("one segment", &worker, &[lws(i32::MAX, "LeaderWorker")]);
+    assert_eq!(
+        subs(applied(&out)),
+        vec![
+            ("segment-0".to_owned(), i32::MAX),
+            ("leader".to_owned(), 1),
+            ("workers".to_owned(), i32::MAX - 1)
+        ]
+    );
+    assert_eq!(applied(&out).pod_sub_group.as_deref(), Some("workers"));
+    assert!(out.warnings.is_empty(), "{:?}", out.warnings);
 }
 
 #[test]

@@ -104,6 +104,29 @@ pub enum GroupProblem {
         /// The most members it can have.
         possible: u32,
     },
+    /// A Volcano `minResources` entry that cannot be counted. Blocking, like any invalid definition:
+    /// dropping it would gate the gang on less than the user asked for.
+    InvalidMinResource {
+        /// The resource name.
+        resource: String,
+        /// The value as written.
+        value: String,
+        /// What is wrong with it.
+        fault: MinResourceFault,
+    },
+}
+
+/// What is wrong with a `minResources` entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MinResourceFault {
+    /// Not a number with an optional suffix.
+    NotAQuantity,
+    /// Below zero.
+    Negative,
+    /// Too large for the scheduler's counters.
+    TooLarge,
+    /// A resource kind beyond the most the scheduler tracks.
+    TooManyKinds,
 }
 
 impl GroupProblem {
@@ -143,6 +166,7 @@ impl GroupProblem {
             Self::SubGroupCycle(_) => "InvalidSubGroups",
             Self::ParentNotFound(_) => "ParentPodGroupNotFound",
             Self::Topology(_) => "InvalidTopology",
+            Self::InvalidMinResource { .. } => "InvalidMinResources",
         }
     }
 }
@@ -180,6 +204,21 @@ impl std::fmt::Display for GroupProblem {
                     f,
                     "minMember {min} can never be met: the gang can have at most {possible} pods"
                 )
+            }
+            Self::InvalidMinResource {
+                resource,
+                value,
+                fault,
+            } => {
+                let what = match fault {
+                    MinResourceFault::NotAQuantity => "is not a quantity",
+                    MinResourceFault::Negative => "is negative",
+                    MinResourceFault::TooLarge => "is too large to count",
+                    MinResourceFault::TooManyKinds => {
+                        "names a resource kind beyond the most the scheduler can track"
+                    }
+                };
+                write!(f, "minResources {resource:?}: {value:?} {what}")
             }
         }
     }

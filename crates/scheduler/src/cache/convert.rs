@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use scheduler_core::model::constraints::{
     Constraints, Operator, Requirement, Taint, TaintEffect, Toleration,
 };
-use scheduler_core::model::group::{GroupProblem, SubGroupDecl};
+use scheduler_core::model::group::{GroupProblem, MinResourceFault, SubGroupDecl};
 use scheduler_core::model::queue::{QueueProblem, QueueResourceSpec};
 use scheduler_core::model::resources::{CPU, GPU, MAX_RESOURCES, MEMORY, PODS, ResourceNames};
 use scheduler_core::model::{
@@ -93,11 +93,7 @@ fn add_quantities(
             problems.push(format!("too many distinct resource kinds; cannot track {name}"));
             continue;
         };
-        let amount = match slot {
-            CPU | GPU => quantity::milli_value(&q.0),
-            _ => quantity::value(&q.0),
-        };
-        match amount {
+        match amount_in(slot, &q.0) {
             Ok(v) if v >= 0 => match total.0[slot].checked_add(v) {
                 Some(sum) => total.0[slot] = sum,
                 None => {
@@ -115,6 +111,14 @@ fn add_quantities(
 /// The problem of a request sum past what the scheduler can count (about 8 Ei of any unit).
 fn overflow(resource: &str) -> String {
     format!("the requests for {resource} add up to more than can be counted")
+}
+
+/// A quantity in the unit of its slot: milli-units for CPU and GPU, units for the rest.
+fn amount_in(slot: usize, quantity: &str) -> Result<i64, quantity::QuantityError> {
+    match slot {
+        CPU | GPU => quantity::milli_value(quantity),
+        _ => quantity::value(quantity),
+    }
 }
 
 /// A container's effective request: requests, with limits standing in where a request is missing (as
@@ -598,16 +602,29 @@ pub fn volcano_pod_group(names: &mut ResourceNames, pg: &api::VolcanoPodGroup, d
     group.priority_class = non_empty(spec.priority_class_name.as_ref()).map(Into::into);
     group.created = millis(meta.creation_timestamp.as_ref());
     if !spec.min_resources.is_empty() {
-        let mut r = Resources::ZERO;
-        let mut problems = Vec::new();
-        add_quantities(
-            names,
-            &mut r,
-            Some(&spec.min_resources),
-            &HashSet::new(),
-            &mut problems,
-        );
-        group.min_resources = Some(r);
+        // An entry that cannot be counted is a blocking problem, never skipped: skipping it would gate
+        // the gang on less than the user asked for.
+        let mut total = Resources::ZERO;
+        for (resource, q) in &spec.min_resources {
+            let counted = names
+                .slot(resource)
+                .ok_or(MinResourceFault::TooManyKinds)
+                .and_then(|slot| match amount_in(slot, &q.0) {
+                    Ok(v) if v >= 0 => Ok((slot, v)),
+                    Ok(_) => Err(MinResourceFault::Negative),
+                    Err(quantity::QuantityError::Overflow(_)) => Err(MinResourceFault::TooLarge),
+                    Err(_) => Err(MinResourceFault::NotAQuantity),
+                });
+            match counted {
+                Ok((slot, v)) => total.0[slot] = total.0[slot].saturating_add(v),
+                Err(fault) => group.problems.push(GroupProblem::InvalidMinResource {
+                    resource: resource.clone(),
+                    value: q.0.clone(),
+                    fault,
+                }),
+            }
+        }
+        group.min_resources = Some(total);
     }
     group
 }
@@ -850,6 +867,98 @@ status:
         assert!(u.ready && u.unschedulable);
         assert_eq!(u.gpu_memory_mib, Some(81920));
         assert_eq!(u.taints.len(), 1);
+    }
+
+    #[test]
+    fn volcano_min_resources_that_cannot_be_counted_are_reported_and_block_the_gang() {
+        let mut names = ResourceNames::default();
+        let pg: api::VolcanoPodGroup = serde_yaml::from_str(
+            r#"
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: PodGroup
+metadata: {name: vg, namespace: n, uid: u}
+spec:
+  minMember: 2
+  minResources: {cpu: "2", gpu: abc, memory: "-1Gi", nvidia.com/gpu: "1e999"}
+"#,
+        )
+        .unwrap();
+        let g = volcano_pod_group(&mut names, &pg, "default-queue");
+        let reasons: Vec<String> = g.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            reasons,
+            [
+                r#"minResources "gpu": "abc" is not a quantity"#,
+                r#"minResources "memory": "-1Gi" is negative"#,
+                r#"minResources "nvidia.com/gpu": "1e999" is too large to count"#,
+            ],
+        );
+        // Like any other invalid definition, the gang waits until it is fixed rather than being gated
+        // on less than the user asked for.
+        assert_eq!(
+            g.blocking_problem().map(GroupProblem::reason),
+            Some("InvalidMinResources")
+        );
+        // What can be read is still read.
+        assert_eq!(g.min_resources.map(|r| r.cpu()), Some(2000));
+    }
+
+    /// One cycle over a queue, a roomy node, one pod and a Volcano PodGroup with `min_resources`.
+    fn cycle_with_volcano_min_resources(
+        min_resources: &str,
+    ) -> scheduler_core::framework::decisions::Decisions {
+        let mut names = ResourceNames::default();
+        let mut cluster = scheduler_core::model::Cluster::default();
+        let q: api::Queue = serde_yaml::from_str("metadata: {name: q}\nspec: {}").unwrap();
+        cluster.apply_queue(queue(&mut names, &q));
+        let n: Node = serde_yaml::from_str(
+            "metadata: {name: n1}\nstatus: {allocatable: {cpu: \"8\", memory: 8Gi, pods: \"10\"}, conditions: [{type: Ready, status: \"True\"}]}",
+        )
+        .unwrap();
+        cluster.apply_node(node(&mut names, &n));
+        let pg: api::VolcanoPodGroup = serde_yaml::from_str(&format!(
+            "metadata: {{name: vg, namespace: n, uid: u}}\nspec: {{queue: q, minMember: 1, minResources: {min_resources}}}"
+        ))
+        .unwrap();
+        cluster.apply_group(volcano_pod_group(&mut names, &pg, "default-queue"));
+        let p = pod_yaml(
+            "metadata: {name: p, uid: up, namespace: n, annotations: {scheduling.k8s.io/group-name: vg}}\nspec: {schedulerName: kai-scheduler, containers: [{name: a, image: x, resources: {requests: {cpu: \"1\"}}}]}",
+        );
+        cluster.apply_pod(pod(&mut names, &p, "kai-scheduler"));
+        let config = scheduler_core::config::Config::default();
+        scheduler_core::cycle::run(&mut cluster, &config, 1_767_225_600_000).decisions
+    }
+
+    #[test]
+    fn a_volcano_gang_with_an_uncountable_min_resource_waits_and_says_why() {
+        // Control: countable minResources that fit, the pod is bound.
+        let fine = cycle_with_volcano_min_resources(r#"{cpu: "1"}"#);
+        assert_eq!(fine.binds.len(), 1, "{:?}", fine.group_statuses);
+
+        let bad = cycle_with_volcano_min_resources(r#"{cpu: "1", gpu: abc}"#);
+        assert!(bad.binds.is_empty(), "{:?}", bad.binds);
+        let status = &bad
+            .group_statuses
+            .iter()
+            .find(|s| &*s.key.name == "vg")
+            .expect("a status for the gang")
+            .status;
+        let invalid = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Invalid")
+            .expect("an Invalid condition");
+        assert_eq!(invalid.reason.as_deref(), Some("InvalidMinResources"));
+        assert_eq!(
+            invalid.message.as_deref(),
+            Some(r#"minResources "gpu": "abc" is not a quantity"#)
+        );
+        let waiting = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Unschedulable")
+            .expect("an Unschedulable condition");
+        assert_eq!(waiting.reason.as_deref(), Some("InvalidMinResources"));
     }
 
     #[test]
