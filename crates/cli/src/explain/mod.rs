@@ -606,15 +606,9 @@ fn smallest_eviction(model: &Cluster, config: &Config, now: Millis, root: GroupI
     for v in order {
         candidates.extend(victims::units_of(&ssn, v, true));
     }
-    let request = victims::Request {
-        gang: g,
-        candidates,
-        cause: EvictionCause::Preempt,
-        victims_must_move: false,
-        max_victim_gangs: usize::MAX,
-        validate: &|_, _| Ok(()),
-        message: &|_, _| String::new(),
-    };
+    // Nothing is evicted for real here: the events' text is never read.
+    let no_message = |_: &Session<'_>, _: &victims::Unit| String::new();
+    let request = victims::Request::new(g, candidates, EvictionCause::Preempt, &no_message);
     let Ok(units) = victims::solve(&mut ssn, &request) else {
         return Some(Vec::new());
     };

@@ -48,17 +48,12 @@ pub fn consolidate(ssn: &mut Session<'_>) {
             candidates.extend(victims::units_of(ssn, v, true));
         }
         let target = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
-        let request = Request {
-            gang: g,
-            candidates,
-            cause: EvictionCause::Consolidation,
-            victims_must_move: true,
-            max_victim_gangs: max,
-            validate: &|_, _| Ok(()),
-            message: &|_, _| {
-                format!("moved to make room for {target} (consolidation); it is recreated elsewhere")
-            },
+        let message = |_: &Session<'_>, _: &Unit| {
+            format!("moved to make room for {target} (consolidation); it is recreated elsewhere")
         };
+        let request = Request::new(g, candidates, EvictionCause::Consolidation, &message)
+            .victims_must_move()
+            .max_victim_gangs(max);
         if victims::solve(ssn, &request).is_ok() {
             ssn.mark_placed(g, "consolidation");
             ssn.explain(g, Why::Pipelined);

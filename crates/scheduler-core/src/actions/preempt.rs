@@ -53,15 +53,9 @@ pub fn preempt(ssn: &mut Session<'_>) {
             candidates.extend(victims::units_of(ssn, v, !protected));
         }
         let preemptor = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
-        let request = Request {
-            gang: g,
-            candidates,
-            cause: EvictionCause::Preempt,
-            victims_must_move: false,
-            max_victim_gangs: usize::MAX,
-            validate: &|_, _| Ok(()),
-            message: &|_, _| format!("preempted by higher priority workload {preemptor}"),
-        };
+        let message =
+            |_: &Session<'_>, _: &Unit| format!("preempted by higher priority workload {preemptor}");
+        let request = Request::new(g, candidates, EvictionCause::Preempt, &message);
         if victims::solve(ssn, &request).is_ok() {
             ssn.mark_placed(g, "preempt");
             ssn.explain(g, Why::Pipelined);
