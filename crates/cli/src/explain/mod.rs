@@ -580,7 +580,7 @@ fn smallest_eviction(model: &Cluster, config: &Config, now: Millis, root: GroupI
     let waits_for_room = ssn
         .outcomes
         .get(&g)
-        .is_some_and(|o| !o.placed && matches!(o.why.first(), Some(Why::NoFit(_))));
+        .is_some_and(|o| !o.placed() && matches!(o.why.first(), Some(Why::NoFit(_))));
     if !waits_for_room {
         return None;
     }
@@ -972,7 +972,7 @@ pub fn explain_for(
             })
             .collect()
     };
-    let verdict = if outcome.placed {
+    let verdict = if outcome.placed() {
         Verdict::WouldBePlaced
     } else if satisfied {
         Verdict::Placed
@@ -1017,7 +1017,7 @@ pub fn explain_for(
         analysis: Analysis {
             snapshot_time: rfc3339(now),
             verdict,
-            placed_by: outcome.placed_by.map(str::to_owned),
+            placed_by: outcome.placed_by.map(|action| action.as_str().to_owned()),
             reasons,
             request: gang_request,
             nodes,

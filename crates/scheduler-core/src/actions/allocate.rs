@@ -9,6 +9,7 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
+use crate::config::ActionKind;
 use crate::framework::policy::ordering::JobQueues;
 use crate::framework::policy::placement::{Mode, NodeMiss, main_slot};
 use crate::framework::policy::topology;
@@ -228,7 +229,7 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<Progress, Why> {
         }
     }
     if !was_satisfied && ssn.gangs[g].is_satisfied(ssn.cluster) {
-        ssn.mark_placed(g, "allocate");
+        ssn.mark_placed(g, ActionKind::Allocate);
     }
     if pipelined_any {
         ssn.explain(g, Why::Pipelined);

@@ -4,7 +4,7 @@
 //! good.
 
 use super::victims::{self, Request, Unit};
-use crate::config::PlacementStrategy;
+use crate::config::{ActionKind, PlacementStrategy};
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::report::explain::Why;
@@ -22,7 +22,7 @@ pub fn consolidate(ssn: &mut Session<'_>) {
         return;
     }
     for g in super::preempt::waiting_for_room(ssn) {
-        if ssn.outcomes.get(&g).is_some_and(|o| o.placed) || !ssn.gangs[g].preemptible {
+        if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) || !ssn.gangs[g].preemptible {
             continue;
         }
         // Only worth it when the cluster has the room in total.
@@ -55,7 +55,7 @@ pub fn consolidate(ssn: &mut Session<'_>) {
             .victims_must_move()
             .max_victim_gangs(max);
         if victims::solve(ssn, &request).is_ok() {
-            ssn.mark_placed(g, "consolidation");
+            ssn.mark_placed(g, ActionKind::Consolidation);
             ssn.explain(g, Why::Pipelined);
         }
     }

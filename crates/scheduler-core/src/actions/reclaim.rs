@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::victims::{self, Request, Unit};
+use crate::config::ActionKind;
 use crate::fairshare::ReclaimRejection;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
@@ -18,7 +19,7 @@ pub fn reclaim(ssn: &mut Session<'_>) {
     let waiting = super::preempt::waiting_for_room(ssn);
     let mut order = JobQueues::new(ssn, waiting.into_iter(), false);
     while let Some(g) = order.pop(ssn) {
-        if ssn.outcomes.get(&g).is_some_and(|o| o.placed) {
+        if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
             continue;
         }
         let Some(queue) = ssn.gangs[g].queue else { continue };
@@ -42,7 +43,7 @@ pub fn reclaim(ssn: &mut Session<'_>) {
         let message = |ssn: &Session<'_>, u: &Unit| victim_message(ssn, u, &reclaimed_by);
         let request = Request::new(g, candidates, EvictionCause::Reclaim, &message).validated_by(&validate);
         if victims::solve(ssn, &request).is_ok() {
-            ssn.mark_placed(g, "reclaim");
+            ssn.mark_placed(g, ActionKind::Reclaim);
             ssn.explain(g, Why::Pipelined);
         }
     }

@@ -17,7 +17,7 @@ use super::policy::placement::{NodeIndex, PlacementPolicy};
 use super::report::explain::Why;
 use super::report::status;
 use super::reservations;
-use crate::config::Config;
+use crate::config::{ActionKind, Config};
 use crate::model::{Assumed, Cluster, GroupId, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId};
 
 /// One journal entry.
@@ -47,10 +47,16 @@ struct EvictionNote {
 pub struct GangOutcome {
     /// Why it is not (fully) placed, most important first.
     pub why: Vec<Why>,
-    /// Whether this cycle placed it (bound or pipelined to satisfaction).
-    pub placed: bool,
-    /// Action that placed it.
-    pub placed_by: Option<&'static str>,
+    /// The action that placed it in this cycle (bound or pipelined to satisfaction), if one did.
+    pub placed_by: Option<ActionKind>,
+}
+
+impl GangOutcome {
+    /// Whether this cycle placed it.
+    #[must_use]
+    pub fn placed(&self) -> bool {
+        self.placed_by.is_some()
+    }
 }
 
 /// Reservations of a gang on a node.
@@ -350,9 +356,8 @@ impl<'c> Session<'c> {
     }
 
     /// Record that a gang was placed by an action.
-    pub fn mark_placed(&mut self, gang: usize, action: &'static str) {
+    pub fn mark_placed(&mut self, gang: usize, action: ActionKind) {
         let o = self.outcomes.entry(gang).or_default();
-        o.placed = true;
         o.placed_by = Some(action);
         o.why.clear();
     }
