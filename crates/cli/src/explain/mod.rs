@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 use scheduler_core::actions::{self, victims};
 use scheduler_core::config::Config;
 use scheduler_core::fairshare::units::to_raw;
+use scheduler_core::framework::Session;
 use scheduler_core::framework::decisions::EvictionCause;
 use scheduler_core::framework::policy::placement::{Mode, NodeMiss};
 use scheduler_core::framework::report::explain::{FitFailure, QueueGate, Why, miss_text};
 use scheduler_core::framework::report::status::rfc3339;
-use scheduler_core::framework::{Session, own_nominated};
 use scheduler_core::model::resources::{CPU, GPU, MAX_RESOURCES, MEMORY, PODS, ResourceNames};
 use scheduler_core::model::{
     Cluster, GroupId, GroupKey, GroupKind, Millis, NodeId, QueueId, Resources, TaskId, TaskStatus,
@@ -490,16 +490,14 @@ fn largest(cluster: &Cluster, tasks: &[TaskId]) -> Option<TaskId> {
     best
 }
 
-fn node_fit(ssn: &mut Session<'_>, g: usize, t: TaskId) -> NodeFit {
+fn node_fit(ssn: &mut Session<'_>, t: TaskId) -> NodeFit {
     let ids: Vec<NodeId> = ssn.cluster.nodes.iter().map(|(i, _)| NodeId(i)).collect();
     let mut refused: BTreeMap<NodeMiss, usize> = BTreeMap::new();
     let (mut eligible, mut fits_now, mut fits_later) = (0, 0, 0);
     let mut free = Resources::ZERO;
     for n in &ids {
         let cluster = &*ssn.cluster;
-        let gang = &ssn.gangs[g];
-        let own = |node| own_nominated(cluster, gang, node);
-        let answer = ssn.index.check(cluster, cluster.task(t), &ssn.policy, *n, &own);
+        let answer = ssn.index.check(cluster, cluster.task(t), &ssn.policy, *n);
         if !matches!(answer, Err(NodeMiss::Static(_))) {
             eligible += 1;
             free.add(
@@ -903,7 +901,7 @@ pub fn explain_for(
         largest_pod: ssn.cluster.task(t).key(),
         largest_pod_request: amounts(&names, &ssn.share_request(t)),
     });
-    let nodes = largest.map(|t| node_fit(&mut ssn, g, t));
+    let nodes = largest.map(|t| node_fit(&mut ssn, t));
     let leaf = ssn.gangs[g].queue;
     let preemptible = ssn.gangs[g].preemptible;
     let priority = ssn.gangs[g].priority;

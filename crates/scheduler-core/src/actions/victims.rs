@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, HashMap};
 use crate::fairshare::ReclaimRejection;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
-use crate::framework::own_nominated;
 use crate::framework::policy::placement::Mode;
 use crate::framework::policy::topology;
 use crate::model::{GroupId, NodeId, Resources, TaskId, TaskStatus};
@@ -339,10 +338,9 @@ fn replay(
     let tasks = tasks_to_place(ssn, req.gang);
     for t in tasks {
         let found = {
-            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[req.gang]);
-            let own = |n| own_nominated(cluster, gang, n);
+            let cluster = &*ssn.cluster;
             ssn.index
-                .find(cluster, cluster.task(t), &ssn.policy, domain, &own, None)
+                .find(cluster, cluster.task(t), &ssn.policy, domain, None)
         };
         match found {
             Some(p) => ssn.pipeline(t, p.node, p.gpu_groups),
@@ -405,10 +403,9 @@ fn place_with_victims(
     for t in tasks {
         // Room already (idle, or freed by victims chosen for earlier pods)?
         let found = {
-            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[req.gang]);
-            let own = |n| own_nominated(cluster, gang, n);
+            let cluster = &*ssn.cluster;
             ssn.index
-                .find(cluster, cluster.task(t), &ssn.policy, domain, &own, None)
+                .find(cluster, cluster.task(t), &ssn.policy, domain, None)
         };
         if let Some(p) = found {
             ssn.pipeline(t, p.node, p.gpu_groups);
@@ -424,8 +421,9 @@ fn place_with_victims(
             if !ssn.index.eligibility.check(ssn.cluster, task.constraints, *node) {
                 continue;
             }
-            let own = own_nominated(ssn.cluster, &ssn.gangs[req.gang], *node);
-            let (_, mut later) = ssn.cluster.node(*node).available(&own);
+            // The gang released its reservations above and those its earlier pods took in this attempt
+            // are not room for this one: every reservation here counts against it.
+            let (_, mut later) = ssn.cluster.node(*node).available(&Resources::ZERO);
             let need = task.request;
             let mut picked = Vec::new();
             for &u in units {
@@ -460,9 +458,8 @@ fn place_with_victims(
             chosen.push(unit);
         }
         let placed = {
-            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[req.gang]);
-            let own = |n| own_nominated(cluster, gang, n);
-            ssn.index.check(cluster, cluster.task(t), &ssn.policy, node, &own)
+            let cluster = &*ssn.cluster;
+            ssn.index.check(cluster, cluster.task(t), &ssn.policy, node)
         };
         match placed {
             Ok(p) => ssn.pipeline(t, p.node, p.gpu_groups),
@@ -481,8 +478,7 @@ fn relocate(ssn: &mut Session<'_>, t: TaskId) -> bool {
     probe.node = None;
     let found = {
         let cluster = &*ssn.cluster;
-        let no_own = |_| Resources::ZERO;
-        ssn.index.find(cluster, &probe, &ssn.policy, None, &no_own, None)
+        ssn.index.find(cluster, &probe, &ssn.policy, None, None)
     };
     match found {
         // Reserve the room so two moved pods do not count on the same space.

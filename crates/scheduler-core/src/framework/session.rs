@@ -59,15 +59,6 @@ impl GangOutcome {
     }
 }
 
-/// Reservations of a gang on a node.
-#[must_use]
-pub fn own_nominated(_cluster: &Cluster, _gang: &Gang, _node: NodeId) -> Resources {
-    // A gang gives back its reservations before it is placed again (allocate and the victim search
-    // both do), so while it is being placed every reservation on a node is someone else's, including
-    // those its own earlier pods took in this attempt: they must not count as free room twice.
-    Resources::ZERO
-}
-
 /// Per-cycle state.
 pub struct Session<'c> {
     /// The model.
@@ -360,12 +351,6 @@ impl<'c> Session<'c> {
         let o = self.outcomes.entry(gang).or_default();
         o.placed_by = Some(action);
         o.why.clear();
-    }
-
-    /// Reservations of a gang on a node (what it may use beyond others' reservations).
-    #[must_use]
-    pub fn own_nominated(&self, gang: usize, node: NodeId) -> Resources {
-        own_nominated(self.cluster, &self.gangs[gang], node)
     }
 
     // -----------------------------------------------------------------------------------------
