@@ -54,7 +54,7 @@ pub enum ActionKind {
 }
 
 impl ActionKind {
-    /// Name as written in the configuration and metrics.
+    /// Name as written in the configuration, metrics and events.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {

@@ -1,9 +1,13 @@
 //! `kai explain pg` as text: labelled fields wrapped to the terminal's width. Pure.
 
-use super::{Amounts, Explanation, PodStates, Verdict, Victim, plural};
+use super::report::{Amounts, Explanation, PodStates, Verdict, Victim};
 use crate::render::{spec_text, wrap};
 
 const LABEL: usize = 15;
+
+fn plural(n: u32, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
 
 fn field(out: &mut String, label: &str, text: &str, width: usize) {
     let first = format!("  {label:<w$}", w = LABEL - 2);

@@ -9,11 +9,12 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
+use crate::config::ActionKind;
+use crate::framework::Session;
 use crate::framework::policy::ordering::JobQueues;
 use crate::framework::policy::placement::{Mode, NodeMiss, main_slot};
 use crate::framework::policy::topology;
 use crate::framework::report::explain::{FitFailure, Why};
-use crate::framework::{Session, own_nominated};
 use crate::model::group::TopologyRequirement;
 use crate::model::resources::{CPU, GPU};
 use crate::model::{Cluster, GpuRequest, NodeId, Resources, TaskId, TaskStatus};
@@ -213,7 +214,7 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<Progress, Why> {
         }
     }
     if !was_satisfied && ssn.gangs[g].is_satisfied(ssn.cluster) {
-        ssn.mark_placed(g, "allocate");
+        ssn.mark_placed(g, ActionKind::Allocate);
     }
     if pipelined_any {
         ssn.explain(g, Why::Pipelined);
@@ -352,14 +353,12 @@ fn place_leaves(
     }
     for (i, t) in free.iter().enumerate() {
         let found = {
-            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[g]);
-            let own = |n| own_nominated(cluster, gang, n);
+            let cluster = &*ssn.cluster;
             ssn.index.find(
                 cluster,
                 cluster.task(*t),
                 &ssn.policy,
                 domain,
-                &own,
                 nominated.get(t).copied(),
             )
         };
@@ -370,7 +369,7 @@ fn place_leaves(
                 ssn.pipeline(*t, p.node, p.gpu_groups);
             }
             None => {
-                let mut failure = node_summary(ssn, g, *t, domain);
+                let mut failure = node_summary(ssn, *t, domain);
                 failure.pods_needed = u32::try_from(tasks.len()).unwrap_or(u32::MAX);
                 failure.pods_placed = u32::try_from(tasks.len() - free.len() + i).unwrap_or(u32::MAX);
                 for task in tasks {
@@ -384,7 +383,7 @@ fn place_leaves(
 }
 
 /// How every node answers for the pod that fit nowhere (with the gang's earlier pods still placed).
-fn node_summary(ssn: &mut Session<'_>, g: usize, t: TaskId, domain: Option<&[NodeId]>) -> FitFailure {
+fn node_summary(ssn: &mut Session<'_>, t: TaskId, domain: Option<&[NodeId]>) -> FitFailure {
     let mut failure = FitFailure {
         failed_task: Some(t),
         failed_pod: ssn.cluster.task(t).key(),
@@ -394,20 +393,11 @@ fn node_summary(ssn: &mut Session<'_>, g: usize, t: TaskId, domain: Option<&[Nod
     if let GpuRequest::Fraction { milli, devices } = ssn.cluster.task(t).gpu {
         failure.pod_request.0[GPU] = i64::from(milli * devices);
     }
-    let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[g]);
-    let own = |node| own_nominated(cluster, gang, node);
+    let cluster = &*ssn.cluster;
     let task = cluster.task(t);
     match domain {
         None => {
-            // Nodes where the gang holds reservations answer differently for it.
-            let own_nodes: Vec<NodeId> = gang
-                .tasks()
-                .filter_map(|m| {
-                    let m = cluster.task(m);
-                    (m.status == TaskStatus::Pipelined).then_some(m.node).flatten()
-                })
-                .collect();
-            let (nodes, misses) = ssn.index.summarize(cluster, task, &ssn.policy, &own_nodes, &own);
+            let (nodes, misses) = ssn.index.summarize(cluster, task, &ssn.policy);
             failure.nodes = nodes;
             failure.misses = misses;
         }
@@ -420,7 +410,7 @@ fn node_summary(ssn: &mut Session<'_>, g: usize, t: TaskId, domain: Option<&[Nod
                     *failure.misses.entry(NodeMiss::OutsideDomain).or_default() += 1;
                     continue;
                 }
-                match ssn.index.check(cluster, task, &ssn.policy, n, &own) {
+                match ssn.index.check(cluster, task, &ssn.policy, n) {
                     Ok(p) if p.mode == Mode::Allocate => {}
                     Ok(_) => {
                         *failure

@@ -4,7 +4,7 @@
 //! good.
 
 use super::victims::{self, Request, Unit};
-use crate::config::PlacementStrategy;
+use crate::config::{ActionKind, PlacementStrategy};
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::report::explain::Why;
@@ -22,7 +22,7 @@ pub fn consolidate(ssn: &mut Session<'_>) {
         return;
     }
     for g in super::preempt::waiting_for_room(ssn) {
-        if ssn.outcomes.get(&g).is_some_and(|o| o.placed) || !ssn.gangs[g].preemptible {
+        if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) || !ssn.gangs[g].preemptible {
             continue;
         }
         // Only worth it when the cluster has the room in total.
@@ -48,19 +48,14 @@ pub fn consolidate(ssn: &mut Session<'_>) {
             candidates.extend(victims::units_of(ssn, v, true));
         }
         let target = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
-        let request = Request {
-            gang: g,
-            candidates,
-            cause: EvictionCause::Consolidation,
-            victims_must_move: true,
-            max_victim_gangs: max,
-            validate: &|_, _| Ok(()),
-            message: &|_, _| {
-                format!("moved to make room for {target} (consolidation); it is recreated elsewhere")
-            },
+        let message = |_: &Session<'_>, _: &Unit| {
+            format!("moved to make room for {target} (consolidation); it is recreated elsewhere")
         };
+        let request = Request::new(g, candidates, EvictionCause::Consolidation, &message)
+            .victims_must_move()
+            .max_victim_gangs(max);
         if victims::solve(ssn, &request).is_ok() {
-            ssn.mark_placed(g, "consolidation");
+            ssn.mark_placed(g, ActionKind::Consolidation);
             ssn.explain(g, Why::Pipelined);
         }
     }

@@ -3,6 +3,7 @@
 //! is bound in a later cycle, once the victims are gone.
 
 use super::victims::{self, Request, Unit};
+use crate::config::ActionKind;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::report::explain::Why;
@@ -12,7 +13,7 @@ pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
     let mut gangs: Vec<usize> = ssn
         .outcomes
         .iter()
-        .filter(|(_, o)| !o.placed && matches!(o.why.first(), Some(Why::NoFit(_))))
+        .filter(|(_, o)| !o.placed() && matches!(o.why.first(), Some(Why::NoFit(_))))
         .map(|(g, _)| *g)
         .collect();
     gangs.sort_by_key(|g| crate::framework::policy::ordering::job_key(ssn, *g));
@@ -22,7 +23,7 @@ pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
 /// Runs preempt.
 pub fn preempt(ssn: &mut Session<'_>) {
     for g in waiting_for_room(ssn) {
-        if ssn.outcomes.get(&g).is_some_and(|o| o.placed) {
+        if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
             continue;
         }
         let (queue, priority) = (ssn.gangs[g].queue, ssn.gangs[g].priority);
@@ -53,17 +54,11 @@ pub fn preempt(ssn: &mut Session<'_>) {
             candidates.extend(victims::units_of(ssn, v, !protected));
         }
         let preemptor = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
-        let request = Request {
-            gang: g,
-            candidates,
-            cause: EvictionCause::Preempt,
-            victims_must_move: false,
-            max_victim_gangs: usize::MAX,
-            validate: &|_, _| Ok(()),
-            message: &|_, _| format!("preempted by higher priority workload {preemptor}"),
-        };
+        let message =
+            |_: &Session<'_>, _: &Unit| format!("preempted by higher priority workload {preemptor}");
+        let request = Request::new(g, candidates, EvictionCause::Preempt, &message);
         if victims::solve(ssn, &request).is_ok() {
-            ssn.mark_placed(g, "preempt");
+            ssn.mark_placed(g, ActionKind::Preempt);
             ssn.explain(g, Why::Pipelined);
         }
     }

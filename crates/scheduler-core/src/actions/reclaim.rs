@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::victims::{self, Request, Unit};
+use crate::config::ActionKind;
+use crate::fairshare::ReclaimRejection;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::policy::ordering::JobQueues;
@@ -17,7 +19,7 @@ pub fn reclaim(ssn: &mut Session<'_>) {
     let waiting = super::preempt::waiting_for_room(ssn);
     let mut order = JobQueues::new(ssn, waiting.into_iter(), false);
     while let Some(g) = order.pop(ssn) {
-        if ssn.outcomes.get(&g).is_some_and(|o| o.placed) {
+        if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
             continue;
         }
         let Some(queue) = ssn.gangs[g].queue else { continue };
@@ -32,24 +34,16 @@ pub fn reclaim(ssn: &mut Session<'_>) {
         }
         let baseline = ssn.fairness.snapshot();
         let reclaimer = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
-        let message = reclaim_message(ssn, queue, &reclaimer);
-        let validate = |ssn: &Session<'_>, units: &[Unit]| -> Result<(), String> {
+        let reclaimed_by = reclaim_message(ssn, queue, &reclaimer);
+        let validate = |ssn: &Session<'_>, units: &[Unit]| -> Result<(), ReclaimRejection> {
             let chunks = chunks(ssn, units);
             ssn.fairness
                 .validate_reclaim(&baseline, queue, &request, preemptible, &chunks)
-                .map_err(|r| ssn.fairness.explain_rejection(&r, ssn.cluster))
         };
-        let request = Request {
-            gang: g,
-            candidates,
-            cause: EvictionCause::Reclaim,
-            victims_must_move: false,
-            max_victim_gangs: usize::MAX,
-            validate: &validate,
-            message: &|ssn, u| victim_message(ssn, u, &message),
-        };
+        let message = |ssn: &Session<'_>, u: &Unit| victim_message(ssn, u, &reclaimed_by);
+        let request = Request::new(g, candidates, EvictionCause::Reclaim, &message).validated_by(&validate);
         if victims::solve(ssn, &request).is_ok() {
-            ssn.mark_placed(g, "reclaim");
+            ssn.mark_placed(g, ActionKind::Reclaim);
             ssn.explain(g, Why::Pipelined);
         }
     }

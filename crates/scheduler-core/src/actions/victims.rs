@@ -9,9 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::fairshare::ReclaimRejection;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
-use crate::framework::own_nominated;
 use crate::framework::policy::placement::Mode;
 use crate::framework::policy::topology;
 use crate::model::{GroupId, NodeId, Resources, TaskId, TaskStatus};
@@ -27,25 +27,121 @@ pub struct Unit {
     pub whole: bool,
 }
 
-/// An action's rule on a chosen set of victims.
-pub type Validator<'a> = &'a dyn Fn(&Session<'_>, &[Unit]) -> Result<(), String>;
+/// An action's rule on a chosen set of victims (reclaim's fair share).
+pub type Validator<'a> = &'a dyn Fn(&Session<'_>, &[Unit]) -> Result<(), ReclaimRejection>;
 
-/// What the solver needs from an action.
+/// Text for the eviction events of a victim unit.
+pub type EvictionMessage<'a> = &'a dyn Fn(&Session<'_>, &Unit) -> String;
+
+/// Why the victim search found no acceptable set of victims. A value, so that the search does not
+/// format text nobody reads; [`NoVictims::explain`] makes the text where it is shown.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NoVictims {
+    /// A sub-group of the gang has its own topology constraint, which the search does not honour.
+    SubGroupTopology,
+    /// The gang's required topology level has no domain to search in.
+    NoCandidateDomain,
+    /// The gang fits without evicting anyone (allocate's business, which already tried).
+    NoVictimNeeded,
+    /// The gang has no pod left to place.
+    NothingToPlace,
+    /// No set of the allowed victims frees enough room on one node for this pod.
+    NoRoomForPod(TaskId),
+    /// The victims chosen on this node did not make room after all.
+    VictimsDidNotMakeRoom(NodeId),
+    /// A trimmed scenario that had been accepted could not be replayed (a bug, not a cluster state).
+    ReplayFailed,
+    /// The action's rule refused the victims.
+    Refused(ReclaimRejection),
+    /// Consolidation: some victim pod would have nowhere else to run.
+    VictimsCannotMove,
+}
+
+impl NoVictims {
+    /// Human explanation.
+    #[must_use]
+    pub fn explain(&self, ssn: &Session<'_>) -> String {
+        match self {
+            Self::SubGroupTopology => {
+                "sub-group topology constraints are not considered for eviction".to_owned()
+            }
+            Self::NoCandidateDomain => "no candidate domain".to_owned(),
+            Self::NoVictimNeeded => "no victim needed".to_owned(),
+            Self::NothingToPlace => "nothing to place".to_owned(),
+            Self::NoRoomForPod(t) => format!(
+                "no set of allowed victims makes room for pod {}",
+                ssn.cluster.task(*t).key()
+            ),
+            Self::VictimsDidNotMakeRoom(n) => {
+                format!("victims on {} did not make room", ssn.cluster.node(*n).name)
+            }
+            Self::ReplayFailed => "internal: replay of an accepted scenario failed".to_owned(),
+            Self::Refused(r) => ssn.fairness.explain_rejection(r, ssn.cluster),
+            Self::VictimsCannotMove => "the pods that would have to move have nowhere else to go".to_owned(),
+        }
+    }
+}
+
+/// What the solver needs from an action; built with [`Request::new`] and the few settings that
+/// differ between actions.
 pub struct Request<'a> {
     /// The waiting gang.
-    pub gang: usize,
+    gang: usize,
     /// Victims, in the order they should go (least valuable first).
-    pub candidates: Vec<Unit>,
+    candidates: Vec<Unit>,
     /// Why they go (events).
-    pub cause: EvictionCause,
-    /// Victims must find a new place (consolidation): a scenario that would kill one is rejected.
-    pub victims_must_move: bool,
-    /// At most this many victim gangs.
-    pub max_victim_gangs: usize,
-    /// The action's rule on the chosen victims (fair share, ...).
-    pub validate: Validator<'a>,
+    cause: EvictionCause,
     /// Text for the eviction events.
-    pub message: &'a dyn Fn(&Session<'_>, &Unit) -> String,
+    message: EvictionMessage<'a>,
+    /// Victims must find a new place (consolidation): a scenario that would kill one is rejected.
+    victims_must_move: bool,
+    /// At most this many victim gangs.
+    max_victim_gangs: usize,
+    /// The action's rule on the chosen victims, if it has one.
+    validate: Option<Validator<'a>>,
+}
+
+impl<'a> Request<'a> {
+    /// A search for room for `gang` among `candidates` (least valuable first): any number of victim
+    /// gangs, victims evicted for good, no rule on the chosen set.
+    #[must_use]
+    pub fn new(
+        gang: usize,
+        candidates: Vec<Unit>,
+        cause: EvictionCause,
+        message: EvictionMessage<'a>,
+    ) -> Self {
+        Self {
+            gang,
+            candidates,
+            cause,
+            message,
+            victims_must_move: false,
+            max_victim_gangs: usize::MAX,
+            validate: None,
+        }
+    }
+
+    /// Accepts a scenario only if every victim pod has somewhere else to run (consolidation).
+    #[must_use]
+    pub fn victims_must_move(mut self) -> Self {
+        self.victims_must_move = true;
+        self
+    }
+
+    /// Takes victims from at most `max` gangs.
+    #[must_use]
+    pub fn max_victim_gangs(mut self, max: usize) -> Self {
+        self.max_victim_gangs = max;
+        self
+    }
+
+    /// Submits the chosen victims to the action's rule.
+    #[must_use]
+    pub fn validated_by(mut self, validate: Validator<'a>) -> Self {
+        self.validate = Some(validate);
+        self
+    }
 }
 
 /// Units of a victim gang: its surplus pods one by one (last in task order first), then the whole gang
@@ -143,7 +239,7 @@ fn unit_request_on(ssn: &Session<'_>, unit: &Unit, node: NodeId) -> Resources {
 ///
 /// # Errors
 /// Why no acceptable set of victims was found.
-pub fn solve(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Unit>, String> {
+pub fn solve(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Unit>, NoVictims> {
     // A required topology: victims are sought one domain at a time, freest first.
     let gang = &ssn.gangs[req.gang];
     if gang
@@ -152,7 +248,7 @@ pub fn solve(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Unit>, Stri
         .skip(1)
         .any(|n| n.topology.as_ref().is_some_and(|t| t.required.is_some()))
     {
-        return Err("sub-group topology constraints are not considered for eviction".to_owned());
+        return Err(NoVictims::SubGroupTopology);
     }
     let domains: Vec<Option<Vec<NodeId>>> = match gang.nodes[0].topology.as_ref() {
         Some(t) if t.required.is_some() => {
@@ -166,7 +262,7 @@ pub fn solve(ssn: &mut Session<'_>, req: &Request<'_>) -> Result<Vec<Unit>, Stri
         }
         _ => vec![None],
     };
-    let mut last = "no candidate domain".to_owned();
+    let mut last = NoVictims::NoCandidateDomain;
     for domain in domains {
         match solve_in(ssn, req, domain.as_deref()) {
             Ok(chosen) => return Ok(chosen),
@@ -180,13 +276,13 @@ fn solve_in(
     ssn: &mut Session<'_>,
     req: &Request<'_>,
     domain: Option<&[NodeId]>,
-) -> Result<Vec<Unit>, String> {
+) -> Result<Vec<Unit>, NoVictims> {
     let start = ssn.checkpoint();
     let chosen = match place_with_victims(ssn, req, domain) {
         Ok(chosen) if chosen.is_empty() => {
             // Room without victims is allocate's business (it already tried and failed for a reason).
             ssn.rollback(start);
-            return Err("no victim needed".to_owned());
+            return Err(NoVictims::NoVictimNeeded);
         }
         Ok(chosen) => chosen,
         Err(e) => {
@@ -207,13 +303,14 @@ fn solve_in(
                 chosen = without;
             }
             ssn.rollback(start);
-            replay(ssn, req, &chosen, domain)
-                .map_err(|()| "internal: replay of an accepted scenario failed".to_owned())?;
+            replay(ssn, req, &chosen, domain).map_err(|()| NoVictims::ReplayFailed)?;
         }
     }
-    if let Err(e) = (req.validate)(ssn, &chosen) {
+    if let Some(validate) = req.validate
+        && let Err(rejection) = validate(ssn, &chosen)
+    {
         ssn.rollback(start);
-        return Err(e);
+        return Err(NoVictims::Refused(rejection));
     }
     if req.victims_must_move {
         let before_moves = ssn.checkpoint();
@@ -221,7 +318,7 @@ fn solve_in(
         ssn.rollback(before_moves);
         if !moved {
             ssn.rollback(start);
-            return Err("the pods that would have to move have nowhere else to go".to_owned());
+            return Err(NoVictims::VictimsCannotMove);
         }
     }
     Ok(chosen)
@@ -241,10 +338,9 @@ fn replay(
     let tasks = tasks_to_place(ssn, req.gang);
     for t in tasks {
         let found = {
-            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[req.gang]);
-            let own = |n| own_nominated(cluster, gang, n);
+            let cluster = &*ssn.cluster;
             ssn.index
-                .find(cluster, cluster.task(t), &ssn.policy, domain, &own, None)
+                .find(cluster, cluster.task(t), &ssn.policy, domain, None)
         };
         match found {
             Some(p) => ssn.pipeline(t, p.node, p.gpu_groups),
@@ -283,11 +379,11 @@ fn place_with_victims(
     ssn: &mut Session<'_>,
     req: &Request<'_>,
     domain: Option<&[NodeId]>,
-) -> Result<Vec<Unit>, String> {
+) -> Result<Vec<Unit>, NoVictims> {
     release_own(ssn, req.gang);
     let tasks = tasks_to_place(ssn, req.gang);
     if tasks.is_empty() {
-        return Err("nothing to place".to_owned());
+        return Err(NoVictims::NothingToPlace);
     }
     // Units by the nodes they hold.
     let mut on_node: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
@@ -307,10 +403,9 @@ fn place_with_victims(
     for t in tasks {
         // Room already (idle, or freed by victims chosen for earlier pods)?
         let found = {
-            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[req.gang]);
-            let own = |n| own_nominated(cluster, gang, n);
+            let cluster = &*ssn.cluster;
             ssn.index
-                .find(cluster, cluster.task(t), &ssn.policy, domain, &own, None)
+                .find(cluster, cluster.task(t), &ssn.policy, domain, None)
         };
         if let Some(p) = found {
             ssn.pipeline(t, p.node, p.gpu_groups);
@@ -326,8 +421,9 @@ fn place_with_victims(
             if !ssn.index.eligibility.check(ssn.cluster, task.constraints, *node) {
                 continue;
             }
-            let own = own_nominated(ssn.cluster, &ssn.gangs[req.gang], *node);
-            let (_, mut later) = ssn.cluster.node(*node).available(&own);
+            // The gang released its reservations above and those its earlier pods took in this attempt
+            // are not room for this one: every reservation here counts against it.
+            let (_, mut later) = ssn.cluster.node(*node).available(&Resources::ZERO);
             let need = task.request;
             let mut picked = Vec::new();
             for &u in units {
@@ -352,10 +448,7 @@ fn place_with_victims(
             }
         }
         let Some(((_, _, node), picked)) = best else {
-            return Err(format!(
-                "no set of allowed victims makes room for pod {}",
-                ssn.cluster.task(t).key()
-            ));
+            return Err(NoVictims::NoRoomForPod(t));
         };
         for u in picked {
             taken[u] = true;
@@ -365,18 +458,12 @@ fn place_with_victims(
             chosen.push(unit);
         }
         let placed = {
-            let (cluster, gang) = (&*ssn.cluster, &ssn.gangs[req.gang]);
-            let own = |n| own_nominated(cluster, gang, n);
-            ssn.index.check(cluster, cluster.task(t), &ssn.policy, node, &own)
+            let cluster = &*ssn.cluster;
+            ssn.index.check(cluster, cluster.task(t), &ssn.policy, node)
         };
         match placed {
             Ok(p) => ssn.pipeline(t, p.node, p.gpu_groups),
-            Err(_) => {
-                return Err(format!(
-                    "victims on {} did not make room",
-                    ssn.cluster.node(node).name
-                ));
-            }
+            Err(_) => return Err(NoVictims::VictimsDidNotMakeRoom(node)),
         }
     }
     Ok(chosen)
@@ -391,8 +478,7 @@ fn relocate(ssn: &mut Session<'_>, t: TaskId) -> bool {
     probe.node = None;
     let found = {
         let cluster = &*ssn.cluster;
-        let no_own = |_| Resources::ZERO;
-        ssn.index.find(cluster, &probe, &ssn.policy, None, &no_own, None)
+        ssn.index.find(cluster, &probe, &ssn.policy, None, None)
     };
     match found {
         // Reserve the room so two moved pods do not count on the same space.
@@ -401,5 +487,61 @@ fn relocate(ssn: &mut Session<'_>, t: TaskId) -> bool {
             true
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::sim::{GangSpec, Sim};
+
+    fn gang_named(ssn: &Session<'_>, name: &str) -> usize {
+        ssn.gangs
+            .iter()
+            .position(|g| &*ssn.cluster.group(g.root).key.name == name)
+            .expect("gang exists")
+    }
+
+    /// The search's "no"s are values; their text is the one the search used to build eagerly.
+    #[test]
+    fn each_no_names_what_stopped_the_search() {
+        let mut s = Sim::new();
+        s.queue("d", None, -1.0, -1.0, 1.0)
+            .queue("q", Some("d"), -1.0, -1.0, 1.0);
+        s.node("n0", 64_000, 256, 2);
+        s.gang(GangSpec::new("run", "q", 1).gpus(2).running_on(&["n0"]));
+        s.gang(GangSpec::new("wait", "q", 1).gpus(2));
+        let config = Config::default();
+        let mut ssn = Session::open(&mut s.cluster, &config, 1_000_000);
+        super::super::allocate::allocate(&mut ssn);
+        let (wait, run) = (gang_named(&ssn, "wait"), gang_named(&ssn, "run"));
+        let pod = ssn.gangs[wait].tasks().next().expect("a pod");
+        let no_message = |_: &Session<'_>, _: &Unit| String::new();
+
+        let nobody = Request::new(wait, Vec::new(), EvictionCause::Preempt, &no_message);
+        let no = solve(&mut ssn, &nobody).expect_err("no candidates");
+        assert_eq!(no, NoVictims::NoRoomForPod(pod));
+        assert_eq!(
+            no.explain(&ssn),
+            "no set of allowed victims makes room for pod ns/wait-0"
+        );
+
+        let units = units_of(&ssn, run, true);
+        let moving =
+            Request::new(wait, units.clone(), EvictionCause::Consolidation, &no_message).victims_must_move();
+        let no = solve(&mut ssn, &moving).expect_err("one node: the victim cannot move");
+        assert_eq!(no, NoVictims::VictimsCannotMove);
+        assert_eq!(
+            no.explain(&ssn),
+            "the pods that would have to move have nowhere else to go"
+        );
+        assert_eq!(
+            NoVictims::VictimsDidNotMakeRoom(NodeId(0)).explain(&ssn),
+            "victims on n0 did not make room"
+        );
+
+        let evicting = Request::new(wait, units.clone(), EvictionCause::Preempt, &no_message);
+        assert_eq!(solve(&mut ssn, &evicting), Ok(units));
     }
 }

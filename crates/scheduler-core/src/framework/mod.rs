@@ -13,4 +13,4 @@ pub mod report;
 pub mod reservations;
 pub mod session;
 
-pub use session::{GangOutcome, Session, SessionStats, own_nominated};
+pub use session::{GangOutcome, Session, SessionStats};

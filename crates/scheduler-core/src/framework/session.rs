@@ -17,7 +17,7 @@ use super::policy::placement::{NodeIndex, PlacementPolicy};
 use super::report::explain::Why;
 use super::report::status;
 use super::reservations;
-use crate::config::Config;
+use crate::config::{ActionKind, Config};
 use crate::model::{Assumed, Cluster, GroupId, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId};
 
 /// One journal entry.
@@ -47,19 +47,16 @@ struct EvictionNote {
 pub struct GangOutcome {
     /// Why it is not (fully) placed, most important first.
     pub why: Vec<Why>,
-    /// Whether this cycle placed it (bound or pipelined to satisfaction).
-    pub placed: bool,
-    /// Action that placed it.
-    pub placed_by: Option<&'static str>,
+    /// The action that placed it in this cycle (bound or pipelined to satisfaction), if one did.
+    pub placed_by: Option<ActionKind>,
 }
 
-/// Reservations of a gang on a node.
-#[must_use]
-pub fn own_nominated(_cluster: &Cluster, _gang: &Gang, _node: NodeId) -> Resources {
-    // A gang gives back its reservations before it is placed again (allocate and the victim search
-    // both do), so while it is being placed every reservation on a node is someone else's, including
-    // those its own earlier pods took in this attempt: they must not count as free room twice.
-    Resources::ZERO
+impl GangOutcome {
+    /// Whether this cycle placed it.
+    #[must_use]
+    pub fn placed(&self) -> bool {
+        self.placed_by.is_some()
+    }
 }
 
 /// Per-cycle state.
@@ -350,17 +347,10 @@ impl<'c> Session<'c> {
     }
 
     /// Record that a gang was placed by an action.
-    pub fn mark_placed(&mut self, gang: usize, action: &'static str) {
+    pub fn mark_placed(&mut self, gang: usize, action: ActionKind) {
         let o = self.outcomes.entry(gang).or_default();
-        o.placed = true;
         o.placed_by = Some(action);
         o.why.clear();
-    }
-
-    /// Reservations of a gang on a node (what it may use beyond others' reservations).
-    #[must_use]
-    pub fn own_nominated(&self, gang: usize, node: NodeId) -> Resources {
-        own_nominated(self.cluster, &self.gangs[gang], node)
     }
 
     // -----------------------------------------------------------------------------------------

@@ -291,17 +291,14 @@ impl NodeIndex {
         }
     }
 
-    /// Finds a node for `task` among all nodes (or only `domain` when given), or `None`.
-    ///
-    /// `own_nominated(node)` gives what the task's gang has reserved on a node (reservations of other
-    /// gangs are off limits).
+    /// Finds a node for `task` among all nodes (or only `domain` when given), or `None`. Reservations
+    /// on a node are someone else's and off limits.
     pub fn find(
         &mut self,
         cluster: &Cluster,
         task: &Task,
         policy: &PlacementPolicy,
         domain: Option<&[NodeId]>,
-        own_nominated: &dyn Fn(NodeId) -> Resources,
         nominated_node: Option<NodeId>,
     ) -> Option<Placement> {
         if task.gpu.is_shared() && !policy.gpu_sharing_enabled {
@@ -310,23 +307,16 @@ impl NodeIndex {
         let elig = &mut self.eligibility;
         // 1. Its own reservation.
         if let Some(n) = nominated_node.filter(|n| domain.is_none_or(|d| d.contains(n)))
-            && let Ok(p) = check(elig, cluster, task, policy, n, own_nominated)
+            && let Ok(p) = check(elig, cluster, task, policy, n)
         {
             return Some(p);
         }
         if let Some(domain) = domain {
-            return find_in(elig, cluster, task, policy, domain.iter().copied(), own_nominated);
+            return find_in(elig, cluster, task, policy, domain.iter().copied());
         }
         // 2. A shared device with room for the fraction.
         if task.gpu.is_shared()
-            && let Some(p) = find_shared(
-                elig,
-                cluster,
-                task,
-                policy,
-                self.shared.iter().copied(),
-                own_nominated,
-            )
+            && let Some(p) = find_shared(elig, cluster, task, policy, self.shared.iter().copied())
         {
             return Some(p);
         }
@@ -342,10 +332,8 @@ impl NodeIndex {
             };
             let range = self.gpu_nodes.range((need, NodeId(0))..).map(|(_, n)| *n);
             let found = match policy.gpu {
-                PlacementStrategy::Binpack => first_fit(elig, cluster, task, policy, range, own_nominated),
-                PlacementStrategy::Spread => {
-                    first_fit(elig, cluster, task, policy, range.rev(), own_nominated)
-                }
+                PlacementStrategy::Binpack => first_fit(elig, cluster, task, policy, range),
+                PlacementStrategy::Spread => first_fit(elig, cluster, task, policy, range.rev()),
             };
             if found.is_some() {
                 return found;
@@ -355,12 +343,8 @@ impl NodeIndex {
             for set in [&self.cpu_nodes, &self.gpu_nodes_cpu] {
                 let range = set.range((need, NodeId(0))..).map(|(_, n)| *n);
                 let found = match policy.cpu {
-                    PlacementStrategy::Binpack => {
-                        first_fit(elig, cluster, task, policy, range, own_nominated)
-                    }
-                    PlacementStrategy::Spread => {
-                        first_fit(elig, cluster, task, policy, range.rev(), own_nominated)
-                    }
+                    PlacementStrategy::Binpack => first_fit(elig, cluster, task, policy, range),
+                    PlacementStrategy::Spread => first_fit(elig, cluster, task, policy, range.rev()),
                 };
                 if found.is_some() {
                     return found;
@@ -368,15 +352,7 @@ impl NodeIndex {
             }
         }
         // 3. Free later: only nodes with releasing or reserved resources can offer more than now.
-        find_in(
-            elig,
-            cluster,
-            task,
-            policy,
-            self.later.iter().copied(),
-            own_nominated,
-        )
-        .filter(|p| p.mode == Mode::Pipeline)
+        find_in(elig, cluster, task, policy, self.later.iter().copied()).filter(|p| p.mode == Mode::Pipeline)
     }
 
     /// Whether a node can take the pod, and how.
@@ -389,14 +365,12 @@ impl NodeIndex {
         task: &Task,
         policy: &PlacementPolicy,
         n: NodeId,
-        own_nominated: &dyn Fn(NodeId) -> Resources,
     ) -> Result<Placement, NodeMiss> {
-        check(&mut self.eligibility, cluster, task, policy, n, own_nominated)
+        check(&mut self.eligibility, cluster, task, policy, n)
     }
 
     /// How every node answers for `task`: (nodes answered, misses by reason), counting a node that fits
-    /// only later as short of the pod's main resource. Nodes in `own_nodes` (where the pod's gang holds
-    /// reservations) are answered with `own_nominated`; elsewhere a gang's own reservations are none.
+    /// only later as short of the pod's main resource.
     ///
     /// Equivalent to checking every node, but incremental: only nodes changed since the last call for the
     /// same pod shape are checked again.
@@ -405,12 +379,9 @@ impl NodeIndex {
         cluster: &Cluster,
         task: &Task,
         policy: &PlacementPolicy,
-        own_nodes: &[NodeId],
-        own_nominated: &dyn Fn(NodeId) -> Resources,
     ) -> (usize, BTreeMap<NodeMiss, usize>) {
-        let none = |_| Resources::ZERO;
-        let verdict = |elig: &mut Eligibility, n: NodeId, own: &dyn Fn(NodeId) -> Resources| -> Verdict {
-            match check(elig, cluster, task, policy, n, own) {
+        let verdict = |elig: &mut Eligibility, n: NodeId| -> Verdict {
+            match check(elig, cluster, task, policy, n) {
                 Ok(p) if p.mode == Mode::Allocate => None,
                 Ok(_) => Some(NodeMiss::Insufficient(main_slot(task.gpu))),
                 Err(miss) => Some(miss),
@@ -434,7 +405,7 @@ impl NodeIndex {
                         summary.nodes -= 1;
                     }
                     if cluster.nodes.get(n.0).is_some() {
-                        let v = verdict(elig, n, &none);
+                        let v = verdict(elig, n);
                         count_in(&mut summary.misses, &v, 1);
                         summary.nodes += 1;
                         *slot = Some(v);
@@ -450,7 +421,7 @@ impl NodeIndex {
                     ..MissSummary::default()
                 };
                 for (i, _) in cluster.nodes.iter() {
-                    let v = verdict(elig, NodeId(i), &none);
+                    let v = verdict(elig, NodeId(i));
                     count_in(&mut summary.misses, &v, 1);
                     summary.nodes += 1;
                     summary.verdicts[i as usize] = Some(v);
@@ -458,20 +429,7 @@ impl NodeIndex {
                 e.insert(summary)
             }
         };
-        let mut misses = summary.misses.clone();
-        let mut own_nodes = own_nodes.to_vec();
-        own_nodes.sort_unstable();
-        own_nodes.dedup();
-        for n in own_nodes {
-            let Some(Some(cached)) = summary.verdicts.get(n.index()) else {
-                continue;
-            };
-            let actual = verdict(elig, n, own_nominated);
-            if actual != *cached {
-                count_in(&mut misses, cached, -1);
-                count_in(&mut misses, &actual, 1);
-            }
-        }
+        let misses = summary.misses.clone();
         let nodes = summary.nodes;
         self.summaries.compact();
         (nodes, misses)
@@ -563,11 +521,10 @@ fn find_shared(
     task: &Task,
     policy: &PlacementPolicy,
     candidates: impl Iterator<Item = NodeId>,
-    own_nominated: &dyn Fn(NodeId) -> Resources,
 ) -> Option<Placement> {
     let mut best: Option<(i64, NodeId, Placement)> = None;
     for n in candidates {
-        let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) else {
+        let Ok(p) = check(elig, cluster, task, policy, n) else {
             continue;
         };
         if p.mode != Mode::Allocate {
@@ -604,13 +561,12 @@ fn first_fit(
     task: &Task,
     policy: &PlacementPolicy,
     order: impl Iterator<Item = NodeId>,
-    own_nominated: &dyn Fn(NodeId) -> Resources,
 ) -> Option<Placement> {
     for n in order {
         if !elig.check(cluster, task.constraints, n) {
             continue;
         }
-        if let Ok(p) = check(elig, cluster, task, policy, n, own_nominated)
+        if let Ok(p) = check(elig, cluster, task, policy, n)
             && p.mode == Mode::Allocate
         {
             return Some(p);
@@ -626,13 +582,12 @@ fn find_in(
     task: &Task,
     policy: &PlacementPolicy,
     nodes: impl Iterator<Item = NodeId>,
-    own_nominated: &dyn Fn(NodeId) -> Resources,
 ) -> Option<Placement> {
     let wants_gpu = !matches!(task.gpu, GpuRequest::None);
     let strategy = if wants_gpu { policy.gpu } else { policy.cpu };
     let mut best: Option<((u8, u8, i64, NodeId), Placement)> = None;
     for n in nodes {
-        let Ok(p) = check(elig, cluster, task, policy, n, own_nominated) else {
+        let Ok(p) = check(elig, cluster, task, policy, n) else {
             continue;
         };
         let node = cluster.node(n);
@@ -659,7 +614,6 @@ fn check(
     task: &Task,
     policy: &PlacementPolicy,
     n: NodeId,
-    own_nominated: &dyn Fn(NodeId) -> Resources,
 ) -> Result<Placement, NodeMiss> {
     let node = cluster.node(n);
     if !elig.check(cluster, task.constraints, n) {
@@ -670,12 +624,10 @@ fn check(
             .err();
         return Err(NodeMiss::Static(miss.unwrap_or(StaticMiss::NotReady)));
     }
-    let own = if node.nominated.is_zero() {
-        Resources::ZERO
-    } else {
-        own_nominated(n)
-    };
-    let (now, later) = node.available(&own);
+    // Every reservation on the node is someone else's: a gang gives back its reservations before it is
+    // placed again (allocate and the victim search both do), and those its own earlier pods took in this
+    // attempt must not count as free room twice.
+    let (now, later) = node.available(&Resources::ZERO);
     match task.gpu {
         GpuRequest::Fraction { .. } | GpuRequest::Memory { .. } => {
             if !policy.gpu_sharing_enabled {
@@ -785,7 +737,7 @@ fn new_group_id(node: &str, task: &Task, device: usize) -> Arc<str> {
 mod tests {
     use super::*;
     use crate::config::PlacementStrategy;
-    use crate::model::{Assumed, TaskId, TaskStatus};
+    use crate::model::{Assumed, TaskId};
     use crate::sim::{GangSpec, Sim};
 
     const POLICY: PlacementPolicy = PlacementPolicy {
@@ -800,13 +752,12 @@ mod tests {
         index: &mut NodeIndex,
         cluster: &Cluster,
         task: &Task,
-        own: &dyn Fn(NodeId) -> Resources,
     ) -> (usize, BTreeMap<NodeMiss, usize>) {
         let mut misses = BTreeMap::new();
         let mut nodes = 0;
         for (i, _) in cluster.nodes.iter() {
             nodes += 1;
-            match index.check(cluster, task, &POLICY, NodeId(i), own) {
+            match index.check(cluster, task, &POLICY, NodeId(i)) {
                 Ok(p) if p.mode == Mode::Allocate => {}
                 Ok(_) => {
                     *misses
@@ -853,28 +804,17 @@ mod tests {
         s.gang(GangSpec::new("other", "q", 2).gpus(1));
         let mut index = NodeIndex::build(&s.cluster);
         let probe = task_of(&s, "wait-0");
-        let none = |_: NodeId| Resources::ZERO;
-        let compare = |index: &mut NodeIndex, cluster: &Cluster, own_nodes: &[NodeId]| {
+        let compare = |index: &mut NodeIndex, cluster: &Cluster| {
             let task = cluster.task(probe).clone();
-            let own = |n: NodeId| {
-                let mut r = Resources::ZERO;
-                for (_, t) in cluster.tasks.iter() {
-                    if t.status == TaskStatus::Pipelined && t.node == Some(n) && t.group_key == task.group_key
-                    {
-                        r.add(&t.request);
-                    }
-                }
-                r
-            };
-            let fast = index.summarize(cluster, &task, &POLICY, own_nodes, &own);
-            assert_eq!(fast, full_scan(index, cluster, &task, &own));
+            let fast = index.summarize(cluster, &task, &POLICY);
+            assert_eq!(fast, full_scan(index, cluster, &task));
             let (eligible, with_free, total) = index.free_on_eligible(cluster, task.constraints);
             assert_eq!(
                 (eligible, with_free[GPU], total),
                 free_scan(index, cluster, task.constraints)
             );
         };
-        compare(&mut index, &s.cluster, &[]);
+        compare(&mut index, &s.cluster);
         // Bind another gang's pods, reserve one of the probe's gang, evict a running pod; the index
         // hears of each node change as a session would tell it.
         let steps: Vec<(TaskId, Assumed)> = vec![
@@ -896,7 +836,7 @@ mod tests {
             for n in [before, s.cluster.task(t).node].into_iter().flatten() {
                 index.update(&s.cluster, n);
             }
-            compare(&mut index, &s.cluster, &[NodeId(3)]);
+            compare(&mut index, &s.cluster);
         }
         // Undo everything, newest first.
         while let Some(u) = undo.pop() {
@@ -906,11 +846,11 @@ mod tests {
             for n in [before, s.cluster.task(t).node].into_iter().flatten() {
                 index.update(&s.cluster, n);
             }
-            compare(&mut index, &s.cluster, &[]);
+            compare(&mut index, &s.cluster);
         }
-        // The tainted node always answers with its taint, the reserved node differently for the gang.
+        // The tainted node always answers with its taint.
         let task = s.cluster.task(probe).clone();
-        let (_, misses) = index.summarize(&s.cluster, &task, &POLICY, &[], &none);
+        let (_, misses) = index.summarize(&s.cluster, &task, &POLICY);
         assert!(
             misses.keys().any(|m| matches!(m, NodeMiss::Static(_))),
             "{misses:?}"

@@ -481,7 +481,9 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
         volcano,
     };
     // Events: placed; newly unschedulable with a new reason; problems.
-    if outcome.placed && is_root {
+    if let Some(placed_by) = outcome.placed_by
+        && is_root
+    {
         let nodes: std::collections::BTreeSet<String> = ssn.gangs[gang_index.unwrap_or_default()]
             .tasks()
             .filter_map(|t| cluster.task(t).node.map(|n| cluster.node(n).name.to_string()))
@@ -498,7 +500,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
             reason: api::keys::EVENT_POD_GROUP_SCHEDULED,
             message: format!(
                 "gang {how} by {}: {} pods on {} node{}: {}",
-                outcome.placed_by.unwrap_or("allocate"),
+                placed_by.as_str(),
                 ssn.gangs[gang_index.unwrap_or_default()]
                     .tasks()
                     .filter(|t| cluster.task(*t).node.is_some())
@@ -544,7 +546,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
         }
     }
     // Annotations: last start when the gang starts.
-    let started = outcome.placed && is_root && group.last_start.is_none_or(|_| c.running == 0);
+    let started = outcome.placed() && is_root && group.last_start.is_none_or(|_| c.running == 0);
     let annotations = started.then(|| GroupAnnotations {
         key: key.clone(),
         last_start: Some(now),
