@@ -6,7 +6,7 @@ use crate::actions;
 use crate::config::{ActionKind, Config};
 use crate::framework::decisions::Decisions;
 use crate::framework::{Session, SessionStats};
-use crate::model::{Cluster, Millis, Quiet};
+use crate::model::{Cluster, GroupKey, Millis, Quiet};
 
 /// What one cycle produced.
 #[derive(Debug)]
@@ -22,6 +22,54 @@ pub struct CycleResult {
     /// Nothing changed since a cycle that decided nothing to place, evict or reserve, and no time-based
     /// rule fell due: the cycle was not run (its decisions are empty).
     pub skipped: bool,
+}
+
+/// A cycle that panicked and was contained by [`run_contained`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Crash {
+    /// The PodGroup of the gang the cycle was working on, now set aside until it changes; `None` when the
+    /// panic struck outside any gang (the cycle is retried after the next change).
+    pub group: Option<GroupKey>,
+    /// The panic's message.
+    pub message: String,
+}
+
+/// [`run`], surviving a panic: the cycle's decisions are dropped (nothing was sent), its changes to the
+/// model are undone, node accounting is recounted, and the gang it was working on is set aside with a
+/// blocking problem that its PodGroup's status, events and `kai explain` show. No input should reach a
+/// panic; this keeps one that does from stopping scheduling for everyone (a crash loop would).
+///
+/// # Errors
+/// The [`Crash`], for the caller to log and count.
+pub fn run_contained(cluster: &mut Cluster, config: &Config, now: Millis) -> Result<CycleResult, Crash> {
+    contain(cluster, |cluster| run(cluster, config, now))
+}
+
+/// Runs `cycle` over the model as [`run_contained`] runs [`run`] (separate so tests can make a cycle
+/// panic on purpose).
+///
+/// # Errors
+/// The [`Crash`] when `cycle` panicked.
+pub fn contain<F>(cluster: &mut Cluster, cycle: F) -> Result<CycleResult, Crash>
+where
+    F: FnOnce(&mut Cluster) -> CycleResult,
+{
+    cluster.cycle_completed();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cycle(&mut *cluster)));
+    match outcome {
+        Ok(result) => Ok(result),
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|m| (*m).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned());
+            let group = cluster
+                .recover_from_crash(&message)
+                .map(|g| cluster.group(g).key.clone());
+            Err(Crash { group, message })
+        }
+    }
 }
 
 /// Runs the configured actions over the model and returns the decisions. The model keeps the assumed

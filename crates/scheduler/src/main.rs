@@ -205,7 +205,21 @@ async fn main() -> anyhow::Result<()> {
                 cycle_id += 1;
                 let span = info_span!("cycle", id = cycle_id);
                 let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
-                let result = span.in_scope(|| cycle::run(&mut cluster, &config, now));
+                let result = match span.in_scope(|| cycle::run_contained(&mut cluster, &config, now)) {
+                    Ok(result) => result,
+                    Err(crash) => {
+                        // Contained: the cycle's decisions were never sent and its changes are undone.
+                        cycle_metrics.crashed();
+                        tracing::error!(
+                            cycle = cycle_id,
+                            podgroup = crash.group.as_ref().map(ToString::to_string),
+                            panic = %crash.message,
+                            "a scheduling cycle panicked; the gang it was working on is set aside and \
+                             scheduling goes on; please report this with the scheduler's logs"
+                        );
+                        continue;
+                    }
+                };
                 let elapsed = started.elapsed();
                 if result.stats.attempt_budget_exhausted {
                     tracing::error!("allocate stopped at its attempt budget; please report this with the scheduler's logs");

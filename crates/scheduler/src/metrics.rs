@@ -25,6 +25,7 @@ pub struct CycleMetrics {
     actions: Family<ActionLabel, Histogram>,
     cycles: Counter,
     cycles_skipped: Counter,
+    cycles_crashed: Counter,
     binds_decided: Counter,
     evictions_decided: Family<ActionLabel, Counter>,
     gangs_waiting: Gauge,
@@ -42,6 +43,7 @@ impl Default for CycleMetrics {
             actions: Family::new_with_constructor(runtime::metrics::duration_histogram),
             cycles: Counter::default(),
             cycles_skipped: Counter::default(),
+            cycles_crashed: Counter::default(),
             binds_decided: Counter::default(),
             evictions_decided: Family::default(),
             gangs_waiting: Gauge::default(),
@@ -82,6 +84,11 @@ impl CycleMetrics {
             self.cycles_skipped.clone(),
         );
         r.register(
+            "cycles_crashed",
+            "Cycles that panicked and were contained (their gang set aside); each is a bug to report",
+            self.cycles_crashed.clone(),
+        );
+        r.register(
             "binds_decided",
             "Pods the scheduler decided to bind",
             self.binds_decided.clone(),
@@ -104,6 +111,11 @@ impl CycleMetrics {
         r.register("nodes", "Nodes in the model", self.nodes.clone());
         r.register("pods", "Pods in the model", self.pods.clone());
         r.register("podgroups", "PodGroups in the model", self.podgroups.clone());
+    }
+
+    /// Records a cycle that panicked and was contained.
+    pub fn crashed(&self) {
+        self.cycles_crashed.inc();
     }
 
     /// Records one cycle.

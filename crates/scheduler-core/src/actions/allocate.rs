@@ -33,6 +33,7 @@ pub fn task_order(cluster: &Cluster, a: TaskId, b: TaskId) -> Ordering {
 pub fn allocate(ssn: &mut Session<'_>) {
     let mut candidates = Vec::new();
     for g in 0..ssn.gangs.len() {
+        ssn.attempt(g);
         if !has_work(ssn, g) {
             continue;
         }
@@ -51,6 +52,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
         * 2;
     let mut queue = JobQueues::new(ssn, candidates.into_iter(), false);
     while let Some(g) = queue.pop(ssn) {
+        ssn.attempt(g);
         if budget == 0 {
             ssn.stats.attempt_budget_exhausted = true;
             break;

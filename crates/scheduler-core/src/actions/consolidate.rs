@@ -22,6 +22,7 @@ pub fn consolidate(ssn: &mut Session<'_>) {
         return;
     }
     for g in super::preempt::waiting_for_room(ssn) {
+        ssn.attempt(g);
         if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) || !ssn.gangs[g].preemptible {
             continue;
         }

@@ -23,6 +23,7 @@ pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
 /// Runs preempt.
 pub fn preempt(ssn: &mut Session<'_>) {
     for g in waiting_for_room(ssn) {
+        ssn.attempt(g);
         if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
             continue;
         }

@@ -19,6 +19,7 @@ pub fn reclaim(ssn: &mut Session<'_>) {
     let waiting = super::preempt::waiting_for_room(ssn);
     let mut order = JobQueues::new(ssn, waiting.into_iter(), false);
     while let Some(g) = order.pop(ssn) {
+        ssn.attempt(g);
         if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
             continue;
         }

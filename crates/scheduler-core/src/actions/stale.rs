@@ -11,6 +11,7 @@ pub fn stale_gangs(ssn: &mut Session<'_>) {
     let grace =
         i64::try_from(ssn.config.plugins.stalegangeviction.grace_period.as_millis()).unwrap_or(i64::MAX);
     for g in 0..ssn.gangs.len() {
+        ssn.attempt(g);
         let gang = &ssn.gangs[g];
         let cluster = &*ssn.cluster;
         let root = gang.root;

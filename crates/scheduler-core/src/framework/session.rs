@@ -249,10 +249,15 @@ impl<'c> Session<'c> {
     fn change(&mut self, task: TaskId, assumed: Assumed, gpu_groups: Option<Vec<Arc<str>>>) {
         let before_node = self.nodes_of(task);
         let before_allocated = self.cluster.task(task).status.is_allocated();
-        self.touched
-            .entry(task)
-            .or_insert_with(|| self.cluster.task(task).assumed.clone());
+        let first_change = !self.touched.contains_key(&task);
+        if first_change {
+            self.touched.insert(task, self.cluster.task(task).assumed.clone());
+        }
         let undo = self.cluster.set_assumed(task, assumed, gpu_groups);
+        if first_change {
+            // Kept in the model, so a cycle that panics can still be undone (model/cluster/crash.rs).
+            self.cluster.record_first_change(undo.clone());
+        }
         let after_allocated = self.cluster.task(task).status.is_allocated();
         let share = self.share_change(task, before_allocated, after_allocated);
         if let Some((queue, share_req, preemptible, sign)) = share {
@@ -353,6 +358,12 @@ impl<'c> Session<'c> {
         o.why.clear();
     }
 
+    /// Names gang `g` as the one the cycle works on now, so a panic can be pinned on it (the gang is
+    /// then set aside; see `model/cluster/crash.rs`). Every loop over gangs calls it first.
+    pub fn attempt(&mut self, g: usize) {
+        self.cluster.attempting = self.gangs.get(g).map(|gang| gang.root);
+    }
+
     // -----------------------------------------------------------------------------------------
     // Closing
     // -----------------------------------------------------------------------------------------
@@ -361,6 +372,7 @@ impl<'c> Session<'c> {
     /// cycle, and the statuses, conditions and events that changed.
     #[must_use]
     pub fn close(mut self) -> (Decisions, SessionStats) {
+        self.cluster.cycle_completed();
         let mut decisions = Decisions::default();
         let mut touched: Vec<(TaskId, Assumed)> = self.touched.drain().collect();
         touched.sort_by_key(|(t, _)| *t);

@@ -114,6 +114,9 @@ pub enum GroupProblem {
         /// What is wrong with it.
         fault: MinResourceFault,
     },
+    /// Scheduling this gang hit an internal error (a panic the cycle survived). Blocking until the
+    /// PodGroup's definition changes, so one gang cannot stop scheduling for everyone.
+    SchedulingCrashed(String),
 }
 
 /// What is wrong with a `minResources` entry.
@@ -167,6 +170,7 @@ impl GroupProblem {
             Self::ParentNotFound(_) => "ParentPodGroupNotFound",
             Self::Topology(_) => "InvalidTopology",
             Self::InvalidMinResource { .. } => "InvalidMinResources",
+            Self::SchedulingCrashed(_) => "SchedulingError",
         }
     }
 }
@@ -220,6 +224,12 @@ impl std::fmt::Display for GroupProblem {
                 };
                 write!(f, "minResources {resource:?}: {value:?} {what}")
             }
+            Self::SchedulingCrashed(why) => write!(
+                f,
+                "scheduling this gang hit an internal error ({why}); it is set aside until its PodGroup \
+                 changes, and the rest of the cluster is scheduled as usual. Please report this with the \
+                 scheduler's logs"
+            ),
         }
     }
 }

@@ -196,6 +196,7 @@ fn condition(
 pub fn timeouts(ssn: &mut Session<'_>) {
     let now = ssn.now;
     for g in 0..ssn.gangs.len() {
+        ssn.attempt(g);
         let root = ssn.gangs[g].root;
         let satisfied = ssn.gangs[g].is_satisfied(ssn.cluster);
         let waiting = !satisfied && ssn.gangs[g].pending(ssn.cluster).next().is_some();

@@ -15,6 +15,7 @@
 //! - `resolution`: resolving gangs' and queues' references (queue, parent, priority class, topology);
 //! - `invariants`: recomputing the accounting from scratch to check it.
 
+mod crash;
 mod invariants;
 mod placement;
 mod resolution;
@@ -126,6 +127,12 @@ pub struct Cluster {
     pub no_fit_memo: NoFitMemo,
     /// Set by a cycle that decided nothing to place, evict or reserve (see [`Quiet`]).
     pub quiet: Option<Quiet>,
+    /// The root PodGroup of the gang the running cycle works on, so a cycle that panics can name it
+    /// (see `crash.rs`).
+    pub attempting: Option<GroupId>,
+    /// Placements from before the running cycle first changed each task, for undoing a cycle that
+    /// panicked.
+    crash_undo: Vec<PlacementUndo>,
 }
 
 impl Cluster {
