@@ -699,3 +699,143 @@ async fn queue_with_an_overflowing_min_runtime_is_explained_not_a_crash() -> any
     result?;
     t.finish().await
 }
+
+/// The scheduler's write fence: a shared-GPU bind waits for its GPU reservation pod to report the device
+/// (here far longer than the lease, as `reservationTimeout` allows); meanwhile another holder takes the
+/// Lease. When the device arrives after that, the pod must be neither labelled nor bound: every write is
+/// checked against the lease when it leaves the process, not when the wait began.
+#[tokio::test]
+async fn a_shared_gpu_bind_waiting_for_its_device_is_not_sent_after_the_lease_is_lost() -> anyhow::Result<()>
+{
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::ResourceExt as _;
+    use kube::api::{ObjectMeta, Patch, PatchParams};
+
+    build().await?;
+    let t = TestEnv::start("fenced-shared-bind").await?;
+    let dir = std::env::temp_dir().join(format!("kai-e2e-fence-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("scheduler.yaml");
+    std::fs::write(
+        &config,
+        "plugins:\n  gpusharing:\n    enabled: true\n    reservationTimeout: 120s\n",
+    )?;
+    let config = config.to_string_lossy().into_owned();
+    let lease = format!("kai-e2e-{}", t.namespace());
+    let mut args = election(&lease);
+    args.extend(["--config", config.as_str()]);
+    start_scheduler(&t, "leader", &args)?;
+    // Reservation pods run as this ServiceAccount; the chart creates it, a bare cluster lacks it.
+    let account = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(keys::RESERVATION_APP.to_owned()),
+            namespace: Some(keys::RESERVATION_NAMESPACE.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..ServiceAccount::default()
+    };
+    e2e::apply::apply_typed(t.client(), &account).await?;
+    // A node of the pool that no node agent plays: its reservation pod never reports a device by itself.
+    let owner = format!("{}-unplayed", t.namespace());
+    let node = e2e::FakeNodes::new(format!("{}-fence", t.namespace()))
+        .owned_by(owner.clone())
+        .gpus(1)
+        .label(keys::NODE_POOL, t.namespace());
+    let outcome = async {
+        let names = e2e::nodes::create(t.client(), &node).await?;
+        apply(
+            &t,
+            &[
+                pod_group(&t, "half", json!({ "minMember": 1 })),
+                json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": { "name": "half-0", "namespace": t.namespace(), "labels": pool_labels(&t),
+                                  "annotations": { keys::POD_GROUP_NAME: "half", keys::GPU_FRACTION: "0.5" } },
+                    "spec": { "schedulerName": keys::SCHEDULER_NAME,
+                              "containers": [{ "name": "c", "image": "busybox" }] },
+                }),
+            ],
+        )
+        .await?;
+        // The scheduler decided the bind and now waits for the device.
+        let reservations: Api<Pod> = Api::namespaced(t.client().clone(), keys::RESERVATION_NAMESPACE);
+        let reservation = t
+            .wait_until("the reservation pod on the unplayed node", TIMEOUT, async || {
+                let all = reservations.list(&ListParams::default()).await?.items;
+                Ok(all.into_iter().find(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == names.first().map(String::as_str)
+                }))
+            })
+            .await?;
+        // Another holder takes the Lease for an hour; the waiting leader's renewals now fail.
+        let leases: Api<Lease> = Api::namespaced(t.client().clone(), keys::SYSTEM_NAMESPACE);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        leases
+            .patch(
+                &lease,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": {
+                    "holderIdentity": "e2e-thief", "leaseDurationSeconds": 3600,
+                    "acquireTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
+                    "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
+                }})),
+            )
+            .await
+            .context("taking the lease")?;
+        t.wait_until("the scheduler to notice it no longer leads", TIMEOUT, async || {
+            Ok(log_text(&t, "leader").contains("lost leadership").then_some(()))
+        })
+        .await?;
+        // Only now does the device arrive; the bind path wakes up and tries to label and bind.
+        let name = reservation.metadata.name.clone().context("reservation pod name")?;
+        reservations
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "metadata": { "annotations": { keys::RESERVED_GPU_INDEX: "0" } } })),
+            )
+            .await?;
+        let refused = t
+            .wait_until("the fence to refuse the late writes", TIMEOUT, async || {
+                let log = log_text(&t, "leader");
+                Ok(log.contains("not the leader").then_some(log))
+            })
+            .await?;
+        let pod = t.api::<Pod>().get("half-0").await?;
+        assert!(
+            pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none(),
+            "bound after the lease was lost:\n{}",
+            last_lines(&refused)
+        );
+        assert!(
+            !pod.labels().contains_key(keys::GPU_GROUP),
+            "labelled for its GPU after the lease was lost: {:?}",
+            pod.labels()
+        );
+        assert_eq!(bound_lines(&refused), 0, "{}", last_lines(&refused));
+        anyhow::Ok(())
+    }
+    .await;
+    let _ = e2e::nodes::delete(t.client(), &e2e::nodes::owner_selector(&owner)).await;
+    let reservations: Api<Pod> = Api::namespaced(t.client().clone(), keys::RESERVATION_NAMESPACE);
+    for p in reservations.list(&ListParams::default()).await?.items {
+        if p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| n.starts_with(&format!("{}-fence", t.namespace())))
+        {
+            let _ = reservations
+                .delete(
+                    &p.metadata.name.unwrap_or_default(),
+                    &DeleteParams {
+                        grace_period_seconds: Some(0),
+                        ..DeleteParams::default()
+                    },
+                )
+                .await;
+        }
+    }
+    outcome?;
+    t.finish().await
+}
