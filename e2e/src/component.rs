@@ -32,7 +32,26 @@ impl Component {
     /// When cargo fails.
     pub fn build(bin: &str) -> anyhow::Result<()> {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-        let status = Command::new(cargo)
+        let mut command = Command::new(cargo);
+        // A test runs with the variables cargo sets for the e2e package (CARGO_MANIFEST_DIR, CARGO_PKG_*,
+        // ...). Build scripts that watch them (ring's does) would rerun and rebuild the TLS stack and
+        // everything above it, here and again at the next plain `cargo build`.
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("CARGO_PKG_")
+                || matches!(
+                    key.as_ref(),
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                        | "CARGO_TARGET_TMPDIR"
+                )
+            {
+                command.env_remove(key.as_ref());
+            }
+        }
+        let status = command
             .args(["build", "--quiet", "--workspace", "--bin", bin])
             .current_dir(crate::paths::workspace_root())
             .stdin(Stdio::null())

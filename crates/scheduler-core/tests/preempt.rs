@@ -190,6 +190,34 @@ fn s47_a_gang_stuck_below_its_minimum_is_evicted_whole_after_the_grace_period() 
     );
 }
 
+/// A gang whose members finish at different times is finishing, not stale: with 2 of its 4 pods
+/// Succeeded and 2 still running (below minMember 4) long past the grace period, nothing is evicted.
+/// A control gang in the same cluster, below its minimum with no pod Succeeded, is evicted in the same
+/// rounds, so the rounds do outlast the grace period.
+#[test]
+fn a_finishing_gang_with_succeeded_pods_is_not_stale() {
+    let mut s = one_queue(-1.0);
+    s.config.plugins.stalegangeviction.grace_period = std::time::Duration::from_secs(2);
+    s.node("n0", 64_000, 256, 4).node("n1", 64_000, 256, 3);
+    s.gang(train("finishing", 4, 1).min(4).running_on(&["n0"; 4]).created(0));
+    s.complete("ns", "finishing-0").complete("ns", "finishing-1");
+    // Control: one of two 3-GPU members runs; the other fits nowhere (n0 has 2 GPUs free).
+    s.gang(train("stuck", 2, 3).running_on(&["n1"]).created(5));
+    settle(&mut s, 8);
+    assert_eq!(
+        s.evicted,
+        vec!["ns/stuck-0".to_owned()],
+        "only the control gang is stale"
+    );
+    assert_eq!(s.count("finishing", TaskStatus::Succeeded), 2);
+    assert_eq!(
+        s.count("finishing", TaskStatus::Running),
+        2,
+        "the finishing gang's last pods keep running"
+    );
+    assert_eq!(s.placement("finishing"), [("n0".to_owned(), 2)].into());
+}
+
 #[test]
 fn a_gangs_reservations_are_not_counted_twice() {
     // One GPU is taken by another scheduler's pod; evicting the low-priority 1-GPU gang frees one GPU,
