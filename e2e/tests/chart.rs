@@ -230,6 +230,42 @@ fn containers_are_hardened_and_probed() {
     }
 }
 
+/// The probe restarts a pod only after `/livez` has failed for a while, and `/livez` already waits out
+/// the liveness timeout (60 s by default) before failing: the probe must add little on top of it (a hung
+/// component is replaced within twice the timeout) and ride out one slow answer.
+#[test]
+fn liveness_probes_fit_the_liveness_timeout() {
+    let default_timeout = runtime::liveness::default_timeout(std::time::Duration::from_secs(1)).as_secs();
+    for spec in render(&[]).components().expect("components") {
+        assert_eq!(
+            spec.flag("liveness-timeout"),
+            None,
+            "the binary derives it from its period"
+        );
+    }
+    let rendered = render(&[]);
+    for deployment in rendered.of_kind("Deployment") {
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let probe = &container["livenessProbe"];
+        let number = |field: &str| {
+            probe[field]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{field}: {probe}"))
+        };
+        let (period, failures, timeout) = (
+            number("periodSeconds"),
+            number("failureThreshold"),
+            number("timeoutSeconds"),
+        );
+        assert!(failures >= 2, "one slow answer is not a restart: {probe}");
+        assert!(timeout < period, "{probe}");
+        assert!(
+            period * failures <= default_timeout,
+            "a hung component is restarted within twice the liveness timeout: {probe}"
+        );
+    }
+}
+
 #[test]
 fn install_objects_match_kai() {
     let rendered = render(&[]);

@@ -1,7 +1,7 @@
 //! `kai-podgrouper`: makes the PodGroup of every pod whose `schedulerName` is the scheduler's.
 //!
-//! Flags: `--help`. Endpoints `/livez`, `/readyz` (caches synced, CRDs present) and `/metrics` on the
-//! admin address. With `--leader-elect` only the lease holder reconciles; losing the lease ends the
+//! Flags: `--help`. Endpoints `/livez` (the controller's heartbeat is fresh and its caches' watches
+//! run), `/readyz` (caches synced, CRDs present) and `/metrics` on the admin address. With `--leader-elect` only the lease holder reconciles; losing the lease ends the
 //! process (its Deployment restarts it as a follower).
 
 use std::time::Duration;
@@ -14,6 +14,7 @@ use kai_podgrouper::metrics::Metrics;
 use prometheus_client::registry::Registry;
 use runtime::args::CommonArgs;
 use runtime::client::{self, RateLimit};
+use runtime::liveness::Liveness;
 use runtime::{admin, crd, lease, shutdown, telemetry};
 
 /// Makes the PodGroup every kai-scheduler pod belongs to, from the pod's owner chain.
@@ -73,9 +74,11 @@ async fn main() -> anyhow::Result<()> {
     let readiness = admin::Readiness::new();
     let crds_ready = readiness.gate("crds");
     let caches_ready = readiness.gate("caches");
+    // Parts are registered once the controller runs: a follower waiting for the lease is live.
+    let liveness = Liveness::new(common.liveness_timeout(controller::HEARTBEAT_PERIOD)?);
     let admin_server = tokio::spawn(admin::serve(
         common.admin_address,
-        admin::AdminState::new(readiness.clone(), registry),
+        admin::AdminState::new(readiness.clone(), liveness.clone(), registry),
         shutdown.clone().cancelled_owned(),
     ));
 
@@ -120,6 +123,7 @@ async fn main() -> anyhow::Result<()> {
             metrics,
             caches_ready,
             leadership.guard(),
+            &liveness,
             async move {
                 tokio::select! { () = stop.cancelled() => {}, () = lost => {} }
             },
