@@ -568,7 +568,13 @@ async fn apiserver_restart_while_work_is_pending_loses_and_duplicates_nothing() 
     t.start_component(
         "podgrouper",
         "kai-podgrouper",
-        ["--namespace", t.namespace(), "--admin-address", "127.0.0.1:0"],
+        [
+            "--namespace",
+            t.namespace(),
+            "--admin-address",
+            "127.0.0.1:0",
+            "--leader-elect=false",
+        ],
     )?;
     start_scheduler(&t, "scheduler", &[])?;
     t.create_nodes(pool_nodes(&t, "ar").count(2).gpus(4)).await?;

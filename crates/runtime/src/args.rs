@@ -50,14 +50,19 @@ pub struct CommonArgs {
     #[arg(long, env = "KAI_KUBE_BURST")]
     pub kube_burst: Option<u32>,
 
-    /// Elect a single active replica through a coordination.k8s.io/v1 Lease. Without it the process
-    /// acts as the leader at once and never touches a Lease.
+    /// Elect a single active replica through a coordination.k8s.io/v1 Lease. With
+    /// `--leader-elect=false` the process acts as the leader at once and never touches a Lease: only
+    /// where no other copy can run (a test, a developer's machine).
+    // On by default, as kube-scheduler's: a process started without the flag, by hand or by a
+    // Deployment written without the chart, must not become a second writer beside another copy (a
+    // rollout, a replacement started while its node is cut off). Running alone is the exception, and
+    // is said explicitly.
     #[arg(
         long,
         env = "KAI_LEADER_ELECT",
         num_args = 0..=1,
         require_equals = true,
-        default_value = "false",
+        default_value = "true",
         default_missing_value = "true",
         value_parser = BoolishValueParser::new(),
     )]
@@ -190,7 +195,10 @@ mod tests {
         );
         assert_eq!(args.kube_qps, None);
         assert_eq!(args.kube_burst, None);
-        assert!(!args.leader_elect);
+        assert!(
+            args.leader_elect,
+            "on unless said otherwise, as in kube-scheduler"
+        );
         assert_eq!(args.lease_name, None);
         assert_eq!(args.lease_namespace, "kai-scheduler");
         assert_eq!(args.lease_duration, Duration::from_secs(15));
@@ -300,7 +308,7 @@ mod tests {
 
     #[test]
     fn leader_election_disabled_skips_validation() {
-        let args = parse(&["--renew-deadline=1h"]).expect("parse");
+        let args = parse(&["--leader-elect=false", "--renew-deadline=1h"]).expect("parse");
         assert_eq!(
             args.leader_election("kai-scheduler").expect("disabled"),
             LeaderElection::Disabled
@@ -330,5 +338,14 @@ mod tests {
     fn leader_election_enabled_rejects_inconsistent_timings() {
         let args = parse(&["--leader-elect", "--renew-deadline=15s"]).expect("parse");
         assert!(args.leader_election("kai-scheduler").is_err());
+    }
+
+    #[test]
+    fn leader_election_is_enabled_without_any_flag() {
+        let args = parse(&["--identity=pod-a"]).expect("parse");
+        let LeaderElection::Enabled(config) = args.leader_election("kai-scheduler").expect("valid") else {
+            panic!("a process started without --leader-elect must still compete for the lease");
+        };
+        assert_eq!(config.name(), "kai-scheduler");
     }
 }
