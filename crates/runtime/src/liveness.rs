@@ -251,12 +251,10 @@ impl TaskGuard {
 }
 
 impl Drop for TaskGuard {
+    // No log here: the runtime also drops the tasks it still holds when the process exits. The task
+    // logs why it ended (a panic is logged by the panic hook), and /livez names the part when probed.
     fn drop(&mut self) {
         if let Some(part) = self.part.take() {
-            tracing::error!(
-                part,
-                "a task the process needs has stopped; /livez fails from now on"
-            );
             self.liveness.set(&part, Part::Stopped);
         }
     }

@@ -28,7 +28,7 @@ use kube::{Client, Resource, ResourceExt};
 use runtime::lease::LeaderGuard;
 use runtime::liveness::{Heartbeat, Liveness};
 use serde_json::json;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
 pub use owners::{OwnerError, Owners};
 
@@ -406,6 +406,7 @@ where
                     Err(e) => warn!(error = %e, "watch failed; retrying"),
                 }
             }
+            error!("cache watch ended");
         }
         .instrument(info_span!("cache", what)),
     );
