@@ -287,6 +287,7 @@ async fn measure_in(
             )?);
         }
         Contender::KaiScheduler => {
+            // Alone on its pool: no Lease (the binary elects by default).
             let args = [
                 "--node-pool",
                 t.namespace(),
@@ -294,6 +295,7 @@ async fn measure_in(
                 "127.0.0.1:0",
                 "--log-level",
                 "info",
+                "--leader-elect=false",
             ];
             process = Some(Component::start_binary(
                 "kai-scheduler",

@@ -39,7 +39,7 @@ pub async fn build() -> anyhow::Result<()> {
 }
 
 /// Starts a scheduler process named `name` serving the test's node pool, with `extra_args` after the
-/// defaults (a 500 ms period, debug logs).
+/// defaults (a 500 ms period, debug logs, no leader election unless `extra_args` ask for it).
 ///
 /// # Errors
 /// When the process cannot start.
@@ -54,6 +54,11 @@ pub fn start_scheduler(t: &TestEnv, name: &str, extra_args: &[&str]) -> anyhow::
         "--log-level",
         "info,kai_scheduler=debug",
     ];
+    // The binary elects a leader by default; a test's scheduler has its pool to itself and runs without
+    // a Lease (which would outlive the test) unless the test is about election.
+    if !extra_args.iter().any(|a| a.starts_with("--leader-elect")) {
+        args.push("--leader-elect=false");
+    }
     args.extend_from_slice(extra_args);
     t.start_component(name, "kai-scheduler", args)
 }

@@ -158,51 +158,108 @@ fn rbac_names_every_verb_and_resource() {
     }
 }
 
+/// Checks that `spec` elects a leader through the lease named after its Deployment, which the chart
+/// lets it get and update (and nothing else), and that its Deployment rolls (a lease keeps one writer).
+fn assert_elects_a_leader(rendered: &Rendered, spec: &ComponentSpec) {
+    assert_eq!(spec.flag("leader-elect"), Some("true"), "{spec:?}");
+    assert_eq!(spec.flag("lease-name"), Some(spec.deployment.as_str()));
+    assert_eq!(spec.flag("lease-namespace"), Some(chart::NAMESPACE));
+    let role = rendered
+        .find("Role", &format!("{}-leader-election", spec.deployment))
+        .expect("lease Role");
+    let named: Vec<&Value> = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["resourceNames"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(
+        named,
+        [&Value::from(spec.deployment.clone())],
+        "get/update only the component's lease"
+    );
+    let binding = rendered
+        .find("RoleBinding", &format!("{}-leader-election", spec.deployment))
+        .expect("lease RoleBinding");
+    assert_eq!(binding["subjects"][0]["name"], spec.service_account.as_str());
+    let deployment = rendered.find("Deployment", &spec.deployment).expect("deployment");
+    assert!(
+        deployment["spec"]["strategy"].is_null(),
+        "rolling updates are safe with a lease"
+    );
+}
+
+/// As kube-scheduler: a lease at any replica count, since a single replica is two writers as soon as
+/// its node is cut off and the Deployment starts a replacement elsewhere (Recreate waits only for a
+/// pod the API server sees deleted, not for the process to stop).
 #[test]
-fn leader_election_follows_replicas() {
-    let single = render(&[]);
-    for spec in single.components().expect("components") {
-        assert_eq!(spec.flag("leader-elect"), None, "{spec:?}");
-        let deployment = single.find("Deployment", &spec.deployment).expect("deployment");
+fn leader_election_is_on_by_default_at_any_replica_count() {
+    for values in [
+        &[][..],
+        &[("scheduler.replicas", "3"), ("podgrouper.replicas", "2")][..],
+        // The former default, kept as a synonym so that values files written for it still install.
+        &[
+            ("scheduler.leaderElection", "auto"),
+            ("podgrouper.leaderElection", "auto"),
+        ][..],
+    ] {
+        let rendered = render(values);
+        let components = rendered.components().expect("components");
+        assert_eq!(components.len(), 2);
+        for spec in &components {
+            assert_elects_a_leader(&rendered, spec);
+        }
+    }
+}
+
+#[test]
+fn leader_election_can_be_turned_off_for_a_single_replica_only() {
+    let off = [
+        ("scheduler.leaderElection", "false"),
+        ("podgrouper.leaderElection", "false"),
+    ];
+    let rendered = render(&off);
+    for spec in rendered.components().expect("components") {
+        // Said explicitly: the binaries elect by default.
+        assert_eq!(spec.flag("leader-elect"), Some("false"), "{spec:?}");
+        assert_eq!(spec.flag("lease-name"), None);
+        let deployment = rendered.find("Deployment", &spec.deployment).expect("deployment");
         assert_eq!(
             deployment["spec"]["strategy"]["type"], "Recreate",
-            "one writer, even during a rollout"
+            "one writer at least during a rollout"
         );
     }
-    assert_eq!(
-        single.of_kind("Role").count(),
-        0,
-        "no lease permissions without leader election"
-    );
-
-    let replicated = render(&[("scheduler.replicas", "3"), ("podgrouper.replicas", "2")]);
-    for spec in replicated.components().expect("components") {
-        assert_eq!(spec.flag("leader-elect"), Some("true"));
-        assert_eq!(spec.flag("lease-name"), Some(spec.deployment.as_str()));
-        assert_eq!(spec.flag("lease-namespace"), Some(chart::NAMESPACE));
-        let role = replicated
-            .find("Role", &format!("{}-leader-election", spec.deployment))
-            .expect("lease Role");
-        let named: Vec<&Value> = role["rules"]
-            .as_array()
-            .expect("rules")
-            .iter()
-            .filter_map(|r| r["resourceNames"].as_array())
-            .flatten()
+    for kind in ["Role", "RoleBinding"] {
+        let lease_objects: Vec<&Value> = rendered
+            .of_kind(kind)
+            .map(|r| &r["metadata"]["name"])
+            .filter(|name| name.as_str().is_some_and(|n| n.ends_with("-leader-election")))
             .collect();
-        assert_eq!(
-            named,
-            [&Value::from(spec.deployment.clone())],
-            "get/update only the component's lease"
-        );
-        let deployment = replicated
-            .find("Deployment", &spec.deployment)
-            .expect("deployment");
         assert!(
-            deployment["spec"]["strategy"].is_null(),
-            "rolling updates are safe with a lease"
+            lease_objects.is_empty(),
+            "no lease permissions: {lease_objects:?}"
         );
     }
+
+    for component in ["scheduler", "podgrouper"] {
+        let replicas = format!("{component}.replicas");
+        let values = [off[0], off[1], (replicas.as_str(), "2")];
+        let error = Rendered::render(&helm(), chart::RELEASE, chart::NAMESPACE, &values)
+            .expect_err("two replicas without a lease are two writers");
+        assert!(
+            format!("{error:#}").contains("leaderElection"),
+            "the error names the value: {error:#}"
+        );
+    }
+    let error = Rendered::render(
+        &helm(),
+        chart::RELEASE,
+        chart::NAMESPACE,
+        &[("scheduler.leaderElection", "maybe")],
+    )
+    .expect_err("not a boolean");
+    assert!(format!("{error:#}").contains("leaderElection"), "{error:#}");
 }
 
 #[test]
@@ -227,6 +284,42 @@ fn containers_are_hardened_and_probed() {
     for service in rendered.of_kind("Service") {
         assert_eq!(service["spec"]["ports"][0]["name"], "metrics");
         assert_eq!(service["spec"]["ports"][0]["targetPort"], "admin");
+    }
+}
+
+/// The probe restarts a pod only after `/livez` has failed for a while, and `/livez` already waits out
+/// the liveness timeout (60 s by default) before failing: the probe must add little on top of it (a hung
+/// component is replaced within twice the timeout) and ride out one slow answer.
+#[test]
+fn liveness_probes_fit_the_liveness_timeout() {
+    let default_timeout = runtime::liveness::default_timeout(std::time::Duration::from_secs(1)).as_secs();
+    for spec in render(&[]).components().expect("components") {
+        assert_eq!(
+            spec.flag("liveness-timeout"),
+            None,
+            "the binary derives it from its period"
+        );
+    }
+    let rendered = render(&[]);
+    for deployment in rendered.of_kind("Deployment") {
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let probe = &container["livenessProbe"];
+        let number = |field: &str| {
+            probe[field]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{field}: {probe}"))
+        };
+        let (period, failures, timeout) = (
+            number("periodSeconds"),
+            number("failureThreshold"),
+            number("timeoutSeconds"),
+        );
+        assert!(failures >= 2, "one slow answer is not a restart: {probe}");
+        assert!(timeout < period, "{probe}");
+        assert!(
+            period * failures <= default_timeout,
+            "a hung component is restarted within twice the liveness timeout: {probe}"
+        );
     }
 }
 

@@ -326,6 +326,77 @@ async fn run(admin: &Client, helm: &Helm, kubeconfig: &Path, id: &str) -> anyhow
     Ok(())
 }
 
+/// A release whose pods run without a Lease (`leaderElection=false`, or the former default at one
+/// replica) upgraded to the default: that one upgrade recreates the pods, since the running ones hold no
+/// Lease and would not wait for the new ones to get it; the next upgrade rolls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_leader_election_on_recreates_the_pods_once_then_rolls() -> anyhow::Result<()> {
+    let kubeconfig = kubeconfig_path();
+    let admin = client(&kubeconfig).await?;
+    let helm = Helm::find_or_fetch()?;
+    let id = format!("e2e-chart-upgrade-{}", std::process::id());
+    let result = upgrade_twice(&admin, &helm, &kubeconfig, &id).await;
+    let _ = chart::uninstall(&helm, &kubeconfig, &id, &id);
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    let _ = namespaces.delete(&id, &DeleteParams::background()).await;
+    result
+}
+
+async fn upgrade_twice(admin: &Client, helm: &Helm, kubeconfig: &Path, id: &str) -> anyhow::Result<()> {
+    let queue = format!("{id}-queue");
+    let defaults = [
+        ("global.schedulerName", id),
+        ("global.defaultQueue", queue.as_str()),
+        ("priorityClasses.create", "false"),
+        ("defaultQueues.create", "false"),
+        ("volcano.installCRD", "false"),
+    ];
+    let mut without_lease = defaults.to_vec();
+    without_lease.extend([
+        ("scheduler.leaderElection", "false"),
+        ("podgrouper.leaderElection", "false"),
+    ]);
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin.clone(), id);
+    // (name, strategy, whether the pods elect) of each Deployment.
+    let rollout = async || -> anyhow::Result<Vec<(String, String, bool)>> {
+        let mut found = Vec::new();
+        for d in deployments.list(&Default::default()).await?.items {
+            let spec = d.spec.unwrap_or_default();
+            let strategy = spec.strategy.and_then(|s| s.type_).unwrap_or_default();
+            let args = spec
+                .template
+                .spec
+                .and_then(|p| p.containers.into_iter().next())
+                .and_then(|c| c.args)
+                .unwrap_or_default();
+            let elects = args.iter().any(|a| a == "--leader-elect=true");
+            found.push((d.metadata.name.unwrap_or_default(), strategy, elects));
+        }
+        Ok(found)
+    };
+    let expect = |strategy: &str, elects: bool| {
+        ["podgrouper", "scheduler"]
+            .map(|c| (format!("{id}-{c}"), strategy.to_owned(), elects))
+            .to_vec()
+    };
+
+    chart::install(helm, kubeconfig, id, id, &without_lease, true)?;
+    assert_eq!(rollout().await?, expect("Recreate", false), "without a lease");
+    chart::install(helm, kubeconfig, id, id, &defaults, true)?;
+    assert_eq!(
+        rollout().await?,
+        expect("Recreate", true),
+        "the upgrade that turns leader election on replaces pods that hold no lease"
+    );
+    chart::install(helm, kubeconfig, id, id, &defaults, true)?;
+    assert_eq!(
+        rollout().await?,
+        expect("RollingUpdate", true),
+        "once the pods elect, upgrades roll"
+    );
+    Ok(())
+}
+
 fn e2e_now() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }

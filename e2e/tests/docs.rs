@@ -100,14 +100,19 @@ async fn build() -> anyhow::Result<()> {
 }
 
 /// Starts the podgrouper and the scheduler as the chart renders them with GPU sharing on (as `cargo
-/// xtask demo` does), serving the whole cluster, and waits until both are ready.
+/// xtask demo` does), serving the whole cluster, and waits until both are ready. Without leader
+/// election: each test's processes are killed at its end without releasing a Lease, and the next
+/// test's would wait it out.
 fn start_components(t: &TestEnv, dir: &Path) -> anyhow::Result<()> {
     let values = [("global.gpuSharing", "true"), ("global.logFormat", "plain")];
     for spec in e2e::chart::rendered_components(&values)? {
         let port = free_port()?;
         let args = spec.local_args(
             &dir.join(&spec.component),
-            &[("admin-address", &format!("127.0.0.1:{port}"))],
+            &[
+                ("admin-address", &format!("127.0.0.1:{port}")),
+                ("leader-elect", "false"),
+            ],
         )?;
         t.start_component(&spec.component, &spec.binary, &args)?;
         let deadline = Instant::now() + Duration::from_secs(90);

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use api::{PodGroup, keys};
 use e2e::TestEnv;
 use e2e::component::Component;
@@ -40,7 +41,14 @@ fn start_podgrouper(t: &TestEnv) -> anyhow::Result<()> {
     t.start_component(
         COMPONENT,
         "kai-podgrouper",
-        ["--namespace", t.namespace(), "--admin-address", "127.0.0.1:0"],
+        // Alone on its namespace: no Lease (the binary elects by default).
+        [
+            "--namespace",
+            t.namespace(),
+            "--admin-address",
+            "127.0.0.1:0",
+            "--leader-elect=false",
+        ],
     )
 }
 
@@ -650,4 +658,70 @@ async fn burst_of_1000_pods_with_a_podgrouper_kill_mid_way_groups_each_exactly_o
         "killed after {grouped_before} of {PODS} pods were grouped; after the restart all {PODS} were grouped once"
     );
     t.finish().await
+}
+
+/// A rolling update of the one-replica Deployment the chart makes, which elects a leader by default:
+/// the new podgrouper starts as a follower beside the leader and must be ready as a standby, since the
+/// rollout stops the old pod only once the new one is ready and the new one cannot lead before that.
+/// When the old one stops (releasing the lease), the new one leads and groups.
+#[tokio::test]
+async fn a_follower_is_ready_as_a_standby_and_takes_over_when_the_leader_stops() -> anyhow::Result<()> {
+    BUILT
+        .get_or_try_init(|| async {
+            tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await?
+        })
+        .await?;
+    let t = TestEnv::start("pg-standby").await?;
+    // In the test's namespace, so the Lease goes with it.
+    let lease = "kai-podgrouper-e2e";
+    let start = |name: &str| -> anyhow::Result<u16> {
+        let port = e2e::component::free_port()?;
+        t.start_component(
+            name,
+            "kai-podgrouper",
+            [
+                "--namespace",
+                t.namespace(),
+                "--admin-address",
+                &format!("127.0.0.1:{port}"),
+                "--leader-elect",
+                "--lease-name",
+                lease,
+                "--lease-namespace",
+                t.namespace(),
+                "--lease-duration",
+                "4s",
+                "--renew-deadline",
+                "3s",
+                "--retry-period",
+                "500ms",
+            ],
+        )?;
+        Ok(port)
+    };
+    let ready = async |name: &str, port: u16| {
+        t.wait_until(&format!("{name} /readyz"), TIMEOUT, async || {
+            Ok((e2e::component::http_status(port, "/readyz") == Some(200)).then_some(()))
+        })
+        .await
+    };
+
+    let old = start("old")?;
+    ready("the leader", old).await?;
+    apply(&t, &pod_with("before", json!({"rollout": "before"}), json!([]))).await?;
+    grouped_pods(&t, "rollout=before", 1).await?;
+
+    let new = start("new")?;
+    ready("the follower, as a standby", new).await?;
+    let new_log = t.component_log("new").context("the follower's log")?;
+    assert!(
+        !std::fs::read_to_string(new_log)?.contains("leading; grouping pods"),
+        "the follower does not lead while the leader runs"
+    );
+
+    t.stop_component("old", Duration::from_secs(10))?;
+    apply(&t, &pod_with("after", json!({"rollout": "after"}), json!([]))).await?;
+    grouped_pods(&t, "rollout=after", 1).await?;
+    ready("the new leader", new).await?;
+    Ok(())
 }

@@ -568,7 +568,13 @@ async fn apiserver_restart_while_work_is_pending_loses_and_duplicates_nothing() 
     t.start_component(
         "podgrouper",
         "kai-podgrouper",
-        ["--namespace", t.namespace(), "--admin-address", "127.0.0.1:0"],
+        [
+            "--namespace",
+            t.namespace(),
+            "--admin-address",
+            "127.0.0.1:0",
+            "--leader-elect=false",
+        ],
     )?;
     start_scheduler(&t, "scheduler", &[])?;
     t.create_nodes(pool_nodes(&t, "ar").count(2).gpus(4)).await?;
@@ -838,4 +844,67 @@ async fn a_shared_gpu_bind_waiting_for_its_device_is_not_sent_after_the_lease_is
     }
     outcome?;
     t.finish().await
+}
+
+/// Both components, idle, with a 3 s liveness timeout: `/livez` stays 200 for well past it. The
+/// scheduler's loop beats on every wake (at least every `--schedule-period`), the podgrouper's controller
+/// on every tick while no reconcile runs, and no watch ends; a loop that stopped beating would turn
+/// `/livez` into a 500 after 3 s. (The staleness rule itself is unit-tested in `kai-runtime`.)
+#[tokio::test]
+async fn idle_components_stay_live_past_their_liveness_timeout() -> anyhow::Result<()> {
+    build().await?;
+    tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await??;
+    let t = TestEnv::start("idle-livez").await?;
+    let scheduler = e2e::component::free_port()?;
+    let scheduler_address = format!("127.0.0.1:{scheduler}");
+    t.start_component(
+        "scheduler",
+        "kai-scheduler",
+        [
+            "--node-pool",
+            t.namespace(),
+            "--admin-address",
+            &scheduler_address,
+            "--schedule-period",
+            "500ms",
+            "--liveness-timeout",
+            "3s",
+            "--leader-elect=false",
+        ],
+    )?;
+    let podgrouper = e2e::component::free_port()?;
+    let podgrouper_address = format!("127.0.0.1:{podgrouper}");
+    t.start_component(
+        "podgrouper",
+        "kai-podgrouper",
+        [
+            "--namespace",
+            t.namespace(),
+            "--admin-address",
+            &podgrouper_address,
+            "--liveness-timeout",
+            "3s",
+            "--leader-elect=false",
+        ],
+    )?;
+    for (name, port) in [("scheduler", scheduler), ("podgrouper", podgrouper)] {
+        t.wait_until(&format!("{name} /readyz"), TIMEOUT, async || {
+            Ok((e2e::component::http_status(port, "/readyz") == Some(200)).then_some(()))
+        })
+        .await?;
+    }
+
+    let until = tokio::time::Instant::now() + Duration::from_secs(8);
+    while tokio::time::Instant::now() < until {
+        for (name, port) in [("scheduler", scheduler), ("podgrouper", podgrouper)] {
+            let answer = e2e::component::http_get(port, "/livez");
+            anyhow::ensure!(
+                answer.as_ref().is_some_and(|(status, _)| *status == 200),
+                "{name} /livez: {answer:?}\n{}",
+                t.report().await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
 }

@@ -90,6 +90,8 @@ async fn soak(args: &SoakArgs) -> anyhow::Result<()> {
             &format!("127.0.0.1:{port}"),
             "--log-level",
             "info",
+            // Alone on its pool: no Lease (the binary elects by default).
+            "--leader-elect=false",
         ],
         kubeconfig.as_os_str(),
         &log_dir,

@@ -1,8 +1,10 @@
 //! `kai-podgrouper`: makes the PodGroup of every pod whose `schedulerName` is the scheduler's.
 //!
-//! Flags: `--help`. Endpoints `/livez`, `/readyz` (caches synced, CRDs present) and `/metrics` on the
-//! admin address. With `--leader-elect` only the lease holder reconciles; losing the lease ends the
-//! process (its Deployment restarts it as a follower).
+//! Flags: `--help`. Endpoints `/livez` (the controller's heartbeat is fresh and its caches' watches
+//! run), `/readyz` (CRDs present; for the leader also caches synced) and `/metrics` on the admin
+//! address. Only the lease holder reconciles (`--leader-elect`, on by default); losing the lease ends the
+//! process (its Deployment restarts it as a follower). A follower is ready as a standby: a rolling
+//! update waits for the new pod to be ready before it stops the old leader.
 
 use std::time::Duration;
 
@@ -14,6 +16,7 @@ use kai_podgrouper::metrics::Metrics;
 use prometheus_client::registry::Registry;
 use runtime::args::CommonArgs;
 use runtime::client::{self, RateLimit};
+use runtime::liveness::Liveness;
 use runtime::{admin, crd, lease, shutdown, telemetry};
 
 /// Makes the PodGroup every kai-scheduler pod belongs to, from the pod's owner chain.
@@ -64,7 +67,13 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = shutdown::on_signals()?;
 
     let lease_client = client::build(USER_AGENT, RateLimit::UNLIMITED).await?;
-    let (elector, leadership) = lease::Elector::new(lease_client, common.leader_election("kai-podgrouper")?);
+    // One lease per scope, as the scheduler has one per node pool: podgroupers confined to different
+    // namespaces write different pods, and one must not wait on the other's lease.
+    let lease_name = match &namespace {
+        Some(namespace) => format!("kai-podgrouper-{namespace}"),
+        None => "kai-podgrouper".to_owned(),
+    };
+    let (elector, leadership) = lease::Elector::new(lease_client, common.leader_election(&lease_name)?);
     // Every write leaves through the fence: refused unless this process leads at that moment.
     let client = client::build_fenced(USER_AGENT, common.rate_limit(RATE_LIMIT), leadership.guard()).await?;
 
@@ -73,9 +82,11 @@ async fn main() -> anyhow::Result<()> {
     let readiness = admin::Readiness::new();
     let crds_ready = readiness.gate("crds");
     let caches_ready = readiness.gate("caches");
+    // Parts are registered once the controller runs: a follower waiting for the lease is live.
+    let liveness = Liveness::new(common.liveness_timeout(controller::HEARTBEAT_PERIOD)?);
     let admin_server = tokio::spawn(admin::serve(
         common.admin_address,
-        admin::AdminState::new(readiness.clone(), registry),
+        admin::AdminState::new(readiness.clone(), liveness.clone(), registry),
         shutdown.clone().cancelled_owned(),
     ));
 
@@ -90,10 +101,15 @@ async fn main() -> anyhow::Result<()> {
 
     let mut elector_task = tokio::spawn(elector.run(shutdown.clone()));
     let mut state = leadership.subscribe();
+    if !state.borrow().is_leader() {
+        // Ready as a standby; the caches are filled once it leads.
+        caches_ready.set_ready();
+    }
     tokio::select! {
         () = shutdown.cancelled() => {}
         led = state.wait_for(lease::LeaderState::is_leader) => { led.context("leader election stopped")?; }
     }
+    caches_ready.set_not_ready();
 
     let config = Config {
         scheduler_name,
@@ -120,6 +136,7 @@ async fn main() -> anyhow::Result<()> {
             metrics,
             caches_ready,
             leadership.guard(),
+            &liveness,
             async move {
                 tokio::select! { () = stop.cancelled() => {}, () = lost => {} }
             },

@@ -1,7 +1,10 @@
 //! The admin HTTP server: `/livez`, `/readyz` and `/metrics` on `--admin-address`.
 //!
 //! Readiness is a set of named gates ("crds", "caches", ...) that components register at start-up and
-//! open when their condition holds; `/readyz` answers 200 only when every gate is open. Metrics are a
+//! open when their condition holds; `/readyz` answers 200 only when every gate is open. Liveness is a
+//! [`Liveness`]: `/livez` answers 500, naming the part, once a loop's heartbeat is older than its timeout
+//! or a task the process needs (a watch) has ended, so the kubelet restarts a process that makes no
+//! progress. Metrics are a
 //! prometheus-client [`Registry`] that components fill at start-up, before it is frozen into
 //! [`AdminState`]; the metric handles stay usable (they are shared internally).
 //!
@@ -23,6 +26,8 @@ use axum::{
     routing::get,
 };
 use prometheus_client::registry::Registry;
+
+use crate::liveness::{Liveness, LivenessStatus};
 
 /// Content type of the OpenMetrics text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -134,14 +139,16 @@ impl ReadinessGate {
 #[derive(Debug, Clone)]
 pub struct AdminState {
     readiness: Readiness,
+    liveness: Liveness,
     registry: Arc<Registry>,
 }
 
 impl AdminState {
-    /// Freezes `registry` (register every metric first) together with the shared readiness.
-    pub fn new(readiness: Readiness, registry: Registry) -> Self {
+    /// Freezes `registry` (register every metric first) together with the shared readiness and liveness.
+    pub fn new(readiness: Readiness, liveness: Liveness, registry: Registry) -> Self {
         Self {
             readiness,
+            liveness,
             registry: Arc::new(registry),
         }
     }
@@ -172,8 +179,20 @@ pub async fn serve(
         .map_err(Error::Serve)
 }
 
-async fn livez() -> &'static str {
-    "ok\n"
+async fn livez(State(state): State<AdminState>) -> Response {
+    match state.liveness.status() {
+        LivenessStatus::Live => (StatusCode::OK, "ok\n").into_response(),
+        LivenessStatus::NotLive(failures) => {
+            let failures: Vec<String> = failures.iter().map(ToString::to_string).collect();
+            let failures = failures.join("; ");
+            tracing::warn!(%failures, "not live");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("not live: {failures}\n"),
+            )
+                .into_response()
+        }
+    }
 }
 
 async fn readyz(State(state): State<AdminState>) -> Response {
@@ -203,6 +222,8 @@ async fn metrics(State(state): State<AdminState>) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use axum::body::Body;
     use http::Request;
     use prometheus_client::metrics::counter::Counter;
@@ -271,16 +292,76 @@ mod tests {
         )
     }
 
+    fn liveness() -> Liveness {
+        Liveness::new(Duration::from_secs(60))
+    }
+
     #[tokio::test]
-    async fn livez_is_always_ok() {
-        let state = AdminState::new(Readiness::new(), Registry::default());
+    async fn livez_is_ok_without_parts() {
+        let state = AdminState::new(Readiness::new(), liveness(), Registry::default());
+        let (status, _, body) = get(&state, "/livez").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok\n"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn livez_fails_naming_a_stale_heartbeat_and_recovers_on_the_next_beat() {
+        let liveness = Liveness::new(Duration::from_secs(60));
+        let state = AdminState::new(Readiness::new(), liveness.clone(), Registry::default());
+        let heartbeat = liveness.heartbeat("scheduling loop");
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(
+            get(&state, "/livez").await.0,
+            StatusCode::OK,
+            "within the timeout"
+        );
+
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let (status, _, body) = get(&state, "/livez").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "not live: scheduling loop: no progress for 1m15s (timeout 1m)\n"
+            )
+        );
+
+        heartbeat.beat();
         assert_eq!(get(&state, "/livez").await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn livez_fails_once_a_needed_task_has_stopped() {
+        let liveness = liveness();
+        let state = AdminState::new(Readiness::new(), liveness.clone(), Registry::default());
+        let watch = liveness.task("watch pods");
+        assert_eq!(get(&state, "/livez").await.0, StatusCode::OK);
+        drop(watch);
+        let (status, _, body) = get(&state, "/livez").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "not live: watch pods: stopped\n"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn readiness_does_not_make_a_process_live_or_not() {
+        let liveness = liveness();
+        let state = AdminState::new(Readiness::new(), liveness.clone(), Registry::default());
+        assert_eq!(get(&state, "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            get(&state, "/livez").await.0,
+            StatusCode::OK,
+            "starting is not dead"
+        );
     }
 
     #[tokio::test]
     async fn readyz_reports_closed_gates_until_ready() {
         let readiness = Readiness::new();
-        let state = AdminState::new(readiness.clone(), Registry::default());
+        let state = AdminState::new(readiness.clone(), liveness(), Registry::default());
         let (status, _, body) = get(&state, "/readyz").await;
         assert_eq!(
             (status, body.as_str()),
@@ -309,7 +390,7 @@ mod tests {
         let mut registry = Registry::with_prefix("kai");
         let binds = Counter::<u64>::default();
         registry.register("binds", "Pods bound", binds.clone());
-        let state = AdminState::new(Readiness::new(), registry);
+        let state = AdminState::new(Readiness::new(), liveness(), registry);
         binds.inc_by(3);
 
         let (status, content_type, body) = get(&state, "/metrics").await;
@@ -322,7 +403,7 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_paths_are_not_found() {
-        let state = AdminState::new(Readiness::new(), Registry::default());
+        let state = AdminState::new(Readiness::new(), liveness(), Registry::default());
         for path in ["/", "/debug", "/metrics/x", "/healthz"] {
             assert_eq!(get(&state, path).await.0, StatusCode::NOT_FOUND, "{path}");
         }
@@ -332,7 +413,7 @@ mod tests {
     async fn serve_reports_an_address_in_use() {
         let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = taken.local_addr().expect("addr");
-        let state = AdminState::new(Readiness::new(), Registry::default());
+        let state = AdminState::new(Readiness::new(), liveness(), Registry::default());
         let error = serve(address, state, std::future::pending())
             .await
             .expect_err("address in use");

@@ -2,7 +2,8 @@
 //! `#[command(flatten)]`. Every flag also reads an environment variable, so a Deployment can set either.
 //!
 //! Owns: flag names, defaults and their conversion into the typed settings the other modules take
-//! ([`RateLimit`], [`LeaderElection`], [`LogSettings`]). Must not: hold component-specific flags.
+//! ([`RateLimit`], [`LeaderElection`], [`LogSettings`], the liveness timeout). Must not: hold
+//! component-specific flags.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -12,6 +13,7 @@ use clap::builder::BoolishValueParser;
 use crate::{
     client::RateLimit,
     lease::{self, LeaderElection, LeaseConfig},
+    liveness,
     telemetry::{self, LogFormat, LogSettings},
 };
 
@@ -33,6 +35,12 @@ pub struct CommonArgs {
     #[arg(long, env = "KAI_ADMIN_ADDRESS", default_value = "0.0.0.0:8080")]
     pub admin_address: SocketAddr,
 
+    /// /livez fails once the component's loop has made no progress for this long, or at once when a
+    /// watch it needs has ended; must be longer than the loop's period.
+    /// [default: max(10 x the loop's period, 60s)]
+    #[arg(long, env = "KAI_LIVENESS_TIMEOUT", value_parser = duration::parse)]
+    pub liveness_timeout: Option<Duration>,
+
     /// Client-side limit on requests per second to the API server; 0 or negative means unlimited.
     /// [default: set by each component]
     #[arg(long, env = "KAI_KUBE_QPS", allow_negative_numbers = true)]
@@ -42,14 +50,19 @@ pub struct CommonArgs {
     #[arg(long, env = "KAI_KUBE_BURST")]
     pub kube_burst: Option<u32>,
 
-    /// Elect a single active replica through a coordination.k8s.io/v1 Lease. Without it the process
-    /// acts as the leader at once and never touches a Lease.
+    /// Elect a single active replica through a coordination.k8s.io/v1 Lease. With
+    /// `--leader-elect=false` the process acts as the leader at once and never touches a Lease: only
+    /// where no other copy can run (a test, a developer's machine).
+    // On by default, as kube-scheduler's: a process started without the flag, by hand or by a
+    // Deployment written without the chart, must not become a second writer beside another copy (a
+    // rollout, a replacement started while its node is cut off). Running alone is the exception, and
+    // is said explicitly.
     #[arg(
         long,
         env = "KAI_LEADER_ELECT",
         num_args = 0..=1,
         require_equals = true,
-        default_value = "false",
+        default_value = "true",
         default_missing_value = "true",
         value_parser = BoolishValueParser::new(),
     )]
@@ -98,6 +111,12 @@ impl CommonArgs {
         }
     }
 
+    /// How old the heartbeat of a loop that beats at least every `loop_period` may get:
+    /// `--liveness-timeout` where given (it must exceed the period), else max(10 x period, 60 s).
+    pub fn liveness_timeout(&self, loop_period: Duration) -> Result<Duration, liveness::Error> {
+        liveness::timeout(self.liveness_timeout, loop_period)
+    }
+
     /// The leader-election settings, validated; `default_lease_name` is used when `--lease-name` is unset.
     ///
     /// With `--leader-elect=false` the settings are not checked and the result is
@@ -107,6 +126,7 @@ impl CommonArgs {
             log_level: _,
             log_format: _,
             admin_address: _,
+            liveness_timeout: _,
             kube_qps: _,
             kube_burst: _,
             leader_elect,
@@ -168,9 +188,17 @@ mod tests {
         assert_eq!(args.log_level, "info");
         assert_eq!(args.log_format, LogFormat::Plain);
         assert_eq!(args.admin_address, "0.0.0.0:8080".parse().expect("address"));
+        assert_eq!(args.liveness_timeout, None);
+        assert_eq!(
+            args.liveness_timeout(Duration::from_secs(1)),
+            Ok(Duration::from_secs(60))
+        );
         assert_eq!(args.kube_qps, None);
         assert_eq!(args.kube_burst, None);
-        assert!(!args.leader_elect);
+        assert!(
+            args.leader_elect,
+            "on unless said otherwise, as in kube-scheduler"
+        );
         assert_eq!(args.lease_name, None);
         assert_eq!(args.lease_namespace, "kai-scheduler");
         assert_eq!(args.lease_duration, Duration::from_secs(15));
@@ -185,6 +213,7 @@ mod tests {
             "--log-level=warn,kube=debug",
             "--log-format=json",
             "--admin-address=127.0.0.1:9090",
+            "--liveness-timeout=2m",
             "--kube-qps=50.5",
             "--kube-burst=100",
             "--leader-elect",
@@ -199,6 +228,7 @@ mod tests {
         assert_eq!(args.log_level, "warn,kube=debug");
         assert_eq!(args.log_format, LogFormat::Json);
         assert_eq!(args.admin_address, "127.0.0.1:9090".parse().expect("address"));
+        assert_eq!(args.liveness_timeout, Some(Duration::from_secs(120)));
         assert_eq!(args.kube_qps, Some(50.5));
         assert_eq!(args.kube_burst, Some(100));
         assert!(args.leader_elect);
@@ -231,6 +261,17 @@ mod tests {
         assert!(parse(&["--leader-elect=maybe"]).is_err());
         // A following word is not swallowed as the flag's value.
         assert!(parse(&["--leader-elect", "false"]).is_err());
+    }
+
+    #[test]
+    fn liveness_timeout_must_exceed_the_loop_period() {
+        let args = parse(&["--liveness-timeout=5s"]).expect("parse");
+        assert_eq!(
+            args.liveness_timeout(Duration::from_secs(1)),
+            Ok(Duration::from_secs(5))
+        );
+        assert!(args.liveness_timeout(Duration::from_secs(5)).is_err());
+        assert!(parse(&["--liveness-timeout=5"]).is_err(), "unitless duration");
     }
 
     #[test]
@@ -267,7 +308,7 @@ mod tests {
 
     #[test]
     fn leader_election_disabled_skips_validation() {
-        let args = parse(&["--renew-deadline=1h"]).expect("parse");
+        let args = parse(&["--leader-elect=false", "--renew-deadline=1h"]).expect("parse");
         assert_eq!(
             args.leader_election("kai-scheduler").expect("disabled"),
             LeaderElection::Disabled
@@ -297,5 +338,14 @@ mod tests {
     fn leader_election_enabled_rejects_inconsistent_timings() {
         let args = parse(&["--leader-elect", "--renew-deadline=15s"]).expect("parse");
         assert!(args.leader_election("kai-scheduler").is_err());
+    }
+
+    #[test]
+    fn leader_election_is_enabled_without_any_flag() {
+        let args = parse(&["--identity=pod-a"]).expect("parse");
+        let LeaderElection::Enabled(config) = args.leader_election("kai-scheduler").expect("valid") else {
+            panic!("a process started without --leader-elect must still compete for the lease");
+        };
+        assert_eq!(config.name(), "kai-scheduler");
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! Owns: common flags ([`args`]), tracing setup ([`telemetry`]), the Kubernetes client with its
 //! rate limit and user agent ([`client`]), server discovery and eviction ([`discovery`]), the admin
-//! server with `/livez`, `/readyz` and `/metrics` ([`admin`]), leader election ([`lease`]), signal
-//! handling ([`shutdown`]), the CRD start-up gate ([`crd`]) and metric helpers ([`metrics`]).
+//! server with `/livez`, `/readyz` and `/metrics` ([`admin`]) and the heartbeats `/livez` reads
+//! ([`liveness`]), leader election ([`lease`]), signal handling ([`shutdown`]), the CRD start-up gate
+//! ([`crd`]) and metric helpers ([`metrics`]).
 //!
 //! Must not: hold scheduling or grouping logic, or know any component's resources beyond what the
 //! caller passes in.
@@ -14,7 +15,7 @@
 //! # use kai_runtime as runtime;
 //! use clap::Parser;
 //! use prometheus_client::registry::Registry;
-//! use runtime::{admin, args::CommonArgs, client::{self, RateLimit}, crd, lease, shutdown, telemetry};
+//! use runtime::{admin, args::CommonArgs, client::{self, RateLimit}, crd, lease, liveness, shutdown, telemetry};
 //!
 //! #[derive(Parser)]
 //! struct Args {
@@ -39,9 +40,11 @@
 //!     registry.register("cycle_duration_seconds", "Scheduling cycle duration", cycle_seconds.clone());
 //!     let readiness = admin::Readiness::new();
 //!     let crds_ready = readiness.gate("crds");
+//!     let period = std::time::Duration::from_secs(1);
+//!     let liveness = liveness::Liveness::new(args.common.liveness_timeout(period)?);
 //!     let admin_server = tokio::spawn(admin::serve(
 //!         args.common.admin_address,
-//!         admin::AdminState::new(readiness.clone(), registry),
+//!         admin::AdminState::new(readiness.clone(), liveness.clone(), registry),
 //!         shutdown.clone().cancelled_owned(),
 //!     ));
 //!
@@ -52,13 +55,17 @@
 //!     let mut elector_task = tokio::spawn(elector.run(shutdown.clone()));
 //!     let guard = leadership.guard();
 //!
-//!     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+//!     // Registered where the loop starts: the waits above do not count against it.
+//!     let heartbeat = liveness.heartbeat("loop");
+//!     let mut tick = tokio::time::interval(period);
 //!     loop {
 //!         tokio::select! {
 //!             () = shutdown.cancelled() => break,
 //!             // The elector only ends on shutdown; anything else means leadership can no longer be kept.
 //!             _ = &mut elector_task => anyhow::bail!("leader election stopped"),
-//!             _ = tick.tick(), if leadership.is_leader() => {
+//!             _ = tick.tick() => {
+//!                 heartbeat.beat();
+//!                 if !leadership.is_leader() { continue; }
 //!                 let _timer = runtime::metrics::Timer::start(cycle_seconds.clone());
 //!                 // ... decide, then right before each write:
 //!                 if guard.check().is_ok() { /* write */ }
@@ -78,6 +85,7 @@ pub mod crd;
 pub mod discovery;
 pub mod fence;
 pub mod lease;
+pub mod liveness;
 pub mod metrics;
 pub mod shutdown;
 pub mod telemetry;

@@ -144,4 +144,30 @@ mod tests {
             "never later than the period"
         );
     }
+
+    /// The loop beats its liveness heartbeat on every wake, so no state may put the next wake further
+    /// away than the period: an idle scheduler stays live.
+    #[test]
+    fn the_next_cycle_is_never_further_than_the_period() {
+        let periods = [1, 20, 150, 200, 250, 1_000, 30_000].map(Duration::from_millis);
+        for period in periods {
+            for min_interval in periods {
+                let mut s = LoopState::new(period, min_interval);
+                let t0 = Instant::now();
+                s.cycled(t0);
+                for dirty in [false, true] {
+                    if dirty {
+                        s.changed(t0);
+                    }
+                    for binding in [false, true] {
+                        let wake = s.next_cycle(binding);
+                        assert!(
+                            wake <= t0 + period,
+                            "period {period:?}, min {min_interval:?}, dirty {dirty}, binding {binding}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

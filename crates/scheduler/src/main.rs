@@ -1,6 +1,7 @@
 //! `kai-scheduler`: the scheduling loop. Watches the cluster into the model, runs a cycle whenever
 //! something changed (at most every `--min-cycle-interval`, at least every `--schedule-period`), and
-//! hands the decisions to the applier. Only the leader schedules; followers keep a warm model.
+//! hands the decisions to the applier. Only the leader schedules; followers keep a warm model. Every
+//! wake of the loop, leader or not, beats the heartbeat `/livez` reads.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use kai_scheduler::loop_state;
 use kai_scheduler::metrics::CycleMetrics;
 use prometheus_client::registry::Registry;
 use runtime::client::RateLimit;
-use runtime::{admin, args::CommonArgs, crd, discovery, lease, shutdown, telemetry};
+use runtime::{admin, args::CommonArgs, crd, discovery, lease, liveness::Liveness, shutdown, telemetry};
 use scheduler_core::config::Config;
 use scheduler_core::cycle;
 use scheduler_core::model::Cluster;
@@ -110,9 +111,11 @@ async fn main() -> anyhow::Result<()> {
     let readiness = admin::Readiness::new();
     let crds_ready = readiness.gate("crds");
     let caches_ready = readiness.gate("caches");
+    // The loop wakes at least every --schedule-period (LoopState::next_cycle), idle or not.
+    let liveness = Liveness::new(args.common.liveness_timeout(args.schedule_period)?);
     let admin_server = tokio::spawn(admin::serve(
         args.common.admin_address,
-        admin::AdminState::new(readiness.clone(), registry),
+        admin::AdminState::new(readiness.clone(), liveness.clone(), registry),
         shutdown.clone().cancelled_owned(),
     ));
 
@@ -149,7 +152,7 @@ async fn main() -> anyhow::Result<()> {
         apply_metrics,
     ));
 
-    let (mut events, kinds) = watch::start(&client, offered, 8192);
+    let (mut events, kinds) = watch::start(&client, offered, 8192, &liveness);
     let partition = Partition {
         key: args.node_pool_label.clone(),
         value: args.node_pool.clone(),
@@ -162,6 +165,7 @@ async fn main() -> anyhow::Result<()> {
     let mut state = loop_state::LoopState::new(args.schedule_period, args.min_cycle_interval);
     let mut was_leader = false;
     let mut cycle_id: u64 = 0;
+    let heartbeat = liveness.heartbeat("scheduling loop");
 
     loop {
         let wake = tokio::time::Instant::from_std(state.next_cycle(applier.binds_in_flight() > 0));
@@ -189,6 +193,7 @@ async fn main() -> anyhow::Result<()> {
                 }
                 let started = Instant::now();
                 state.cycled(started);
+                heartbeat.beat();
                 if !ingest.synced(&kinds) {
                     continue;
                 }

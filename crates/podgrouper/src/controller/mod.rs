@@ -2,13 +2,16 @@
 //! through caches, server-side applies the PodGroup, puts the pod in it, and reports warnings as events
 //! on the pod and a condition on the PodGroup.
 //!
+//! Liveness: the loop that drives the controller beats a heartbeat on every finished reconcile and, every
+//! [`HEARTBEAT_PERIOD`], while no reconcile runs; each cache's watch is a task that must not end.
+//!
 //! Must not: hold grouping rules (they live in `grouping`), or write anything but PodGroups it owns,
 //! their `PodGrouperWarning` condition, the pod's group annotation and sub-group label, and events.
 
 mod owners;
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,8 +26,9 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use runtime::lease::LeaderGuard;
+use runtime::liveness::{Heartbeat, Liveness};
 use serde_json::json;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
 pub use owners::{OwnerError, Owners};
 
@@ -33,6 +37,10 @@ use crate::metrics::Metrics;
 
 /// Condition type the podgrouper sets on a PodGroup while grouping has warnings.
 pub const WARNING_CONDITION: &str = keys::EVENT_PODGROUPER_WARNING;
+
+/// How often the controller's heartbeat is beaten while no reconcile runs: the loop period the liveness
+/// timeout is derived from (`--liveness-timeout`, default max(10 x this, 60 s)).
+pub const HEARTBEAT_PERIOD: Duration = Duration::from_secs(1);
 
 /// Controller settings (from the binary's flags).
 #[derive(Debug, Clone)]
@@ -151,6 +159,24 @@ struct Context {
     recorder: Recorder,
     /// Warning messages already reported per pod uid, so each is an event once, not once per reconcile.
     reported: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
+    /// Reconciles started and not yet finished (see [`drive`]).
+    running: Arc<AtomicUsize>,
+}
+
+/// Counts one reconcile as running until dropped (finished, failed or cancelled).
+struct RunningReconcile(Arc<AtomicUsize>);
+
+impl RunningReconcile {
+    fn start(running: &Arc<AtomicUsize>) -> Self {
+        running.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(running))
+    }
+}
+
+impl Drop for RunningReconcile {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Context {
@@ -165,13 +191,15 @@ impl Context {
 
 /// Runs the podgrouper until `shutdown` resolves. `ready` is set once the pod and PodGroup caches are
 /// filled; `leader` is checked right before every write, so a process that lost its lease stops writing
-/// at once (the caller stops the controller and exits).
+/// at once (the caller stops the controller and exits). The controller's heartbeat and its caches'
+/// watches are parts of `liveness`.
 pub async fn run(
     client: Client,
     config: Config,
     metrics: Metrics,
     ready: runtime::admin::ReadinessGate,
     leader: LeaderGuard,
+    liveness: &Liveness,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded::<ObjectRef<Pod>>();
@@ -180,7 +208,12 @@ pub async fn run(
     // Pods of the scheduler, trimmed to what grouping reads.
     let pod_writer = reflector::store::Writer::<Pod>::default();
     let pods = pod_writer.as_reader();
-    let owners = Arc::new(Owners::new(client.clone(), pods.clone(), trigger_tx.clone()));
+    let owners = Arc::new(Owners::new(
+        client.clone(),
+        pods.clone(),
+        trigger_tx.clone(),
+        liveness.clone(),
+    ));
     let pod_selector = format!("spec.schedulerName={}", config.scheduler_name);
     let manager = config.settings.field_manager.clone();
     let forget = (Arc::clone(&owners), Arc::clone(&reported));
@@ -206,14 +239,19 @@ pub async fn run(
     .reflect(pod_writer)
     .applied_objects();
 
-    let (priority_classes, priority_classes_synced) =
-        spawn_cache(Api::<PriorityClass>::all(client.clone()), "priorityclasses", None);
-    let (queues, queues_synced) = spawn_cache(Api::<Queue>::all(client.clone()), "queues", None);
+    let (priority_classes, priority_classes_synced) = spawn_cache(
+        Api::<PriorityClass>::all(client.clone()),
+        "priorityclasses",
+        None,
+        liveness,
+    );
+    let (queues, queues_synced) = spawn_cache(Api::<Queue>::all(client.clone()), "queues", None, liveness);
     // A deleted PodGroup is re-made: its pods are re-queued.
     let (pod_groups, _) = spawn_cache(
         Api::<PodGroup>::all(client.clone()),
         "podgroups",
         Some((pods.clone(), trigger_tx.clone())),
+        liveness,
     );
 
     let readiness = (pods.clone(), pod_groups.clone());
@@ -245,19 +283,54 @@ pub async fn run(
         metrics,
         reported,
         config,
+        running: Arc::default(),
     });
     let concurrency = ctx.config.concurrency;
-    Controller::for_stream(pod_stream, pods)
+    let running = Arc::clone(&ctx.running);
+    let results = Controller::for_stream(pod_stream, pods)
         .with_config(ControllerConfig::default().concurrency(concurrency))
         .reconcile_on(trigger_rx)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                debug!(error = %e, "reconcile round ended with an error");
+        .run(reconcile, error_policy, ctx);
+    let heartbeat = liveness.heartbeat("controller");
+    drive(results, running, heartbeat, HEARTBEAT_PERIOD, |result| {
+        if let Err(e) = result {
+            debug!(error = %e, "reconcile round ended with an error");
+        }
+    })
+    .await;
+}
+
+/// Polls the controller's `results` until they end, handing each to `each`. Beats `heartbeat` on every
+/// result and, every `period`, when no reconcile is `running`: an idle controller is live, and so is a
+/// busy one whose reconciles finish; one whose reconciles all hang, or whose loop is no longer polled,
+/// is not.
+async fn drive<T>(
+    results: impl futures::Stream<Item = T>,
+    running: Arc<AtomicUsize>,
+    heartbeat: Heartbeat,
+    period: Duration,
+    mut each: impl FnMut(T),
+) {
+    let mut results = std::pin::pin!(results);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            result = results.next() => match result {
+                Some(result) => {
+                    heartbeat.beat();
+                    each(result);
+                }
+                None => return,
+            },
+            _ = tick.tick() => {
+                if running.load(Ordering::Acquire) == 0 {
+                    heartbeat.beat();
+                }
             }
-        })
-        .await;
+        }
+    }
 }
 
 /// Keeps only what grouping reads: metadata (with only the podgrouper's managed-fields entries),
@@ -282,7 +355,7 @@ fn trim_pod(pod: &mut Pod, manager: &str) {
 }
 
 /// Starts a cluster-wide cache; the flag turns true once it is filled. With `requeue_on_delete`, a
-/// deleted PodGroup re-queues the pods that name it.
+/// deleted PodGroup re-queues the pods that name it. The cache's watch is a task of `liveness`.
 fn spawn_cache<K>(
     api: Api<K>,
     what: &'static str,
@@ -290,6 +363,7 @@ fn spawn_cache<K>(
         Store<Pod>,
         futures::channel::mpsc::UnboundedSender<ObjectRef<Pod>>,
     )>,
+    liveness: &Liveness,
 ) -> (Store<K>, Arc<AtomicBool>)
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -304,8 +378,11 @@ where
         owners::store_ready(&store).await;
         flag.store(true, Ordering::Relaxed);
     });
+    // Dropped when the watch below ends (it never should) or panics: the cache would go stale.
+    let task = liveness.task(format!("cache {what}"));
     tokio::spawn(
         async move {
+            let _task = task;
             let mut stream = std::pin::pin!(
                 watcher(api, watcher::Config::default())
                     .default_backoff()
@@ -329,6 +406,7 @@ where
                     Err(e) => warn!(error = %e, "watch failed; retrying"),
                 }
             }
+            error!("cache watch ended");
         }
         .instrument(info_span!("cache", what)),
     );
@@ -337,6 +415,7 @@ where
 
 #[tracing::instrument(skip_all, fields(pod = %pod.name_any(), namespace = pod.namespace().unwrap_or_default()))]
 async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let _running = RunningReconcile::start(&ctx.running);
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let result = reconcile_inner(&pod, &ctx).await;
@@ -529,7 +608,77 @@ fn error_policy(pod: Arc<Pod>, error: &ReconcileError, ctx: Arc<Context>) -> Act
 
 #[cfg(test)]
 mod tests {
+    use runtime::liveness::{Failure, LivenessStatus};
+
     use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// Drives `results` in a task, as `run` does, with the default timeout.
+    fn driven(
+        results: impl futures::Stream<Item = ()> + Send + 'static,
+        running: usize,
+    ) -> (Liveness, Arc<AtomicUsize>) {
+        let liveness = Liveness::new(TIMEOUT);
+        let count = Arc::new(AtomicUsize::new(running));
+        let heartbeat = liveness.heartbeat("controller");
+        tokio::spawn(drive(
+            results,
+            Arc::clone(&count),
+            heartbeat,
+            HEARTBEAT_PERIOD,
+            drop,
+        ));
+        (liveness, count)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_controller_stays_live() {
+        let (liveness, _) = driven(futures::stream::pending(), 0);
+        tokio::time::sleep(TIMEOUT * 3).await;
+        assert_eq!(liveness.status(), LivenessStatus::Live);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_controller_whose_reconciles_hang_is_not_live() {
+        let (liveness, running) = driven(futures::stream::pending(), 1);
+        tokio::time::sleep(TIMEOUT).await;
+        assert_eq!(liveness.status(), LivenessStatus::Live, "within the timeout");
+        tokio::time::sleep(HEARTBEAT_PERIOD * 2).await;
+        let LivenessStatus::NotLive(failures) = liveness.status() else {
+            panic!("a reconcile that never ends is no progress");
+        };
+        assert!(
+            matches!(&failures[..], [Failure::Stale { part, .. }] if part == "controller"),
+            "{failures:?}"
+        );
+        running.store(0, Ordering::Release);
+        tokio::time::sleep(HEARTBEAT_PERIOD * 2).await;
+        assert_eq!(liveness.status(), LivenessStatus::Live, "idle again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_controller_whose_reconciles_finish_stays_live() {
+        // Always a reconcile running, one finishing every 10 s.
+        let results = futures::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            Some(((), ()))
+        });
+        let (liveness, _) = driven(results, 1);
+        tokio::time::sleep(TIMEOUT * 3).await;
+        assert_eq!(liveness.status(), LivenessStatus::Live);
+    }
+
+    #[test]
+    fn a_reconcile_counts_as_running_until_its_guard_is_dropped() {
+        let running = Arc::new(AtomicUsize::new(0));
+        let first = RunningReconcile::start(&running);
+        let second = RunningReconcile::start(&running);
+        assert_eq!(running.load(Ordering::Acquire), 2);
+        drop(first);
+        drop(second);
+        assert_eq!(running.load(Ordering::Acquire), 0);
+    }
 
     #[test]
     fn trimmed_pods_keep_what_grouping_reads() {

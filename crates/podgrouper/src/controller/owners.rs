@@ -21,8 +21,9 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{self, ApiCapabilities, ApiResource, Scope};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use runtime::liveness::Liveness;
 use serde_json::Value;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::grouping::{BreakReason, ChainBreak, Object, pod_as_object};
 
@@ -96,13 +97,19 @@ pub struct Owners {
     starting: tokio::sync::Mutex<()>,
     below: Arc<Mutex<OwnerIndex>>,
     trigger: UnboundedSender<ObjectRef<Pod>>,
+    liveness: Liveness,
 }
 
 impl Owners {
     /// Owner caches over `client`; pods come from the controller's pod cache; re-reconcile requests go
-    /// to `trigger`.
+    /// to `trigger`. Each owner kind's watch is a task of `liveness`.
     #[must_use]
-    pub fn new(client: Client, pods: Store<Pod>, trigger: UnboundedSender<ObjectRef<Pod>>) -> Self {
+    pub fn new(
+        client: Client,
+        pods: Store<Pod>,
+        trigger: UnboundedSender<ObjectRef<Pod>>,
+        liveness: Liveness,
+    ) -> Self {
         Self {
             client,
             pods,
@@ -110,6 +117,7 @@ impl Owners {
             starting: tokio::sync::Mutex::new(()),
             below: Arc::default(),
             trigger,
+            liveness,
         }
     }
 
@@ -381,7 +389,7 @@ impl Owners {
                     o.types = Some(types.clone());
                 })
                 .reflect(writer);
-            self.spawn_trigger(stream, gvk.kind.clone(), |o: &DynamicObject| {
+            self.spawn_trigger(stream, gvk, |o: &DynamicObject| {
                 fingerprint(&o.metadata, Some(&o.data))
             });
             Cache::Full(reader)
@@ -399,11 +407,9 @@ impl Owners {
                     }
                 })
                 .reflect(writer);
-            self.spawn_trigger(
-                stream,
-                gvk.kind.clone(),
-                |o: &PartialObjectMeta<DynamicObject>| fingerprint(&o.metadata, None),
-            );
+            self.spawn_trigger(stream, gvk, |o: &PartialObjectMeta<DynamicObject>| {
+                fingerprint(&o.metadata, None)
+            });
             Cache::Metadata(reader)
         };
         Ok(KindState::Ready(Arc::new(KindCache {
@@ -414,14 +420,19 @@ impl Owners {
     }
 
     /// Drives a kind's reflector; on a change that matters (spec, labels, annotations) re-queues the pods
-    /// recorded below that owner.
-    fn spawn_trigger<K, S>(&self, stream: S, kind: String, fingerprint: fn(&K) -> u64)
+    /// recorded below that owner. Its end marks the process not live (the cache would go stale), unless
+    /// the controller has gone.
+    fn spawn_trigger<K, S>(&self, stream: S, gvk: &GroupVersionKind, fingerprint: fn(&K) -> u64)
     where
         K: kube::Resource + Send + Sync + 'static,
         S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     {
         let below = Arc::clone(&self.below);
         let trigger = self.trigger.clone();
+        let kind = gvk.kind.clone();
+        let task = self
+            .liveness
+            .task(format!("owner cache {}/{}", gvk.group, gvk.kind));
         tokio::spawn(async move {
             let mut seen: HashMap<String, u64> = HashMap::new();
             let mut stream = std::pin::pin!(stream);
@@ -459,10 +470,14 @@ impl Owners {
                 debug!(%kind, name = ?obj.meta().name, pods = pods.len(), "owner changed; re-grouping its pods");
                 for pod in pods {
                     if trigger.unbounded_send(pod).is_err() {
+                        // The controller has gone: the process is stopping.
+                        task.finish();
                         return;
                     }
                 }
             }
+            error!(%kind, "owner watch ended");
+            drop(task);
         });
     }
 }

@@ -148,3 +148,173 @@ fn reservation_pod(node: &str, group: &str, image: &str) -> serde_json::Value {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use http::{Method, Request, Response, StatusCode};
+    use kube::client::Body;
+    use runtime::discovery::EvictionVersion;
+    use runtime::lease::{Elector, LeaderElection};
+    use scheduler_core::config::GpuSharingArgs;
+    use serde_json::{Value, json};
+    use tokio::sync::mpsc;
+
+    use super::super::{Applier, ApplierOptions, ApplyMetrics};
+    use super::reservation_pod_name;
+
+    /// One request as the fake API server saw it.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        method: Method,
+        path: String,
+        body: Value,
+    }
+
+    /// An applier built as `main.rs` builds it, whose client is answered by `respond` instead of an API
+    /// server; also returns the log of requests.
+    fn applier(
+        reservation_timeout: Duration,
+        respond: impl Fn(&Seen) -> (StatusCode, Value) + Send + Sync + 'static,
+    ) -> (Applier, Arc<Mutex<Vec<Seen>>>) {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let respond = Arc::new(respond);
+        let seen_log = Arc::clone(&log);
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let (respond, log) = (Arc::clone(&respond), Arc::clone(&seen_log));
+            async move {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect_bytes().await.expect("request body");
+                let seen = Seen {
+                    method: parts.method,
+                    path: parts.uri.path().to_owned(),
+                    body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                };
+                let (code, answer) = respond(&seen);
+                log.lock().expect("log").push(seen);
+                let response = Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(Body::from(answer.to_string().into_bytes()))
+                    .expect("response");
+                Ok::<_, Infallible>(response)
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        let (_elector, leadership) = Elector::new(client.clone(), LeaderElection::Disabled);
+        let (feedback, _) = mpsc::unbounded_channel();
+        let options = ApplierOptions {
+            identity: "test".to_owned(),
+            bind_concurrency: 1,
+            write_concurrency: 1,
+            gpu_sharing: GpuSharingArgs {
+                enabled: true,
+                reservation_timeout,
+                ..GpuSharingArgs::default()
+            },
+        };
+        let applier = Applier::new(
+            client,
+            EvictionVersion::V1,
+            leadership.guard(),
+            feedback,
+            options,
+            ApplyMetrics::default(),
+        );
+        (applier, log)
+    }
+
+    fn not_found() -> (StatusCode, Value) {
+        let status = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "reason": "NotFound", "code": 404, "message": "pods not found",
+        });
+        (StatusCode::NOT_FOUND, status)
+    }
+
+    /// A reservation pod of `uid` that has not reported its device.
+    fn silent_pod(name: &str, uid: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": name, "namespace": api::keys::RESERVATION_NAMESPACE, "uid": uid,
+                "annotations": { "karpenter.sh/do-not-disrupt": "true" },
+            },
+        })
+    }
+
+    fn deletes(log: &Mutex<Vec<Seen>>) -> Vec<Seen> {
+        let log = log.lock().expect("log");
+        log.iter()
+            .filter(|s| s.method == Method::DELETE)
+            .cloned()
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timed_out_reservation_pod_is_deleted_only_if_it_is_still_the_pod_seen() {
+        let name = reservation_pod_name("node-a", "group-1");
+        let pod = silent_pod(&name, "u1");
+        let (applier, log) = applier(Duration::from_secs(1), move |seen| match seen.method {
+            Method::GET | Method::DELETE => (StatusCode::OK, pod.clone()),
+            _ => (StatusCode::METHOD_NOT_ALLOWED, Value::Null),
+        });
+
+        let error = applier
+            .reserved_device("node-a", "group-1")
+            .await
+            .expect_err("no device reported");
+        assert!(error.contains("did not report its GPU"), "{error}");
+
+        let deletes = deletes(&log);
+        assert_eq!(deletes.len(), 1, "{deletes:?}");
+        assert_eq!(
+            deletes[0].path,
+            format!(
+                "/api/v1/namespaces/{}/pods/{name}",
+                api::keys::RESERVATION_NAMESPACE
+            )
+        );
+        assert_eq!(
+            deletes[0].body["preconditions"]["uid"], "u1",
+            "the delete names the pod the wait saw, so a newer pod of that name survives: {:?}",
+            deletes[0].body
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_pod_never_seen_is_not_deleted() {
+        let name = reservation_pod_name("node-a", "group-1");
+        let made = silent_pod(&name, "u-created");
+        // Created, but every read misses it (deleted at once by someone else, or never visible yet).
+        let (applier, log) = applier(Duration::from_secs(1), move |seen| match seen.method {
+            Method::GET => not_found(),
+            Method::POST => (StatusCode::CREATED, made.clone()),
+            _ => (StatusCode::OK, made.clone()),
+        });
+
+        let error = applier
+            .reserved_device("node-a", "group-1")
+            .await
+            .expect_err("no device reported");
+        assert!(error.contains("did not report its GPU"), "{error}");
+
+        let methods: Vec<Method> = log
+            .lock()
+            .expect("log")
+            .iter()
+            .map(|s| s.method.clone())
+            .collect();
+        assert!(
+            methods.contains(&Method::POST),
+            "the pod was created: {methods:?}"
+        );
+        assert!(
+            deletes(&log).is_empty(),
+            "without a pod seen there is no UID to delete by, so nothing is deleted: {methods:?}"
+        );
+    }
+}

@@ -2,7 +2,9 @@
 //!
 //! Each stream reports `Apply`/`Delete` as they come, and after every (re)list the set of keys it saw,
 //! so the loop can drop objects that vanished while the watch was down. The channel is bounded: a busy
-//! loop slows the watches instead of buffering the cluster in memory.
+//! loop slows the watches instead of buffering the cluster in memory. A watch that ends while the loop
+//! still reads marks the process not live (`/livez`), so it is restarted rather than scheduling on a
+//! model that no longer changes.
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -12,9 +14,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
+use runtime::liveness::{Liveness, TaskGuard};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, error, info_span, warn};
 
 /// Kinds of watched objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -80,7 +83,9 @@ pub fn pod_key(pod: &Pod) -> String {
     pod.uid().unwrap_or_default()
 }
 
-/// Runs one watch until the channel closes, forwarding changes wrapped by `wrap`.
+/// Runs one watch until the channel closes, forwarding changes wrapped by `wrap`. `task` marks the
+/// process not live if the watch ends any other way (the stream ended, or a panic): the model would never
+/// change again.
 async fn run<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -88,6 +93,7 @@ async fn run<K>(
     kind: Kind,
     wrap: fn(Change<K>) -> Event,
     key_of: fn(&K) -> String,
+    task: TaskGuard,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
@@ -96,7 +102,10 @@ async fn run<K>(
     loop {
         let event = match stream.try_next().await {
             Ok(Some(e)) => e,
-            Ok(None) => return,
+            Ok(None) => {
+                error!(?kind, "watch stream ended");
+                return;
+            }
             Err(e) => {
                 // The watcher retries with backoff on its own; an error here is transient.
                 warn!(?kind, error = %e, "watch error; retrying");
@@ -120,9 +129,28 @@ async fn run<K>(
             watcher::Event::Delete(obj) => Change::Delete(obj),
         };
         if tx.send(wrap(change)).await.is_err() {
+            // The loop has gone: the process is shutting down.
+            task.finish();
             return;
         }
     }
+}
+
+/// Spawns [`run`] for one kind, named `name` in logs and in `/livez`.
+fn spawn<K>(
+    name: &'static str,
+    api: Api<K>,
+    tx: mpsc::Sender<Event>,
+    kind: Kind,
+    wrap: fn(Change<K>) -> Event,
+    key_of: fn(&K) -> String,
+    liveness: &Liveness,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let config = watcher::Config::default().page_size(500);
+    let task = liveness.task(format!("watch {name}"));
+    tokio::spawn(run(api, config, tx, kind, wrap, key_of, task).instrument(info_span!("watch", kind = name)));
 }
 
 /// Which optional kinds the server offers.
@@ -135,8 +163,13 @@ pub struct Offered {
 }
 
 /// Starts every watch; returns the channel the loop reads and the kinds it must see listed before the
-/// model is complete.
-pub fn start(client: &Client, offered: Offered, capacity: usize) -> (mpsc::Receiver<Event>, Vec<Kind>) {
+/// model is complete. Each watch is a task of `liveness`.
+pub fn start(
+    client: &Client,
+    offered: Offered,
+    capacity: usize,
+    liveness: &Liveness,
+) -> (mpsc::Receiver<Event>, Vec<Kind>) {
     let (tx, rx) = mpsc::channel(capacity);
     let mut kinds = vec![
         Kind::Pod,
@@ -145,88 +178,73 @@ pub fn start(client: &Client, offered: Offered, capacity: usize) -> (mpsc::Recei
         Kind::Queue,
         Kind::PriorityClass,
     ];
-    let cfg = || watcher::Config::default().page_size(500);
-    tokio::spawn(
-        run(
-            Api::<Pod>::all(client.clone()),
-            cfg(),
-            tx.clone(),
-            Kind::Pod,
-            |c| Event::Pod(Box::new(c)),
-            pod_key,
-        )
-        .instrument(info_span!("watch", kind = "pods")),
+    spawn(
+        "pods",
+        Api::<Pod>::all(client.clone()),
+        tx.clone(),
+        Kind::Pod,
+        |c| Event::Pod(Box::new(c)),
+        pod_key,
+        liveness,
     );
-    tokio::spawn(
-        run(
-            Api::<Node>::all(client.clone()),
-            cfg(),
-            tx.clone(),
-            Kind::Node,
-            |c| Event::Node(Box::new(c)),
-            key::<Node>,
-        )
-        .instrument(info_span!("watch", kind = "nodes")),
+    spawn(
+        "nodes",
+        Api::<Node>::all(client.clone()),
+        tx.clone(),
+        Kind::Node,
+        |c| Event::Node(Box::new(c)),
+        key::<Node>,
+        liveness,
     );
-    tokio::spawn(
-        run(
-            Api::<api::PodGroup>::all(client.clone()),
-            cfg(),
-            tx.clone(),
-            Kind::PodGroup,
-            Event::PodGroup,
-            key::<api::PodGroup>,
-        )
-        .instrument(info_span!("watch", kind = "podgroups")),
+    spawn(
+        "podgroups",
+        Api::<api::PodGroup>::all(client.clone()),
+        tx.clone(),
+        Kind::PodGroup,
+        Event::PodGroup,
+        key::<api::PodGroup>,
+        liveness,
     );
-    tokio::spawn(
-        run(
-            Api::<api::Queue>::all(client.clone()),
-            cfg(),
-            tx.clone(),
-            Kind::Queue,
-            Event::Queue,
-            key::<api::Queue>,
-        )
-        .instrument(info_span!("watch", kind = "queues")),
+    spawn(
+        "queues",
+        Api::<api::Queue>::all(client.clone()),
+        tx.clone(),
+        Kind::Queue,
+        Event::Queue,
+        key::<api::Queue>,
+        liveness,
     );
-    tokio::spawn(
-        run(
-            Api::<PriorityClass>::all(client.clone()),
-            cfg(),
-            tx.clone(),
-            Kind::PriorityClass,
-            Event::PriorityClass,
-            key::<PriorityClass>,
-        )
-        .instrument(info_span!("watch", kind = "priorityclasses")),
+    spawn(
+        "priorityclasses",
+        Api::<PriorityClass>::all(client.clone()),
+        tx.clone(),
+        Kind::PriorityClass,
+        Event::PriorityClass,
+        key::<PriorityClass>,
+        liveness,
     );
     if offered.volcano {
         kinds.push(Kind::VolcanoPodGroup);
-        tokio::spawn(
-            run(
-                Api::<api::VolcanoPodGroup>::all(client.clone()),
-                cfg(),
-                tx.clone(),
-                Kind::VolcanoPodGroup,
-                Event::VolcanoPodGroup,
-                key::<api::VolcanoPodGroup>,
-            )
-            .instrument(info_span!("watch", kind = "volcano-podgroups")),
+        spawn(
+            "volcano-podgroups",
+            Api::<api::VolcanoPodGroup>::all(client.clone()),
+            tx.clone(),
+            Kind::VolcanoPodGroup,
+            Event::VolcanoPodGroup,
+            key::<api::VolcanoPodGroup>,
+            liveness,
         );
     }
     if offered.topology {
         kinds.push(Kind::Topology);
-        tokio::spawn(
-            run(
-                Api::<api::Topology>::all(client.clone()),
-                cfg(),
-                tx,
-                Kind::Topology,
-                Event::Topology,
-                key::<api::Topology>,
-            )
-            .instrument(info_span!("watch", kind = "topologies")),
+        spawn(
+            "topologies",
+            Api::<api::Topology>::all(client.clone()),
+            tx,
+            Kind::Topology,
+            Event::Topology,
+            key::<api::Topology>,
+            liveness,
         );
     }
     (rx, kinds)

@@ -54,15 +54,41 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* Whether a component elects a leader: "true" or "". Call with the component's values. */}}
+{{/* Whether a component elects a leader: "true" or "". Call with the component's values. On at any
+replica count ("auto", the former default, means on); off only when asked, and never above one replica,
+where it would mean two writers for sure. */}}
 {{- define "kai.leaderElect" -}}
 {{- $mode := toString .leaderElection -}}
-{{- if eq $mode "auto" -}}
-{{- if gt (int .replicas) 1 }}true{{ end -}}
-{{- else if eq $mode "true" -}}
+{{- if or (eq $mode "true") (eq $mode "auto") -}}
 true
-{{- else if ne $mode "false" -}}
-{{- fail (printf "leaderElection must be auto, true or false, not %q" $mode) -}}
+{{- else if eq $mode "false" -}}
+{{- if gt (int .replicas) 1 -}}
+{{- fail (printf "leaderElection=false needs replicas: 1, not %d: without a Lease every replica writes" (int .replicas)) -}}
+{{- end -}}
+{{- else -}}
+{{- fail (printf "leaderElection must be true or false, not %q" $mode) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Deployment strategy of a component: a `strategy:` block, or nothing for a rolling update. Call
+with (dict "ctx" $ "values" .Values.scheduler "name" "kai-scheduler"). Recreate without leader election
+(then at least a rollout cannot run two writers), and once more on the upgrade that turns it on: the
+running pods hold no Lease, so they would not wait for the new ones to get it. `helm template` cannot
+look at the running Deployment and renders a rolling update. */}}
+{{- define "kai.strategy" -}}
+{{- $recreate := not (include "kai.leaderElect" .values) -}}
+{{- if not $recreate -}}
+{{- $running := lookup "apps/v1" "Deployment" .ctx.Release.Namespace .name -}}
+{{- if $running -}}
+{{- $containers := dig "spec" "template" "spec" "containers" list $running -}}
+{{- $args := list -}}
+{{- if $containers }}{{ $args = (first $containers).args }}{{ end -}}
+{{- $recreate = not (has "--leader-elect=true" $args) -}}
+{{- end -}}
+{{- end -}}
+{{- if $recreate -}}
+strategy:
+  type: Recreate
 {{- end -}}
 {{- end -}}
 
@@ -95,6 +121,9 @@ reservation pods' image from the scheduler's. */}}
 - --leader-elect=true
 - --lease-name={{ .lease }}
 - --lease-namespace={{ .ctx.Release.Namespace }}
+{{- else }}
+{{- /* Said explicitly: the binaries elect by default. */}}
+- --leader-elect=false
 {{- end }}
 {{- end -}}
 
