@@ -158,6 +158,44 @@ fn rbac_names_every_verb_and_resource() {
     }
 }
 
+/// Whether `role` has a rule granting `verb` on `resource` of `group`.
+fn grants(role: &Value, group: &str, resource: &str, verb: &str) -> bool {
+    let has = |rule: &Value, field: &str, item: &str| {
+        rule[field]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|i| i == item))
+    };
+    role["rules"].as_array().into_iter().flatten().any(|rule| {
+        has(rule, "apiGroups", group) && has(rule, "resources", resource) && has(rule, "verbs", verb)
+    })
+}
+
+/// Cluster-wide `pods` `patch` only where the code patches pods: the scheduler labels a shared-GPU pod
+/// before its bind (apply/bind.rs `prepare_shared`) and writes no pod otherwise, so it gets the verb with
+/// `global.gpuSharing` only; the podgrouper annotates every pod it groups (controller/mod.rs, apply patch).
+#[test]
+fn pods_patch_only_where_the_code_patches_pods() {
+    for (sharing, scheduler_patches) in [("false", false), ("true", true)] {
+        let rendered = render(&[("global.gpuSharing", sharing)]);
+        let scheduler = rendered
+            .find("ClusterRole", "kai-scheduler")
+            .expect("the scheduler's ClusterRole");
+        assert_eq!(
+            grants(scheduler, "", "pods", "patch"),
+            scheduler_patches,
+            "scheduler pods patch with global.gpuSharing={sharing}"
+        );
+        let podgrouper = rendered
+            .find("ClusterRole", "kai-podgrouper")
+            .expect("the podgrouper's ClusterRole");
+        assert!(grants(podgrouper, "", "pods", "patch"));
+        assert!(
+            grants(scheduler, "", "pods/status", "patch"),
+            "PodScheduled conditions go through /status in every setup"
+        );
+    }
+}
+
 /// Checks that `spec` elects a leader through the lease named after its Deployment, which the chart
 /// lets it get and update (and nothing else), and that its Deployment rolls (a lease keeps one writer).
 fn assert_elects_a_leader(rendered: &Rendered, spec: &ComponentSpec) {
