@@ -196,6 +196,24 @@ fn pods_patch_only_where_the_code_patches_pods() {
     }
 }
 
+/// The GPU reservation namespace admits only pods of Pod Security's `restricted` profile, the strictest
+/// the scheduler's reservation pods meet (`kai-scheduler` unit test
+/// `reservation_pod_meets_the_restricted_pod_security_profile`).
+#[test]
+fn reservation_namespace_enforces_restricted_pod_security() {
+    let rendered = render(&[("global.gpuSharing", "true")]);
+    let namespace = rendered
+        .find("Namespace", "kai-resource-reservation")
+        .expect("the reservation namespace");
+    for mode in ["enforce", "audit", "warn"] {
+        assert_eq!(
+            namespace["metadata"]["labels"][format!("pod-security.kubernetes.io/{mode}")],
+            "restricted",
+            "{mode}: {namespace}"
+        );
+    }
+}
+
 /// Checks that `spec` elects a leader through the lease named after its Deployment, which the chart
 /// lets it get and update (and nothing else), and that its Deployment rolls (a lease keeps one writer).
 fn assert_elects_a_leader(rendered: &Rendered, spec: &ComponentSpec) {

@@ -110,7 +110,9 @@ impl Applier {
 
 /// The reservation pod of a shared-GPU group: pinned to the node, asking for one whole GPU, labelled with
 /// the group, tolerating every taint (it must land where its sharers run), running `kai-gpu-reservation`,
-/// which reports the device the device plugin gave it.
+/// which reports the device the device plugin gave it. It meets Pod Security's `restricted` profile (the
+/// chart enforces it on the reservation namespace): non-root, RuntimeDefault seccomp, no privilege
+/// escalation, every capability dropped, no host namespaces or volumes.
 fn reservation_pod(node: &str, group: &str, image: &str) -> serde_json::Value {
     json!({
         "apiVersion": "v1",
@@ -126,6 +128,10 @@ fn reservation_pod(node: &str, group: &str, image: &str) -> serde_json::Value {
             "serviceAccountName": api::keys::RESERVATION_APP,
             "terminationGracePeriodSeconds": 0,
             "tolerations": [{ "operator": "Exists" }],
+            "securityContext": {
+                "runAsNonRoot": true,
+                "seccompProfile": { "type": "RuntimeDefault" },
+            },
             "containers": [{
                 "name": "reservation",
                 "image": image,
@@ -156,6 +162,7 @@ mod tests {
     use std::time::Duration;
 
     use http::{Method, Request, Response, StatusCode};
+    use k8s_openapi::api::core::v1::Pod;
     use kube::client::Body;
     use runtime::discovery::EvictionVersion;
     use runtime::lease::{Elector, LeaderElection};
@@ -164,7 +171,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::super::{Applier, ApplierOptions, ApplyMetrics};
-    use super::reservation_pod_name;
+    use super::{reservation_pod, reservation_pod_name};
 
     /// One request as the fake API server saw it.
     #[derive(Debug, Clone)]
@@ -316,5 +323,71 @@ mod tests {
             deletes(&log).is_empty(),
             "without a pod seen there is no UID to delete by, so nothing is deleted: {methods:?}"
         );
+    }
+
+    /// The checks of Pod Security's `restricted` profile (baseline's included) that a pod spec can fail,
+    /// as the admission plugin reads them; the chart labels the reservation namespace `enforce: restricted`.
+    #[test]
+    fn reservation_pod_meets_the_restricted_pod_security_profile() {
+        let pod: Pod =
+            serde_json::from_value(reservation_pod("node-a", "group-1", "image:1")).expect("a Pod");
+        let spec = pod.spec.expect("spec");
+        let pod_security = spec.security_context.clone().unwrap_or_default();
+        assert!(
+            spec.host_network != Some(true) && spec.host_pid != Some(true) && spec.host_ipc != Some(true)
+        );
+        assert!(
+            spec.volumes
+                .unwrap_or_default()
+                .iter()
+                .all(|v| v.host_path.is_none()),
+            "no hostPath volume"
+        );
+        assert_eq!(
+            pod_security.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+            Some("RuntimeDefault"),
+            "seccomp is set for the whole pod"
+        );
+        assert_ne!(pod_security.run_as_user, Some(0));
+        for container in spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+        {
+            let security = container.security_context.clone().unwrap_or_default();
+            let non_root = security.run_as_non_root.or(pod_security.run_as_non_root);
+            assert_eq!(non_root, Some(true), "{}: runAsNonRoot", container.name);
+            assert_ne!(security.run_as_user, Some(0), "{}: runAsUser", container.name);
+            assert_ne!(security.privileged, Some(true), "{}: privileged", container.name);
+            assert_eq!(
+                security.allow_privilege_escalation,
+                Some(false),
+                "{}: allowPrivilegeEscalation",
+                container.name
+            );
+            let capabilities = security.capabilities.unwrap_or_default();
+            assert!(
+                capabilities.drop.unwrap_or_default().iter().any(|c| c == "ALL"),
+                "{}: drops ALL capabilities",
+                container.name
+            );
+            assert!(
+                capabilities
+                    .add
+                    .unwrap_or_default()
+                    .iter()
+                    .all(|c| c == "NET_BIND_SERVICE"),
+                "{}: adds no capability but NET_BIND_SERVICE",
+                container.name
+            );
+            if let Some(profile) = security.seccomp_profile {
+                assert!(["RuntimeDefault", "Localhost"].contains(&profile.type_.as_str()));
+            }
+            assert!(
+                container.ports.iter().flatten().all(|p| p.host_port.is_none()),
+                "{}: no host port",
+                container.name
+            );
+        }
     }
 }
