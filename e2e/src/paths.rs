@@ -78,6 +78,13 @@ impl DevPaths {
         self.cluster_dir().join("kubeconfig")
     }
 
+    /// The API server's audit log (`cluster/audit/audit.log`; rotated files beside it): what the
+    /// components' ServiceAccounts did, for `cargo xtask rbac-audit`.
+    #[must_use]
+    pub fn audit_log(&self) -> PathBuf {
+        self.cluster_dir().join("audit").join("audit.log")
+    }
+
     /// The kubectl the tests run: `$KAI_KUBECTL`, else the one built with the control plane.
     #[must_use]
     pub fn kubectl(&self) -> PathBuf {
@@ -131,6 +138,7 @@ mod tests {
     fn layout_is_stable() {
         let paths = DevPaths::at("/x");
         assert_eq!(paths.kubeconfig(), Path::new("/x/cluster/kubeconfig"));
+        assert_eq!(paths.audit_log(), Path::new("/x/cluster/audit/audit.log"));
         assert_eq!(
             paths.k8s_bin("kube-apiserver"),
             Path::new("/x/k8s/v1.20.2/bin/kube-apiserver")

@@ -29,6 +29,19 @@ use self::pki::Pki;
 /// taken. Everything sharing one state directory must use the same value.
 pub(crate) const ENV_PORT_OFFSET: &str = "KAI_DEV_PORT_OFFSET";
 
+/// The API server's audit policy: request metadata (user, verb, resource, response code, the
+/// authorizer's decision; no bodies) of every ServiceAccount of the components' namespace, nothing else.
+/// `cargo xtask rbac-audit` compares what the components did with what the chart grants them.
+pub(crate) const AUDIT_POLICY: &str = "\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    userGroups: [\"system:serviceaccounts:kai-scheduler\"]
+  - level: None
+";
+
 /// Loopback ports of the control plane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Ports {
@@ -195,6 +208,23 @@ impl Layout {
         self.paths.cluster_dir()
     }
 
+    fn audit_policy(&self) -> std::path::PathBuf {
+        self.dir().join("audit-policy.yaml")
+    }
+
+    /// Writes [`AUDIT_POLICY`] (when it differs) and makes the audit log's directory.
+    fn write_audit_policy(&self) -> anyhow::Result<()> {
+        let path = self.audit_policy();
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(AUDIT_POLICY) {
+            std::fs::write(&path, AUDIT_POLICY).with_context(|| format!("writing {}", path.display()))?;
+        }
+        let log = self.paths.audit_log();
+        let dir = log.parent().context("audit log without a directory")?;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        println!("    {} -> {}", path.display(), log.display());
+        Ok(())
+    }
+
     fn controller_manager_kubeconfig(&self) -> std::path::PathBuf {
         self.dir().join("controller-manager.kubeconfig")
     }
@@ -261,6 +291,11 @@ impl Layout {
             "--max-requests-inflight=1000".to_owned(),
             "--max-mutating-requests-inflight=500".to_owned(),
             "--profiling=false".to_owned(),
+            // What the components' ServiceAccounts do, for `cargo xtask rbac-audit` (AUDIT_POLICY).
+            format!("--audit-policy-file={}", p(&self.audit_policy())),
+            format!("--audit-log-path={}", p(&self.paths.audit_log())),
+            "--audit-log-maxsize=100".to_owned(),
+            "--audit-log-maxbackup=5".to_owned(),
             "--v=1".to_owned(),
         ];
         self.daemon(
@@ -381,6 +416,7 @@ pub(crate) fn up() -> anyhow::Result<()> {
     step("certificates, keys and admin token", || layout.pki.ensure())?;
     layout.record_ports()?;
     step("kubeconfig", || write_kubeconfigs(&layout))?;
+    step("audit policy", || layout.write_audit_policy())?;
 
     let [etcd, apiserver, controller_manager] = daemons;
     step("etcd", || {
@@ -665,4 +701,24 @@ pub(crate) fn status() -> anyhow::Result<()> {
 /// A client for the cluster the tests would use (`KUBECONFIG`, else the local control plane).
 pub(crate) async fn connect() -> anyhow::Result<Client> {
     e2e::Target::resolve().await?.connect().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_policy_records_the_components_service_accounts_only() {
+        let policy: serde_json::Value = serde_yaml::from_str(AUDIT_POLICY).expect("YAML");
+        assert_eq!(policy["apiVersion"], "audit.k8s.io/v1");
+        let rules = policy["rules"].as_array().expect("rules");
+        assert_eq!(rules.len(), 2);
+        assert_eq!(rules[0]["level"], "Metadata");
+        assert_eq!(
+            rules[0]["userGroups"],
+            serde_json::json!([format!("system:serviceaccounts:{}", e2e::chart::NAMESPACE)]),
+            "the chart's release namespace"
+        );
+        assert_eq!(rules[1], serde_json::json!({"level": "None"}), "nothing else");
+    }
 }
