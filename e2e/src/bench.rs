@@ -297,11 +297,13 @@ async fn measure_in(
                 "info",
                 "--leader-elect=false",
             ];
+            // The chart's ServiceAccount, as every e2e run of the scheduler.
+            let kubeconfig = t.component_kubeconfig("kai-scheduler")?;
             process = Some(Component::start_binary(
                 "kai-scheduler",
                 &options.scheduler,
                 args,
-                &t.kubeconfig_env(),
+                kubeconfig.as_os_str(),
                 &log_dir(t),
             )?);
         }

@@ -3,8 +3,9 @@
 //! Each test gets a fresh namespace (unique name, labelled), a [`NodeAgent`] for the fake nodes it
 //! creates (labelled with the namespace's name so tests running in parallel own their capacity), the
 //! project's kubectl, waits that print the namespace's state when they time out, and the project's
-//! binaries as local processes. Everything is removed at the end, also when the test fails, unless
-//! `KAI_E2E_KEEP=1`.
+//! binaries as local processes, each with the token of the ServiceAccount the chart gives it (the chart's
+//! RBAC is installed once per test process: [`crate::chart_rbac`]); the test itself acts as the admin.
+//! Everything is removed at the end, also when the test fails, unless `KAI_E2E_KEEP=1`.
 
 use std::ffi::OsString;
 use std::hash::{BuildHasher as _, Hasher as _};
@@ -22,6 +23,7 @@ use tokio::sync::OnceCell;
 
 use crate::agent::NodeAgent;
 use crate::apply::{Applier, Placement};
+use crate::chart_rbac::ChartRbac;
 use crate::component::Component;
 use crate::connect::{ServerVersion, Target};
 use crate::install::InstallReport;
@@ -39,6 +41,8 @@ pub const ENV_KEEP: &str = "KAI_E2E_KEEP";
 static TARGET: OnceCell<Target> = OnceCell::const_new();
 /// The project's CRDs and default objects, installed once per test process.
 static PROJECT: OnceCell<(InstallReport, ServerVersion)> = OnceCell::const_new();
+/// The chart's RBAC and the components' tokens, installed and read once per test process.
+static CHART_RBAC: OnceCell<ChartRbac> = OnceCell::const_new();
 /// The third-party fixture CRDs, installed once per test process when a test asks.
 static FIXTURE_CRDS: OnceCell<InstallReport> = OnceCell::const_new();
 
@@ -47,6 +51,7 @@ pub struct TestEnv {
     target: Target,
     client: Client,
     server: ServerVersion,
+    rbac: &'static ChartRbac,
     name: String,
     namespace: String,
     agent: Option<NodeAgent>,
@@ -134,6 +139,13 @@ impl TestEnv {
             })
             .await?
             .clone();
+        let rbac = CHART_RBAC
+            .get_or_try_init(|| async {
+                crate::chart_rbac::install(&client)
+                    .await
+                    .context("installing the chart's RBAC (the components run with its ServiceAccounts)")
+            })
+            .await?;
 
         let slug = slug(test_name);
         let namespace = namespace_name(&slug);
@@ -166,6 +178,7 @@ impl TestEnv {
             target,
             client,
             server,
+            rbac,
             name: test_name.to_owned(),
             namespace,
             agent: Some(agent),
@@ -365,22 +378,56 @@ impl TestEnv {
         .await
     }
 
-    /// Starts a workspace binary (`target/debug/<bin>`) with this cluster's `KUBECONFIG`; its log tail
-    /// is part of [`TestEnv::report`] and it is killed at the end of the test.
+    /// Starts a component's binary (`target/debug/<bin>`: `kai-scheduler`, `kai-podgrouper`) with a
+    /// `KUBECONFIG` holding the token of the chart's ServiceAccount for it
+    /// ([`TestEnv::component_kubeconfig`]); its log tail is part of [`TestEnv::report`] and it is killed at
+    /// the end of the test.
     ///
     /// # Errors
-    /// When it cannot start.
+    /// When `bin` is not one of the chart's components or it cannot start.
     pub fn start_component<I, S>(&self, name: &str, bin: &str, args: I) -> anyhow::Result<()>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let component = Component::start(name, bin, args, &self.kubeconfig_env(), &self.log_dir)?;
+        let kubeconfig = self.component_kubeconfig(bin)?;
+        let component = Component::start(name, bin, args, kubeconfig.as_os_str(), &self.log_dir)?;
         self.components
             .lock()
             .map_err(|_| anyhow::anyhow!("component list poisoned"))?
             .push(component);
         Ok(())
+    }
+
+    /// A kubeconfig file for the component running `bin`: this cluster, the token of the chart's
+    /// ServiceAccount for it (`system:serviceaccount:kai-scheduler:<component>`), so it may do exactly
+    /// what the chart grants.
+    ///
+    /// # Errors
+    /// When `bin` is not one of the chart's components or the file cannot be written.
+    pub fn component_kubeconfig(&self, bin: &str) -> anyhow::Result<PathBuf> {
+        self.rbac
+            .write_kubeconfig(bin, &self.target.source, &self.log_dir)
+    }
+
+    /// Flags that make the component running `bin` elect its leader through a Lease in the test's
+    /// namespace, with the chart's lease permissions: the chart's lease Role and RoleBinding of the
+    /// component are copied into the namespace ([`ChartRbac::lease_objects`]) and the flags name the
+    /// lease they allow (`--leader-elect --lease-namespace=<namespace> --lease-name=<the chart's>`).
+    ///
+    /// # Errors
+    /// When `bin` is no component or the server refuses the objects.
+    pub async fn leader_election_flags(&self, bin: &str) -> anyhow::Result<Vec<String>> {
+        let (objects, lease) = self.rbac.lease_objects(bin, &self.namespace)?;
+        let mut applier = Applier::new(self.client.clone());
+        for object in objects {
+            applier.apply_value(object, Placement::AsWritten).await?;
+        }
+        Ok(vec![
+            "--leader-elect".to_owned(),
+            format!("--lease-namespace={}", self.namespace),
+            format!("--lease-name={lease}"),
+        ])
     }
 
     /// Stops a component started with [`TestEnv::start_component`]: SIGTERM, then a kill after `grace`.

@@ -1,12 +1,12 @@
 //! Tests against a real API server, and the library they stand on.
 //!
 //! Owns: finding the cluster ([`connect`]), installing what the project needs ([`install`]), applying
-//! YAML ([`apply`]), fake nodes ([`nodes`]), the node agent that plays the kubelet ([`agent`]), the
-//! per-test environment ([`harness::TestEnv`]), failure reports ([`report`]), the project's kubectl
-//! ([`kubectl`]), binaries ([`component`]), the scheduler tests' workloads ([`workloads`]), the
-//! end-to-end binding benchmark ([`bench`]) and faults injected into the local control plane
-//! ([`controlplane`]). `cargo xtask` uses the same code for the local control plane, so the tests and the
-//! developer's cluster are set up alike.
+//! YAML ([`apply`]), the chart's RBAC and the components' credentials ([`chart_rbac`]), fake nodes
+//! ([`nodes`]), the node agent that plays the kubelet ([`agent`]), the per-test environment
+//! ([`harness::TestEnv`]), failure reports ([`report`]), the project's kubectl ([`kubectl`]), binaries
+//! ([`component`]), the scheduler tests' workloads ([`workloads`]), the end-to-end binding benchmark
+//! ([`bench`]) and faults injected into the local control plane ([`controlplane`]). `cargo xtask` uses the
+//! same code for the local control plane, so the tests and the developer's cluster are set up alike.
 //!
 //! Must not: be needed by the project's components at run time.
 //!
@@ -26,6 +26,7 @@ pub mod agent;
 pub mod apply;
 pub mod bench;
 pub mod chart;
+pub mod chart_rbac;
 pub mod component;
 pub mod connect;
 pub mod controlplane;

@@ -119,6 +119,29 @@ pub fn kubeconfig_with_token(admin_kubeconfig: &str, user: &str, token: &str) ->
     Ok(serde_yaml::to_string(&out)?)
 }
 
+/// Writes a kubeconfig (it holds a token) to `path`, readable and writable by its owner only.
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn write_private(path: &std::path::Path, kubeconfig: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    // An older file keeps its mode through `open`.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(kubeconfig.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

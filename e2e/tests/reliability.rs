@@ -90,19 +90,19 @@ fn gang(t: &TestEnv, name: &str, n: u32) -> [Value; 2] {
     ]
 }
 
-/// The scheduler's election flags: a 4 s lease, renewed every 500 ms, given up after 3 s.
-fn election(lease: &str) -> Vec<&str> {
-    vec![
-        "--leader-elect",
-        "--lease-name",
-        lease,
-        "--lease-duration",
-        "4s",
-        "--renew-deadline",
-        "3s",
-        "--retry-period",
-        "500ms",
-    ]
+/// The scheduler's election flags: the chart's lease permissions for a lease in the test's namespace, a
+/// 4 s lease, renewed every 500 ms, given up after 3 s.
+async fn election(t: &TestEnv) -> anyhow::Result<Vec<String>> {
+    let mut flags = t.leader_election_flags("kai-scheduler").await?;
+    flags.extend(
+        [
+            "--lease-duration=4s",
+            "--renew-deadline=3s",
+            "--retry-period=500ms",
+        ]
+        .map(str::to_owned),
+    );
+    Ok(flags)
 }
 
 /// Two replicas; the leader is frozen (SIGSTOP) well past its lease while the other takes over and
@@ -113,9 +113,10 @@ fn election(lease: &str) -> Vec<&str> {
 async fn sigstopped_leader_resumes_as_a_follower_and_never_writes() -> anyhow::Result<()> {
     build().await?;
     let t = TestEnv::start("sigstop-leader").await?;
-    let lease = format!("kai-e2e-{}", t.namespace());
-    start_scheduler(&t, "replica-a", &election(&lease))?;
-    start_scheduler(&t, "replica-b", &election(&lease))?;
+    let election = election(&t).await?;
+    let election: Vec<&str> = election.iter().map(String::as_str).collect();
+    start_scheduler(&t, "replica-a", &election)?;
+    start_scheduler(&t, "replica-b", &election)?;
     t.create_nodes(pool_nodes(&t, "ss").count(3).gpus(4)).await?;
 
     apply(&t, &gang(&t, "first", 4)).await?;

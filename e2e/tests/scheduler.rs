@@ -380,18 +380,17 @@ fn count_binds_in_log(path: Option<PathBuf>) -> usize {
 async fn two_replicas_only_the_leader_binds_and_a_follower_takes_over() -> anyhow::Result<()> {
     build().await?;
     let t = TestEnv::start("two-replicas").await?;
-    let lease = format!("kai-e2e-{}", t.namespace());
-    let election = [
-        "--leader-elect",
-        "--lease-name",
-        &lease,
-        "--lease-duration",
-        "4s",
-        "--renew-deadline",
-        "3s",
-        "--retry-period",
-        "500ms",
-    ];
+    // The chart's lease permissions, for a lease in the test's namespace.
+    let mut election = t.leader_election_flags("kai-scheduler").await?;
+    election.extend(
+        [
+            "--lease-duration=4s",
+            "--renew-deadline=3s",
+            "--retry-period=500ms",
+        ]
+        .map(str::to_owned),
+    );
+    let election: Vec<&str> = election.iter().map(String::as_str).collect();
     start_scheduler(&t, "replica-a", &election)?;
     start_scheduler(&t, "replica-b", &election)?;
     t.create_nodes(pool_nodes(&t, "le").count(2).gpus(4)).await?;

@@ -1,7 +1,7 @@
 //! `cargo xtask demo`: the main job. Brings up the local control plane, installs the chart as seed 002
-//! does (`global.gpuSharing=true`), runs both components as local processes with exactly the arguments and
-//! files the chart renders (no container runtime here), plays the kubelet for fake GPU nodes, and walks
-//! through what the scheduler is for, printing what happened:
+//! does (`global.gpuSharing=true`), runs both components as local processes with exactly the arguments,
+//! files and ServiceAccounts (their tokens) the chart renders (no container runtime here), plays the
+//! kubelet for fake GPU nodes, and walks through what the scheduler is for, printing what happened:
 //!
 //! 1. seed 003: an 8-GPU gang on 6 free GPUs waits whole and says why, while kube-scheduler, beside it on
 //!    identical nodes, starts 6 of 8 pods that can never run together;
@@ -73,7 +73,7 @@ pub(crate) fn up() -> anyhow::Result<()> {
     crate::async_runtime()?.block_on(async {
         let client = cluster::connect().await?;
         reset(&client).await?;
-        start_processes(&kubeconfig)?;
+        start_processes(&client, &kubeconfig).await?;
         walkthrough(&client, &kubeconfig).await
     })?;
     print_epilogue(&kubeconfig);
@@ -130,16 +130,35 @@ fn chart_values() -> [(&'static str, &'static str); 4] {
     ]
 }
 
-/// Starts the chart's two components and the node agent as background processes that outlive this
-/// command, and waits for both components to be ready.
-fn start_processes(kubeconfig: &Path) -> anyhow::Result<()> {
+/// Starts the chart's two components, each with the token of its ServiceAccount, and the node agent (as
+/// the admin: it plays the kubelet) as background processes that outlive this command, and waits for both
+/// components to be ready.
+async fn start_processes(client: &Client, kubeconfig: &Path) -> anyhow::Result<()> {
     println!("==> starting the podgrouper and the scheduler with the chart's arguments, and the node agent");
     let dir = demo_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let helm = Helm::find_or_fetch()?;
     let components =
         Rendered::render(&helm, chart::RELEASE, chart::NAMESPACE, &chart_values())?.components()?;
+    let admin =
+        std::fs::read_to_string(kubeconfig).with_context(|| format!("reading {}", kubeconfig.display()))?;
     for spec in &components {
+        let token = e2e::serviceaccount::token(
+            client,
+            &spec.namespace,
+            &spec.service_account,
+            Duration::from_secs(60),
+        )
+        .await?;
+        let user = format!(
+            "system:serviceaccount:{}:{}",
+            spec.namespace, spec.service_account
+        );
+        let credentials = dir.join(format!("{}.kubeconfig", spec.service_account));
+        e2e::serviceaccount::write_private(
+            &credentials,
+            &e2e::serviceaccount::kubeconfig_with_token(&admin, &user, &token)?,
+        )?;
         let port = free_port()?;
         let args = spec.local_args(
             &dir.join(&spec.component),
@@ -150,7 +169,7 @@ fn start_processes(kubeconfig: &Path) -> anyhow::Result<()> {
             .args(&args)
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env_remove("RUST_LOG");
-        spawn_detached(&spec.component, command, kubeconfig)?;
+        spawn_detached(&spec.component, command, &credentials)?;
         wait_ready(&spec.component, port)?;
         println!(
             "    {} ready (admin on 127.0.0.1:{port}, log {})",

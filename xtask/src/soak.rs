@@ -79,7 +79,10 @@ async fn soak(args: &SoakArgs) -> anyhow::Result<()> {
 
     let port = free_port()?;
     let log_dir = DevPaths::from_env().home().join("soak");
-    let kubeconfig = DevPaths::from_env().kubeconfig();
+    // The chart's ServiceAccount and its permissions, as in the e2e tier.
+    let rbac = e2e::chart_rbac::install(&client).await?;
+    let source = e2e::Target::resolve().await?.source;
+    let kubeconfig = rbac.write_kubeconfig("kai-scheduler", &source, &log_dir)?;
     let mut scheduler = Component::start(
         "scheduler",
         "kai-scheduler",
