@@ -15,6 +15,7 @@ use api::{PodGroup, keys};
 use e2e::TestEnv;
 use e2e::component::Component;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -257,6 +258,109 @@ async fn deployment_pods_and_bare_pods_get_their_own_groups() -> anyhow::Result<
         (owner_of(&pg), pg.spec.min_member),
         (("Pod".to_owned(), "solo".to_owned()), Some(1))
     );
+    t.finish().await
+}
+
+/// A Deployment that opts into a gang is one PodGroup of `spec.replicas`, owned by the Deployment. Its
+/// spec is not in the podgrouper's metadata-only cache of Deployments, so the podgrouper reads the
+/// object itself: the owner kinds' `get` the chart grants is needed (controller/owners.rs
+/// `with_spec_if_needed`).
+#[tokio::test]
+async fn gang_deployment_is_one_group_of_its_replicas() -> anyhow::Result<()> {
+    let t = start("pg-gang-deployment").await?;
+    let deployment = apply(&t, &json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "gang-web", "annotations": {keys::GANG_SCHEDULING: "true"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "gang-web"}}, "template": {
+            "metadata": {"labels": {"app": "gang-web"}},
+            "spec": {"schedulerName": keys::SCHEDULER_NAME, "containers": [{"name": "c", "image": "busybox"}]}}},
+    }))
+    .await?;
+    let name = format!("pg-gang-web-{}", deployment.uid().unwrap_or_default());
+    for p in grouped_pods(&t, "app=gang-web", 2).await? {
+        assert_eq!(group_of(&p).as_deref(), Some(name.as_str()), "{}", p.name_any());
+    }
+    let pg = pod_group(&t, &name, |_| true).await?;
+    assert_eq!(
+        (pg.spec.min_member, owner_of(&pg)),
+        (Some(2), ("Deployment".to_owned(), "gang-web".to_owned()))
+    );
+    t.finish().await
+}
+
+/// Spark without an operator: an executor owned by a driver pod that another scheduler places. The
+/// podgrouper caches only its own scheduler's pods, so it reads the driver's metadata (the pods `get`
+/// the chart grants it: controller/owners.rs `lookup_pod`) and groups the executor as the driver's
+/// application.
+#[tokio::test]
+async fn executor_of_a_driver_outside_the_pod_cache_joins_the_driver_s_application() -> anyhow::Result<()> {
+    let t = start("pg-spark-driver").await?;
+    let driver = apply(
+        &t,
+        &json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "spark-driver",
+                         "labels": {keys::SPARK_APP_NAME: "etl", keys::SPARK_APP_SELECTOR: "spark-e2e"}},
+            "spec": {"schedulerName": "default-scheduler", "containers": [{"name": "c", "image": "busybox"}]},
+        }),
+    )
+    .await?;
+    apply(&t, &pod("etl-exec-1", json!({"app": "etl-exec"}), &driver)).await?;
+    let executor = grouped_pods(&t, "app=etl-exec", 1).await?.remove(0);
+    assert_eq!(group_of(&executor).as_deref(), Some("spark-e2e"));
+    let pg = pod_group(&t, "spark-e2e", |_| true).await?;
+    assert_eq!(owner_of(&pg), ("Pod".to_owned(), "spark-driver".to_owned()));
+    t.finish().await
+}
+
+/// With leader election, under exactly the chart's lease permissions (its lease Role and RoleBinding,
+/// copied into the test's namespace): the podgrouper takes the Lease, renews it, groups pods, and hands
+/// the Lease back when stopped.
+#[tokio::test]
+async fn leader_elected_podgrouper_takes_renews_and_releases_the_chart_s_lease() -> anyhow::Result<()> {
+    BUILT
+        .get_or_try_init(|| async {
+            tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await?
+        })
+        .await?;
+    let t = TestEnv::start("pg-leader").await?;
+    let mut args = t.leader_election_flags("kai-podgrouper").await?;
+    let lease_name = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--lease-name="))
+        .expect("a lease name")
+        .to_owned();
+    args.extend(
+        [
+            "--lease-duration=4s",
+            "--renew-deadline=3s",
+            "--retry-period=500ms",
+            "--identity=podgrouper-a",
+            "--admin-address=127.0.0.1:0",
+        ]
+        .map(str::to_owned),
+    );
+    args.extend(["--namespace".to_owned(), t.namespace().to_owned()]);
+    t.start_component(COMPONENT, "kai-podgrouper", &args)?;
+
+    apply(&t, &batch_job("led", 1, 1, json!({}))).await?;
+    grouped_pods(&t, "app=led", 1).await?;
+    let leases: Api<Lease> = t.api();
+    let renewed = t
+        .wait_until("the lease held and renewed", TIMEOUT, async || {
+            let spec = leases.get_opt(&lease_name).await?.and_then(|l| l.spec);
+            Ok(spec.filter(|s| {
+                s.holder_identity.as_deref() == Some("podgrouper-a")
+                    && s.renew_time.as_ref().map(|t| t.0) > s.acquire_time.as_ref().map(|t| t.0)
+            }))
+        })
+        .await?;
+    assert_eq!(renewed.lease_duration_seconds, Some(4));
+
+    let status = t.stop_component(COMPONENT, Duration::from_secs(10))?;
+    assert!(status.success(), "stopped cleanly: {status}");
+    let released = leases.get(&lease_name).await?.spec.unwrap_or_default();
+    assert_eq!(released.holder_identity, None, "handed back on SIGTERM");
     t.finish().await
 }
 
