@@ -2,8 +2,9 @@
 //!
 //! Formatting, clippy, structural rules (`tidy`), unit and doc tests, CRD freshness, `helm lint` and the rendered chart's
 //! freshness, the local control plane (built and started when missing), the binaries, the e2e tier
-//! against it, the docs walkthroughs (`e2e/tests/docs.rs`, alone), then the main job (`cargo xtask
-//! demo`, stopped again afterwards). The cluster is left running.
+//! against it, the docs walkthroughs (`e2e/tests/docs.rs`, alone), the main job (`cargo xtask demo`,
+//! stopped again afterwards), then `cargo xtask rbac-audit` over what the components did since CI
+//! started (every permission the chart grants them used, none refused). The cluster is left running.
 
 use std::ffi::OsString;
 use std::process::Command;
@@ -18,9 +19,10 @@ enum Step {
     ClusterUp,
     Demo,
     Tidy,
+    RbacAudit,
 }
 
-const STEPS: [(&str, Step); 11] = [
+const STEPS: [(&str, Step); 12] = [
     (
         "cargo fmt --check",
         Step::Cargo(&["fmt", "--all", "--", "--check"]),
@@ -67,13 +69,15 @@ const STEPS: [(&str, Step); 11] = [
     ),
     // After the e2e tier: the demo's scheduler and podgrouper serve the whole cluster.
     ("the main job (cargo xtask demo)", Step::Demo),
+    // After everything that runs the components with the chart's ServiceAccounts.
+    ("unused permissions (rbac-audit)", Step::RbacAudit),
 ];
 
 pub(crate) fn cargo() -> OsString {
     std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"))
 }
 
-fn run_step(step: &Step) -> anyhow::Result<()> {
+fn run_step(step: &Step, started: jiff::Timestamp) -> anyhow::Result<()> {
     match step {
         Step::Cargo(args) => {
             // One-shot builds gain nothing from incremental state, which would double the target dir.
@@ -91,6 +95,7 @@ fn run_step(step: &Step) -> anyhow::Result<()> {
         Step::HelmCheck => crate::helm::run(crate::helm::HelmTask::Check),
         Step::ClusterUp => crate::cluster::up(),
         Step::Tidy => crate::tidy::run(),
+        Step::RbacAudit => crate::rbac_audit::run(Some(started)),
         Step::Demo => {
             let outcome = crate::demo::up();
             // Stopped either way: its components must not outlive CI.
@@ -102,12 +107,13 @@ fn run_step(step: &Step) -> anyhow::Result<()> {
 
 pub(crate) fn run() -> anyhow::Result<()> {
     let started = Instant::now();
+    let started_at = jiff::Timestamp::now();
     let mut results: Vec<(&str, Duration, bool)> = Vec::new();
     let mut failure = None;
     for (name, step) in &STEPS {
         println!("\n######## {name}");
         let step_started = Instant::now();
-        let outcome = run_step(step);
+        let outcome = run_step(step, started_at);
         let ok = outcome.is_ok();
         results.push((name, step_started.elapsed(), ok));
         if let Err(err) = outcome {

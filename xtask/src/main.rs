@@ -2,10 +2,10 @@
 //!
 //! Owns: CRD generation (`crds`), the local Kubernetes control plane (`cluster`), fake nodes (`nodes`),
 //! removing what e2e tests left behind (`e2e-clean`), Helm (`helm`), the end-to-end binding benchmark
-//! (`bench`), the CI entry point (`ci`), the main job (`demo`), the soak test (`soak`) and structural
-//! rules (`tidy`: the decision core has no I/O dependency). Talks to clusters
-//! through the e2e crate's library, so the tests and the developer's cluster are set up by one piece of
-//! code. Must not: be needed by the project's components at run time.
+//! (`bench`), the CI entry point (`ci`), the main job (`demo`), the soak test (`soak`), structural rules
+//! (`tidy`: the decision core has no I/O dependency) and the chart's RBAC against what the components did
+//! (`rbac-audit`). Talks to clusters through the e2e crate's library, so the tests and the developer's
+//! cluster are set up by one piece of code. Must not: be needed by the project's components at run time.
 
 mod bench;
 mod ci;
@@ -14,6 +14,7 @@ mod crds;
 mod demo;
 mod helm;
 mod nodes;
+mod rbac_audit;
 mod soak;
 mod tidy;
 
@@ -68,6 +69,13 @@ enum Task {
     },
     /// Churn gangs for minutes at thousands of pods; fail when memory or cycle time grows (not in `ci`).
     Soak(soak::SoakArgs),
+    /// Compare what the components did (the local API server's audit log) with what the chart grants
+    /// them: fail on a granted verb nothing used, or on a refused request.
+    RbacAudit {
+        /// Only events received at or after this time (RFC 3339, e.g. 2026-11-23T22:00:00Z).
+        #[arg(long)]
+        since: Option<jiff::Timestamp>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -152,6 +160,7 @@ fn main() -> anyhow::Result<()> {
             command: Some(DemoTask::Down),
         } => demo::down(),
         Task::Bench(args) => bench::run(&args),
+        Task::RbacAudit { since } => rbac_audit::run(since),
     }
 }
 
