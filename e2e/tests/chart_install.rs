@@ -1,7 +1,8 @@
 //! The chart installed on a real API server (KUBECONFIG, else the local control plane of
 //! `cargo xtask cluster up`), and both binaries run as local processes with exactly what it renders and
 //! the tokens of the ServiceAccounts it makes: a missing permission fails this test (the components log
-//! and retry a 403, and the pod is then never grouped or bound), an extra one fails `tests/chart.rs`.
+//! and retry a 403, and the pod is then never grouped or bound). The rest of the e2e tier runs the
+//! components the same way (`e2e::chart_rbac`); a permission nothing uses fails `cargo xtask rbac-audit`.
 //!
 //! Shares the cluster with other tests: its own release, namespace, scheduler name, queue and a node
 //! tainted for its pods only.

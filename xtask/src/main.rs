@@ -55,7 +55,7 @@ enum Task {
         #[command(subcommand)]
         command: helm::HelmTask,
     },
-    /// Run every CI check: fmt, clippy, tidy, unit tests, crds --check, cluster up, e2e tests.
+    /// Run every CI check: fmt, clippy, tidy, unit tests, crds --check, cluster up, e2e tests, rbac-audit.
     Ci,
     /// Structural rules: the decision core (kai-scheduler-core) depends on no I/O crate.
     Tidy,
