@@ -15,7 +15,6 @@ use api::{PodGroup, keys};
 use e2e::TestEnv;
 use e2e::component::Component;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -310,57 +309,6 @@ async fn executor_of_a_driver_outside_the_pod_cache_joins_the_driver_s_applicati
     assert_eq!(group_of(&executor).as_deref(), Some("spark-e2e"));
     let pg = pod_group(&t, "spark-e2e", |_| true).await?;
     assert_eq!(owner_of(&pg), ("Pod".to_owned(), "spark-driver".to_owned()));
-    t.finish().await
-}
-
-/// With leader election, under exactly the chart's lease permissions (its lease Role and RoleBinding,
-/// copied into the test's namespace): the podgrouper takes the Lease, renews it, groups pods, and hands
-/// the Lease back when stopped.
-#[tokio::test]
-async fn leader_elected_podgrouper_takes_renews_and_releases_the_chart_s_lease() -> anyhow::Result<()> {
-    BUILT
-        .get_or_try_init(|| async {
-            tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await?
-        })
-        .await?;
-    let t = TestEnv::start("pg-leader").await?;
-    let mut args = t.leader_election_flags("kai-podgrouper").await?;
-    let lease_name = args
-        .iter()
-        .find_map(|a| a.strip_prefix("--lease-name="))
-        .expect("a lease name")
-        .to_owned();
-    args.extend(
-        [
-            "--lease-duration=4s",
-            "--renew-deadline=3s",
-            "--retry-period=500ms",
-            "--identity=podgrouper-a",
-            "--admin-address=127.0.0.1:0",
-        ]
-        .map(str::to_owned),
-    );
-    args.extend(["--namespace".to_owned(), t.namespace().to_owned()]);
-    t.start_component(COMPONENT, "kai-podgrouper", &args)?;
-
-    apply(&t, &batch_job("led", 1, 1, json!({}))).await?;
-    grouped_pods(&t, "app=led", 1).await?;
-    let leases: Api<Lease> = t.api();
-    let renewed = t
-        .wait_until("the lease held and renewed", TIMEOUT, async || {
-            let spec = leases.get_opt(&lease_name).await?.and_then(|l| l.spec);
-            Ok(spec.filter(|s| {
-                s.holder_identity.as_deref() == Some("podgrouper-a")
-                    && s.renew_time.as_ref().map(|t| t.0) > s.acquire_time.as_ref().map(|t| t.0)
-            }))
-        })
-        .await?;
-    assert_eq!(renewed.lease_duration_seconds, Some(4));
-
-    let status = t.stop_component(COMPONENT, Duration::from_secs(10))?;
-    assert!(status.success(), "stopped cleanly: {status}");
-    let released = leases.get(&lease_name).await?.spec.unwrap_or_default();
-    assert_eq!(released.holder_identity, None, "handed back on SIGTERM");
     t.finish().await
 }
 
@@ -776,31 +724,27 @@ async fn a_follower_is_ready_as_a_standby_and_takes_over_when_the_leader_stops()
         })
         .await?;
     let t = TestEnv::start("pg-standby").await?;
-    // In the test's namespace, so the Lease goes with it.
-    let lease = "kai-podgrouper-e2e";
+    // In the test's namespace, so the Lease goes with it, under the chart's lease Role (copied there).
+    let election = t.leader_election_flags("kai-podgrouper").await?;
     let start = |name: &str| -> anyhow::Result<u16> {
         let port = e2e::component::free_port()?;
-        t.start_component(
-            name,
-            "kai-podgrouper",
+        let mut args = election.clone();
+        args.extend(
             [
                 "--namespace",
                 t.namespace(),
                 "--admin-address",
                 &format!("127.0.0.1:{port}"),
-                "--leader-elect",
-                "--lease-name",
-                lease,
-                "--lease-namespace",
-                t.namespace(),
                 "--lease-duration",
                 "4s",
                 "--renew-deadline",
                 "3s",
                 "--retry-period",
                 "500ms",
-            ],
-        )?;
+            ]
+            .map(str::to_owned),
+        );
+        t.start_component(name, "kai-podgrouper", &args)?;
         Ok(port)
     };
     let ready = async |name: &str, port: u16| {

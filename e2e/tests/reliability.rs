@@ -729,9 +729,14 @@ async fn a_shared_gpu_bind_waiting_for_its_device_is_not_sent_after_the_lease_is
         "plugins:\n  gpusharing:\n    enabled: true\n    reservationTimeout: 120s\n",
     )?;
     let config = config.to_string_lossy().into_owned();
-    let lease = format!("kai-e2e-{}", t.namespace());
-    let mut args = election(&lease);
-    args.extend(["--config", config.as_str()]);
+    let mut args = election(&t).await?;
+    let lease = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--lease-name="))
+        .context("the lease's name")?
+        .to_owned();
+    args.extend(["--config".to_owned(), config]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     start_scheduler(&t, "leader", &args)?;
     // Reservation pods run as this ServiceAccount; the chart creates it, a bare cluster lacks it.
     let account = ServiceAccount {
@@ -776,7 +781,7 @@ async fn a_shared_gpu_bind_waiting_for_its_device_is_not_sent_after_the_lease_is
             })
             .await?;
         // Another holder takes the Lease for an hour; the waiting leader's renewals now fail.
-        let leases: Api<Lease> = Api::namespaced(t.client().clone(), keys::SYSTEM_NAMESPACE);
+        let leases: Api<Lease> = t.api();
         let now = k8s_openapi::jiff::Timestamp::now();
         leases
             .patch(
