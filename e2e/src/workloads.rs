@@ -5,8 +5,8 @@
 //! Queues are cluster-scoped: name them with [`queue_name`] so parallel tests never share one.
 
 use api::{PodGroup, keys};
-use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::{Event, Pod, ServiceAccount};
+use kube::api::{Api, ListParams, ObjectMeta};
 use serde_json::{Value, json};
 
 use crate::component::Component;
@@ -226,4 +226,21 @@ pub async fn wait_for_phase(
         },
     )
     .await
+}
+
+/// Makes the ServiceAccount GPU reservation pods run as (the chart creates it; a bare cluster lacks it).
+///
+/// # Errors
+/// When the server rejects it.
+pub async fn reservation_account(t: &TestEnv) -> anyhow::Result<()> {
+    let account = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(keys::RESERVATION_APP.to_owned()),
+            namespace: Some(keys::RESERVATION_NAMESPACE.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..ServiceAccount::default()
+    };
+    crate::apply::apply_typed(t.client(), &account).await?;
+    Ok(())
 }

@@ -715,9 +715,8 @@ async fn queue_with_an_overflowing_min_runtime_is_explained_not_a_crash() -> any
 async fn a_shared_gpu_bind_waiting_for_its_device_is_not_sent_after_the_lease_is_lost() -> anyhow::Result<()>
 {
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::ServiceAccount;
     use kube::ResourceExt as _;
-    use kube::api::{ObjectMeta, Patch, PatchParams};
+    use kube::api::{Patch, PatchParams};
 
     build().await?;
     let t = TestEnv::start("fenced-shared-bind").await?;
@@ -738,16 +737,7 @@ async fn a_shared_gpu_bind_waiting_for_its_device_is_not_sent_after_the_lease_is
     args.extend(["--config".to_owned(), config]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     start_scheduler(&t, "leader", &args)?;
-    // Reservation pods run as this ServiceAccount; the chart creates it, a bare cluster lacks it.
-    let account = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(keys::RESERVATION_APP.to_owned()),
-            namespace: Some(keys::RESERVATION_NAMESPACE.to_owned()),
-            ..ObjectMeta::default()
-        },
-        ..ServiceAccount::default()
-    };
-    e2e::apply::apply_typed(t.client(), &account).await?;
+    e2e::workloads::reservation_account(&t).await?;
     // A node of the pool that no node agent plays: its reservation pod never reports a device by itself.
     let owner = format!("{}-unplayed", t.namespace());
     let node = e2e::FakeNodes::new(format!("{}-fence", t.namespace()))

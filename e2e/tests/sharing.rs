@@ -16,9 +16,9 @@ use e2e::workloads::{
     apply, bound, condition, events_with_reason, job, pod_group, pods, pool_labels, pool_nodes, queue,
     queue_name, start, wait_for_phase,
 };
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -46,16 +46,7 @@ async fn start_sharing(test: &str) -> anyhow::Result<TestEnv> {
     )?;
     let config = config.to_string_lossy().into_owned();
     let t = start(test, &["--config", &config]).await?;
-    // Reservation pods run as this ServiceAccount; the chart creates it, a bare cluster lacks it.
-    let account = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(keys::RESERVATION_APP.to_owned()),
-            namespace: Some(keys::RESERVATION_NAMESPACE.to_owned()),
-            ..ObjectMeta::default()
-        },
-        ..ServiceAccount::default()
-    };
-    e2e::apply::apply_typed(t.client(), &account).await?;
+    e2e::workloads::reservation_account(&t).await?;
     Ok(t)
 }
 
