@@ -33,23 +33,7 @@ impl Applier {
             && let Err(why) = self.prepare_shared(&pods, &b).await
         {
             warn!(target: LOG_TARGET, pod = %format!("{}/{}", b.namespace, b.name), error = %why, "preparing shared-GPU pod failed");
-            gang_failed.store(true, Ordering::Release);
-            self.metrics
-                .binds
-                .get_or_create(&ResultLabel { result: "error" })
-                .inc();
-            let _ = self.feedback.send(Feedback::BindFailed { uid: b.uid.clone() });
-            self.event(Event {
-                object: EventObject::Pod {
-                    namespace: b.namespace.clone(),
-                    name: b.name.clone(),
-                    uid: b.uid.clone(),
-                },
-                type_: EventType::Warning,
-                reason: "FailedBinding",
-                message: why,
-            })
-            .await;
+            self.bind_failed(&b, gang_failed, why).await;
             return;
         }
         let binding = Binding {
@@ -81,26 +65,33 @@ impl Applier {
                 debug!(target: LOG_TARGET, pod = %format!("{}/{}", b.namespace, b.name), node = %b.node, "bound");
             }
             Err(e) => {
-                gang_failed.store(true, Ordering::Release);
-                self.metrics
-                    .binds
-                    .get_or_create(&ResultLabel { result: "error" })
-                    .inc();
                 warn!(target: LOG_TARGET, pod = %format!("{}/{}", b.namespace, b.name), node = %b.node, error = %e, "bind failed");
-                let _ = self.feedback.send(Feedback::BindFailed { uid: b.uid.clone() });
-                self.event(Event {
-                    object: EventObject::Pod {
-                        namespace: b.namespace.clone(),
-                        name: b.name.clone(),
-                        uid: b.uid.clone(),
-                    },
-                    type_: EventType::Warning,
-                    reason: "FailedBinding",
-                    message: format!("binding to node {} failed: {e}", b.node),
-                })
-                .await;
+                let message = format!("binding to node {} failed: {e}", b.node);
+                self.bind_failed(&b, gang_failed, message).await;
             }
         }
+    }
+
+    /// A bind that did not happen: the rest of its gang stops, the loop drops the assumption, and the
+    /// pod gets a `FailedBinding` event saying why.
+    async fn bind_failed(&self, b: &Bind, gang_failed: &AtomicBool, message: String) {
+        gang_failed.store(true, Ordering::Release);
+        self.metrics
+            .binds
+            .get_or_create(&ResultLabel { result: "error" })
+            .inc();
+        let _ = self.feedback.send(Feedback::BindFailed { uid: b.uid.clone() });
+        self.event(Event {
+            object: EventObject::Pod {
+                namespace: b.namespace.clone(),
+                name: b.name.clone(),
+                uid: b.uid.clone(),
+            },
+            type_: EventType::Warning,
+            reason: "FailedBinding",
+            message,
+        })
+        .await;
     }
 
     /// Points a sharing pod at its device(s) before it is bound: waits for each group's reservation
