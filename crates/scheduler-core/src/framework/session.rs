@@ -372,7 +372,6 @@ impl<'c> Session<'c> {
     /// cycle, and the statuses, conditions and events that changed.
     #[must_use]
     pub fn close(mut self) -> (Decisions, SessionStats) {
-        self.cluster.cycle_completed();
         let mut decisions = Decisions::default();
         let mut touched: Vec<(TaskId, Assumed)> = self.touched.drain().collect();
         touched.sort_by_key(|(t, _)| *t);
@@ -431,6 +430,8 @@ impl<'c> Session<'c> {
             }
         }
         self.stats.next_deadline = self.deadline.get();
+        // Last: a panic anywhere before (status reports included) must still find the undo records.
+        self.cluster.cycle_completed();
         (decisions, self.stats)
     }
 }
