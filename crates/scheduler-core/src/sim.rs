@@ -14,6 +14,7 @@ use crate::cycle::{self, CycleResult};
 use crate::framework::decisions::Decisions;
 use crate::model::constraints::{Constraints, Taint, TaintEffect, Toleration};
 use crate::model::group::{GroupKind, SubGroupDecl};
+use crate::model::pod_rules::{HOSTNAME_KEY, Labels, RulesSpec};
 use crate::model::queue::QueueResourceSpec;
 use crate::model::resources::{CPU, GPU, MEMORY, PODS};
 use crate::model::{
@@ -71,6 +72,8 @@ pub struct GangSpec {
     kind: GroupKind,
     min_resources: Option<Resources>,
     topology: Option<(String, Option<String>, Option<String>)>,
+    labels: Labels,
+    rules: RulesSpec,
 }
 
 impl GangSpec {
@@ -99,6 +102,8 @@ impl GangSpec {
             kind: GroupKind::Kai,
             min_resources: None,
             topology: None,
+            labels: Labels::new(),
+            rules: RulesSpec::default(),
         }
     }
     /// minMember.
@@ -215,6 +220,23 @@ impl GangSpec {
         self.namespace = ns.to_owned();
         self
     }
+    /// Labels on every pod.
+    #[must_use]
+    pub fn labels(mut self, pairs: &[(&str, &str)]) -> Self {
+        self.labels = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        self
+    }
+
+    /// Rules about other pods (affinity, spread, host ports) on every pod.
+    #[must_use]
+    pub fn rules(mut self, rules: RulesSpec) -> Self {
+        self.rules = rules;
+        self
+    }
+
     /// Topology constraint: topology name, required level, preferred level.
     #[must_use]
     pub fn topology(mut self, topology: &str, required: Option<&str>, preferred: Option<&str>) -> Self {
@@ -282,12 +304,17 @@ impl Sim {
         taints: &[&str],
     ) -> &mut Self {
         let allocatable = Resources::new(cpu_milli, mem_gi * GI, gpus * 1000).with(PODS, 110);
+        // The kubelet labels every node with its hostname.
+        let mut labels: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        labels
+            .entry(HOSTNAME_KEY.to_owned())
+            .or_insert_with(|| name.to_owned());
         self.cluster.apply_node(NodeUpdate {
             name: name.into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect::<BTreeMap<_, _>>(),
+            labels,
             taints: taints
                 .iter()
                 .map(|k| Taint {
@@ -379,6 +406,7 @@ impl Sim {
             node_selector: spec.selector.clone(),
             affinity_terms: Vec::new(),
             tolerations: spec.tolerations.clone(),
+            preferred: Vec::new(),
         };
         let mut request = spec.request.with(PODS, 1);
         if let GpuRequest::Whole(n) = spec.gpu {
@@ -409,6 +437,8 @@ impl Sim {
                 request,
                 gpu: spec.gpu,
                 constraints: constraints.clone(),
+                labels: spec.labels.clone(),
+                rules: spec.rules.clone(),
                 api: match running {
                     Some(node) => ApiView {
                         status: TaskStatus::Running,
@@ -450,6 +480,8 @@ impl Sim {
                 GpuRequest::None
             },
             constraints: Constraints::default(),
+            labels: Labels::new(),
+            rules: RulesSpec::default(),
             api: ApiView {
                 status: TaskStatus::Running,
                 node_name: Some(node.into()),
@@ -903,6 +935,8 @@ impl SyntheticUpdates {
                 request,
                 gpu: GpuRequest::Whole(gpus_per_pod),
                 constraints: Constraints::default(),
+                labels: Labels::new(),
+                rules: RulesSpec::default(),
                 api: ApiView {
                     status: if node.is_some() {
                         TaskStatus::Running
@@ -935,6 +969,8 @@ fn pod_update_of(cluster: &Cluster, id: crate::model::TaskId) -> PodUpdate {
         request: t.request,
         gpu: t.gpu,
         constraints: cluster.constraints.get(t.constraints).clone(),
+        labels: (*t.labels).clone(),
+        rules: cluster.rules.declared(t.rules),
         api: t.api.clone(),
         gpu_groups: t.gpu_groups.clone(),
         task_order: t.task_order,

@@ -25,6 +25,8 @@ fn reservation_pod(s: &mut Sim, uid: &str, node: &str, group: &str) {
         request: Resources::new(1, 16 << 20, 1000).with(3, 1),
         gpu: GpuRequest::Whole(1),
         constraints: Default::default(),
+        labels: Default::default(),
+        rules: Default::default(),
         api: ApiView {
             status: TaskStatus::Running,
             node_name: Some(node.into()),

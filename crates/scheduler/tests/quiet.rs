@@ -216,6 +216,8 @@ fn a_pod_whose_podgroup_never_comes_is_told_at_the_same_round() {
                 request: Resources::new(1_000, 0, 0).with(3, 1),
                 gpu: GpuRequest::None,
                 constraints: Default::default(),
+                labels: Default::default(),
+                rules: Default::default(),
                 api: ApiView {
                     status: TaskStatus::Pending,
                     node_name: None,

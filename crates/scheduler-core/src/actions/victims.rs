@@ -14,7 +14,7 @@ use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::policy::placement::Mode;
 use crate::framework::policy::topology;
-use crate::model::{GroupId, NodeId, Resources, TaskId, TaskStatus};
+use crate::model::{Cluster, GroupId, NodeId, Resources, TaskId, TaskStatus};
 
 /// Something that may be evicted at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -421,13 +421,24 @@ fn place_with_victims(
             if !ssn.index.eligibility.check(ssn.cluster, task.constraints, *node) {
                 continue;
             }
+            // Pods here that block this one by a rule (a host port, anti-affinity either way) go first,
+            // whatever their place in the caller's order: no amount of other room makes up for them.
+            let rules_matter = ssn.index.rules.relevant(task);
+            let mut blockers = if rules_matter {
+                blocking_pods(ssn.cluster, t, *node)
+            } else {
+                Vec::new()
+            };
+            let (blocking, rest): (Vec<usize>, Vec<usize>) = units
+                .iter()
+                .partition(|u| req.candidates[**u].tasks.iter().any(|v| blockers.contains(v)));
             // The gang released its reservations above and those its earlier pods took in this attempt
             // are not room for this one: every reservation here counts against it.
             let (_, mut later) = ssn.cluster.node(*node).available(&Resources::ZERO);
             let need = task.request;
             let mut picked = Vec::new();
-            for &u in units {
-                if need.fits_in(&later) {
+            for u in blocking.into_iter().chain(rest) {
+                if need.fits_in(&later) && blockers.is_empty() {
                     break;
                 }
                 if taken[u]
@@ -437,9 +448,15 @@ fn place_with_victims(
                     continue;
                 }
                 later.add(&unit_request_on(ssn, &req.candidates[u], *node));
+                blockers.retain(|b| !req.candidates[u].tasks.contains(b));
                 picked.push(u);
             }
-            if !need.fits_in(&later) || picked.is_empty() {
+            if !need.fits_in(&later) || !blockers.is_empty() || picked.is_empty() {
+                continue;
+            }
+            // Rules over a domain wider than the node (zone anti-affinity, spread) are settled by
+            // trying: evict the picked units, ask the node, undo.
+            if rules_matter && !fits_once_evicted(ssn, req, t, *node, &picked) {
                 continue;
             }
             let key = (picked.len(), *picked.last().unwrap_or(&usize::MAX), *node);
@@ -467,6 +484,66 @@ fn place_with_victims(
         }
     }
     Ok(chosen)
+}
+
+/// The pods on `node` that keep `t` off it by a rule: a conflicting host port, a pod its required
+/// anti-affinity selects, or a pod whose required anti-affinity selects it. Terminating pods are on their
+/// way out already and do not count.
+fn blocking_pods(cluster: &Cluster, t: TaskId, node: NodeId) -> Vec<TaskId> {
+    let task = cluster.task(t);
+    let book = &cluster.rules;
+    let rules = book.rules(task.rules);
+    let n = cluster.node(node);
+    let mut blockers: Vec<TaskId> = n
+        .host_ports
+        .iter()
+        .filter(|u| !u.releasing && u.task != t && rules.host_ports.iter().any(|p| p.conflicts(&u.port)))
+        .map(|u| u.task)
+        .collect();
+    for other in n.tasks.iter().copied().filter(|o| *o != t) {
+        let o = cluster.task(other);
+        if o.status == TaskStatus::Releasing {
+            continue;
+        }
+        let repels = rules
+            .anti_affinity
+            .iter()
+            .any(|term| book.selects(*term, &o.namespace, &o.labels));
+        let repelled = book
+            .rules(o.rules)
+            .anti_affinity
+            .iter()
+            .any(|term| book.selects(*term, &task.namespace, &task.labels));
+        if repels || repelled {
+            blockers.push(other);
+        }
+    }
+    blockers.sort_unstable();
+    blockers.dedup();
+    blockers
+}
+
+/// Whether `t` could be reserved on `node` once the picked units are evicted (tried, then undone).
+fn fits_once_evicted(
+    ssn: &mut Session<'_>,
+    req: &Request<'_>,
+    t: TaskId,
+    node: NodeId,
+    picked: &[usize],
+) -> bool {
+    let trial = ssn.checkpoint();
+    for &u in picked {
+        let unit = req.candidates[u].clone();
+        evict_unit(ssn, req, &unit);
+    }
+    let fits = {
+        let cluster = &*ssn.cluster;
+        ssn.index
+            .check(cluster, cluster.task(t), &ssn.policy, node)
+            .is_ok()
+    };
+    ssn.rollback(trial);
+    fits
 }
 
 /// Whether an evicted pod could run elsewhere (consolidation moves, never kills).

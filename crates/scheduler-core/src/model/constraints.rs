@@ -112,6 +112,8 @@ pub struct Constraints {
     pub affinity_terms: Vec<Vec<Requirement>>,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
+    /// Preferred node affinity: (weight 1-100, AND of requirements); a preference, never a filter.
+    pub preferred: Vec<(i32, Vec<Requirement>)>,
 }
 
 /// Why a node is not eligible for a pod regardless of free resources.
@@ -159,6 +161,49 @@ pub struct NodeFacts<'a> {
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
 impl Constraints {
+    /// Whether the node selector and required node affinity admit the node (what a spread constraint's
+    /// `nodeAffinityPolicy: Honor` counts).
+    #[must_use]
+    pub fn admits_by_affinity(&self, node: NodeFacts<'_>) -> bool {
+        self.node_selector
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v))
+            && (self.affinity_terms.is_empty()
+                || self
+                    .affinity_terms
+                    .iter()
+                    .any(|term| term.iter().all(|r| r.matches(node.name, node.labels))))
+    }
+
+    /// Whether every `NoSchedule` and `NoExecute` taint is tolerated (`nodeTaintsPolicy: Honor`).
+    #[must_use]
+    pub fn tolerates_hard_taints(&self, taints: &[Taint]) -> bool {
+        taints
+            .iter()
+            .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
+            .all(|t| self.tolerations.iter().any(|tol| tol.tolerates(t)))
+    }
+
+    /// `PreferNoSchedule` taints not tolerated (kube-scheduler prefers nodes with fewer).
+    #[must_use]
+    pub fn untolerated_soft_taints(&self, taints: &[Taint]) -> usize {
+        taints
+            .iter()
+            .filter(|t| t.effect == TaintEffect::PreferNoSchedule)
+            .filter(|t| !self.tolerations.iter().any(|tol| tol.tolerates(t)))
+            .count()
+    }
+
+    /// Sum of the weights of the preferred node-affinity terms the node meets.
+    #[must_use]
+    pub fn preference_weight(&self, node: NodeFacts<'_>) -> i64 {
+        self.preferred
+            .iter()
+            .filter(|(_, term)| term.iter().all(|r| r.matches(node.name, node.labels)))
+            .map(|(w, _)| i64::from(*w))
+            .sum()
+    }
+
     /// Checks everything about a node that does not depend on free resources.
     ///
     /// # Errors

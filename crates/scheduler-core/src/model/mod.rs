@@ -9,6 +9,7 @@ pub mod group;
 pub mod ids;
 pub mod no_fit_memo;
 pub mod node;
+pub mod pod_rules;
 pub mod queue;
 pub mod resources;
 pub mod task;

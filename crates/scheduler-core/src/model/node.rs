@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::constraints::{NodeFacts, Taint};
 use super::ids::TaskId;
+use super::pod_rules::HostPort;
 use super::resources::{GPU, Resources};
 
 /// A GPU device split among fractional pods, named by its `runai-gpu-group` id.
@@ -90,6 +91,19 @@ pub struct Node {
     pub shared_gpus: Vec<SharedGpu>,
     /// Tasks holding or reserving resources here.
     pub tasks: Vec<TaskId>,
+    /// Host ports bound by the tasks here.
+    pub host_ports: Vec<PortUse>,
+}
+
+/// A host port bound on a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortUse {
+    /// The port.
+    pub port: HostPort,
+    /// The task binding it.
+    pub task: TaskId,
+    /// The task is terminating (the port is free once it is gone).
+    pub releasing: bool,
 }
 
 impl Node {
@@ -109,6 +123,7 @@ impl Node {
             gpu_memory_mib: None,
             shared_gpus: Vec::new(),
             tasks: Vec::new(),
+            host_ports: Vec::new(),
         }
     }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::constraints::ConstraintsId;
 use super::group::GroupKey;
 use super::ids::{GroupId, NodeId};
+use super::pod_rules::{Labels, PodRulesId};
 use super::resources::Resources;
 use super::time::Millis;
 
@@ -155,6 +156,10 @@ pub struct Task {
     pub gpu: GpuRequest,
     /// Where the pod may go (interned node selector, affinity, tolerations).
     pub constraints: ConstraintsId,
+    /// What it asks of the pods around it (interned pod affinity, anti-affinity, spread, host ports).
+    pub rules: PodRulesId,
+    /// Labels (what other pods' affinity and spread terms select).
+    pub labels: Arc<Labels>,
     /// Effective status: the API view with the assumed placement on top.
     pub status: TaskStatus,
     /// Node while it holds or reserves resources there (effective).

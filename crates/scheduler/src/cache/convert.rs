@@ -278,6 +278,10 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
         _ if gated => TaskStatus::Gated,
         _ => TaskStatus::Pending,
     };
+    let pod_labels: BTreeMap<String, String> = labels.cloned().unwrap_or_default();
+    let rules = spec
+        .map(|s| super::pod_rules::rules(s, &namespace, &pod_labels, &mut problems))
+        .unwrap_or_default();
     problems.sort();
     problems.dedup();
     // GPU reservation pods hold a device for the pods sharing it.
@@ -310,6 +314,8 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
         request,
         gpu,
         constraints: constraints(spec),
+        labels: pod_labels,
+        rules,
         api: ApiView { status, node_name },
         gpu_groups,
         task_order,
@@ -371,6 +377,26 @@ fn constraints(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Constraint
             reqs
         })
         .collect();
+    let preferred = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let t = &p.preference;
+            let mut reqs: Vec<Requirement> = t
+                .match_expressions
+                .iter()
+                .flatten()
+                .map(|r| requirement(r, false))
+                .collect();
+            reqs.extend(t.match_fields.iter().flatten().map(|r| requirement(r, true)));
+            // An empty preference term matches nothing worth a weight (kube-scheduler gives it none).
+            (!reqs.is_empty()).then_some((p.weight, reqs))
+        })
+        .collect();
     let tolerations = spec
         .tolerations
         .iter()
@@ -386,6 +412,7 @@ fn constraints(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Constraint
         node_selector,
         affinity_terms,
         tolerations,
+        preferred,
     }
 }
 

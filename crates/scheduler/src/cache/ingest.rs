@@ -154,6 +154,21 @@ impl Ingest {
                     self.listed.insert(Kind::PriorityClass);
                 }
             },
+            Event::Namespace(c) => match c {
+                Change::Apply(ns) => {
+                    let labels = ns.metadata.labels.clone().unwrap_or_default();
+                    cluster.apply_namespace(&ns.name_any(), Some(labels));
+                }
+                Change::Delete(ns) => cluster.apply_namespace(&ns.name_any(), None),
+                Change::Listed(keys) => {
+                    for name in cluster.rules.namespace_names() {
+                        if !keys.contains(&name) {
+                            cluster.apply_namespace(&name, None);
+                        }
+                    }
+                    self.listed.insert(Kind::Namespace);
+                }
+            },
             Event::Topology(c) => match c {
                 Change::Apply(t) => {
                     let levels = t.spec.levels.iter().map(|l| l.node_label.clone()).collect();

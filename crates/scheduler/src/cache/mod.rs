@@ -6,4 +6,5 @@
 
 pub mod convert;
 pub mod ingest;
+pub mod pod_rules;
 pub mod watch;

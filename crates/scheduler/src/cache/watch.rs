@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::fmt::Debug;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -36,6 +36,8 @@ pub enum Kind {
     PriorityClass,
     /// Topologies.
     Topology,
+    /// Namespaces (their labels, for namespace selectors).
+    Namespace,
 }
 
 /// One change.
@@ -66,6 +68,8 @@ pub enum Event {
     PriorityClass(Change<PriorityClass>),
     /// Topology.
     Topology(Change<api::Topology>),
+    /// Namespace.
+    Namespace(Change<Namespace>),
 }
 
 /// The key an object is tracked by: UID for pods, `namespace/name` for namespaced objects, name otherwise.
@@ -177,6 +181,7 @@ pub fn start(
         Kind::PodGroup,
         Kind::Queue,
         Kind::PriorityClass,
+        Kind::Namespace,
     ];
     spawn(
         "pods",
@@ -221,6 +226,15 @@ pub fn start(
         Kind::PriorityClass,
         Event::PriorityClass,
         key::<PriorityClass>,
+        liveness,
+    );
+    spawn(
+        "namespaces",
+        Api::<Namespace>::all(client.clone()),
+        tx.clone(),
+        Kind::Namespace,
+        Event::Namespace,
+        key::<Namespace>,
         liveness,
     );
     if offered.volcano {

@@ -15,8 +15,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use super::pod_rules::{RuleFit, RuleLookups, RuleMiss};
 use crate::config::PlacementStrategy;
 use crate::model::constraints::{ConstraintsId, StaticMiss};
+use crate::model::pod_rules::{PodRulesId, TermId};
 use crate::model::resources::{CPU, GPU, MAX_RESOURCES};
 use crate::model::{Cluster, GpuRequest, Node, NodeId, Resources, Task};
 
@@ -55,6 +57,8 @@ pub enum NodeMiss {
     GpuMemoryUnknown,
     /// Outside the topology domain being tried.
     OutsideDomain,
+    /// A rule about other pods (affinity, anti-affinity, spread, host ports).
+    Rule(RuleMiss),
 }
 
 /// Placement settings.
@@ -87,6 +91,8 @@ pub struct NodeIndex {
     later: BTreeSet<NodeId>,
     /// Static eligibility cache.
     pub eligibility: Eligibility,
+    /// Pod-rule lookups (anti-affinity terms per pod, spread views).
+    pub rules: RuleLookups,
     /// Explanation summaries.
     summaries: Summaries,
     /// Each ready, schedulable node's free room (now, later), negatives as zero, by node index.
@@ -131,9 +137,10 @@ impl Eligibility {
     }
 }
 
-/// What a pod shape's answer depends on besides the node: request, GPU request, constraints (the
-/// placement policy is fixed for a session).
-type Shape = (Resources, GpuRequest, ConstraintsId);
+/// What a pod shape's answer depends on besides the node: request, GPU request, constraints, and the
+/// placed pods' anti-affinity terms that select it (the placement policy is fixed for a session). Pods
+/// with rules of their own are not summarised incrementally: their answer on one node depends on others.
+type Shape = (Resources, GpuRequest, ConstraintsId, Vec<TermId>);
 
 /// One node's answer for a shape, as counted in explanations: `None` when it fits now, else why not
 /// (fitting only once releasing pods are gone counts as insufficient room of the pod's main resource).
@@ -230,6 +237,7 @@ impl NodeIndex {
     pub fn build(cluster: &Cluster) -> Self {
         let mut index = Self {
             keys: vec![None; cluster.nodes.capacity()],
+            rules: RuleLookups::new(cluster),
             ..Self::default()
         };
         for (i, _) in cluster.nodes.iter() {
@@ -256,6 +264,7 @@ impl NodeIndex {
         if self.summaries.active() {
             self.summaries.changes.push(id);
         }
+        self.rules.node_changed(cluster, id);
         if self.free_parts.len() <= id.index() {
             self.free_parts.resize(id.index() + 1, None);
         }
@@ -304,55 +313,73 @@ impl NodeIndex {
         if task.gpu.is_shared() && !policy.gpu_sharing_enabled {
             return None;
         }
-        let elig = &mut self.eligibility;
+        let mut caches = Caches {
+            eligibility: &mut self.eligibility,
+            rules: &mut self.rules,
+        };
+        let c = &mut caches;
         // 1. Its own reservation.
         if let Some(n) = nominated_node.filter(|n| domain.is_none_or(|d| d.contains(n)))
-            && let Ok(p) = check(elig, cluster, task, policy, n)
+            && let Ok(p) = check(c, cluster, task, policy, n)
         {
             return Some(p);
         }
+        // A pod with preferences (preferred affinity, soft spread, preferred node affinity) is scored
+        // over every candidate: the first fit in capacity order would ignore them.
+        let scored = cluster.rules.rules(task.rules).has_preferences()
+            || !cluster.constraints.get(task.constraints).preferred.is_empty();
         if let Some(domain) = domain {
-            return find_in(elig, cluster, task, policy, domain.iter().copied());
+            return find_in(c, cluster, task, policy, domain.iter().copied(), scored);
+        }
+        if scored {
+            let all: Vec<NodeId> = cluster.nodes.iter().map(|(i, _)| NodeId(i)).collect();
+            return find_in(c, cluster, task, policy, all.into_iter(), true);
         }
         // 2. A shared device with room for the fraction.
         if task.gpu.is_shared()
-            && let Some(p) = find_shared(elig, cluster, task, policy, self.shared.iter().copied())
+            && let Some(p) = find_shared(c, cluster, task, policy, self.shared.iter().copied())
         {
             return Some(p);
         }
-        // 3-5. Free now, in strategy order: a range walk that usually stops at the first node.
-        let wants_gpu = !matches!(task.gpu, GpuRequest::None);
-        if wants_gpu {
-            let need = match task.gpu {
-                GpuRequest::Whole(n) => i64::from(n) * 1000,
-                GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => {
-                    (i64::from(devices) - 1).max(0) * 1000
-                }
-                GpuRequest::None => 0,
-            };
-            let range = self.gpu_nodes.range((need, NodeId(0))..).map(|(_, n)| *n);
-            let found = match policy.gpu {
-                PlacementStrategy::Binpack => first_fit(elig, cluster, task, policy, range),
-                PlacementStrategy::Spread => first_fit(elig, cluster, task, policy, range.rev()),
-            };
-            if found.is_some() {
-                return found;
-            }
+        // 3-5. Free now, in strategy order: a range walk that usually stops at the first node. Where
+        // some node has a `PreferNoSchedule` taint, a first walk skips the nodes whose such taints the
+        // pod does not tolerate (kube-scheduler's preference), a second takes them.
+        let passes: &[bool] = if c.rules.soft_taints {
+            &[true, false]
         } else {
-            let need = task.request.cpu();
-            for set in [&self.cpu_nodes, &self.gpu_nodes_cpu] {
-                let range = set.range((need, NodeId(0))..).map(|(_, n)| *n);
-                let found = match policy.cpu {
-                    PlacementStrategy::Binpack => first_fit(elig, cluster, task, policy, range),
-                    PlacementStrategy::Spread => first_fit(elig, cluster, task, policy, range.rev()),
+            &[false]
+        };
+        let wants_gpu = !matches!(task.gpu, GpuRequest::None);
+        for &avoid_soft_taints in passes {
+            let fit = FirstFit {
+                avoid_soft_taints,
+                strategy: if wants_gpu { policy.gpu } else { policy.cpu },
+            };
+            if wants_gpu {
+                let need = match task.gpu {
+                    GpuRequest::Whole(n) => i64::from(n) * 1000,
+                    GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => {
+                        (i64::from(devices) - 1).max(0) * 1000
+                    }
+                    GpuRequest::None => 0,
                 };
-                if found.is_some() {
-                    return found;
+                let range = self.gpu_nodes.range((need, NodeId(0))..).map(|(_, n)| *n);
+                if let Some(p) = fit.walk(c, cluster, task, policy, range) {
+                    return Some(p);
+                }
+            } else {
+                let need = task.request.cpu();
+                for set in [&self.cpu_nodes, &self.gpu_nodes_cpu] {
+                    let range = set.range((need, NodeId(0))..).map(|(_, n)| *n);
+                    if let Some(p) = fit.walk(c, cluster, task, policy, range) {
+                        return Some(p);
+                    }
                 }
             }
         }
         // 3. Free later: only nodes with releasing or reserved resources can offer more than now.
-        find_in(elig, cluster, task, policy, self.later.iter().copied()).filter(|p| p.mode == Mode::Pipeline)
+        find_in(c, cluster, task, policy, self.later.iter().copied(), false)
+            .filter(|p| p.mode == Mode::Pipeline)
     }
 
     /// Whether a node can take the pod, and how.
@@ -366,7 +393,11 @@ impl NodeIndex {
         policy: &PlacementPolicy,
         n: NodeId,
     ) -> Result<Placement, NodeMiss> {
-        check(&mut self.eligibility, cluster, task, policy, n)
+        let mut caches = Caches {
+            eligibility: &mut self.eligibility,
+            rules: &mut self.rules,
+        };
+        check(&mut caches, cluster, task, policy, n)
     }
 
     /// How every node answers for `task`: (nodes answered, misses by reason), counting a node that fits
@@ -380,15 +411,33 @@ impl NodeIndex {
         task: &Task,
         policy: &PlacementPolicy,
     ) -> (usize, BTreeMap<NodeMiss, usize>) {
-        let verdict = |elig: &mut Eligibility, n: NodeId| -> Verdict {
-            match check(elig, cluster, task, policy, n) {
+        let verdict = |c: &mut Caches<'_>, n: NodeId| -> Verdict {
+            match check(c, cluster, task, policy, n) {
                 Ok(p) if p.mode == Mode::Allocate => None,
                 Ok(_) => Some(NodeMiss::Insufficient(main_slot(task.gpu))),
                 Err(miss) => Some(miss),
             }
         };
-        let shape = (task.request, task.gpu, task.constraints);
-        let elig = &mut self.eligibility;
+        let mut caches = Caches {
+            eligibility: &mut self.eligibility,
+            rules: &mut self.rules,
+        };
+        let elig = &mut caches;
+        if task.rules != PodRulesId(0) || cluster.rules.has_wide_carriers() {
+            // The answer on one node depends on pods elsewhere: count afresh.
+            let mut misses = BTreeMap::new();
+            let mut nodes = 0;
+            for (i, _) in cluster.nodes.iter() {
+                nodes += 1;
+                count_in(&mut misses, &verdict(elig, NodeId(i)), 1);
+            }
+            return (nodes, misses);
+        }
+        let uid_id = cluster.task_id(&task.uid);
+        let selecting = uid_id
+            .map(|id| elig.rules.selecting_terms(cluster, id, task))
+            .unwrap_or_default();
+        let shape = (task.request, task.gpu, task.constraints, selecting);
         let log = &self.summaries.changes;
         let summary = match self.summaries.misses.entry(shape) {
             std::collections::hash_map::Entry::Occupied(e) => {
@@ -515,8 +564,14 @@ impl NodeIndex {
     }
 }
 
+/// The session's caches a node check reads besides the model.
+struct Caches<'a> {
+    eligibility: &'a mut Eligibility,
+    rules: &'a mut RuleLookups,
+}
+
 fn find_shared(
-    elig: &mut Eligibility,
+    c: &mut Caches<'_>,
     cluster: &Cluster,
     task: &Task,
     policy: &PlacementPolicy,
@@ -524,7 +579,7 @@ fn find_shared(
 ) -> Option<Placement> {
     let mut best: Option<(i64, NodeId, Placement)> = None;
     for n in candidates {
-        let Ok(p) = check(elig, cluster, task, policy, n) else {
+        let Ok(p) = check(c, cluster, task, policy, n) else {
             continue;
         };
         if p.mode != Mode::Allocate {
@@ -555,41 +610,73 @@ fn find_shared(
     best.map(|(_, _, p)| p)
 }
 
-fn first_fit(
-    elig: &mut Eligibility,
-    cluster: &Cluster,
-    task: &Task,
-    policy: &PlacementPolicy,
-    order: impl Iterator<Item = NodeId>,
-) -> Option<Placement> {
-    for n in order {
-        if !elig.check(cluster, task.constraints, n) {
-            continue;
-        }
-        if let Ok(p) = check(elig, cluster, task, policy, n)
-            && p.mode == Mode::Allocate
-        {
-            return Some(p);
-        }
-    }
-    None
+/// A walk over nodes in capacity order that takes the first that fits now.
+struct FirstFit {
+    /// Skip nodes with `PreferNoSchedule` taints the pod does not tolerate.
+    avoid_soft_taints: bool,
+    /// Bin-pack walks the order forwards, spread backwards.
+    strategy: PlacementStrategy,
 }
 
-/// The best node among a given set, now before later, in strategy order.
+impl FirstFit {
+    fn walk(
+        &self,
+        c: &mut Caches<'_>,
+        cluster: &Cluster,
+        task: &Task,
+        policy: &PlacementPolicy,
+        order: impl DoubleEndedIterator<Item = NodeId>,
+    ) -> Option<Placement> {
+        let order: Box<dyn Iterator<Item = NodeId>> = match self.strategy {
+            PlacementStrategy::Binpack => Box::new(order),
+            PlacementStrategy::Spread => Box::new(order.rev()),
+        };
+        let constraints = cluster.constraints.get(task.constraints);
+        for n in order {
+            if !c.eligibility.check(cluster, task.constraints, n) {
+                continue;
+            }
+            if self.avoid_soft_taints && constraints.untolerated_soft_taints(&cluster.node(n).taints) > 0 {
+                continue;
+            }
+            if let Ok(p) = check(c, cluster, task, policy, n)
+                && p.mode == Mode::Allocate
+            {
+                return Some(p);
+            }
+        }
+        None
+    }
+}
+
+/// How candidates compare, smallest first: (fits only later, minus the preference score, a CPU pod on
+/// a GPU node, the strategy's free-capacity order, node id).
+type CandidateKey = (u8, i64, u8, i64, NodeId);
+
+/// The best node among a given set: now before later, then (when `scored`) the pod's preferences,
+/// then strategy order.
 fn find_in(
-    elig: &mut Eligibility,
+    c: &mut Caches<'_>,
     cluster: &Cluster,
     task: &Task,
     policy: &PlacementPolicy,
     nodes: impl Iterator<Item = NodeId>,
+    scored: bool,
 ) -> Option<Placement> {
     let wants_gpu = !matches!(task.gpu, GpuRequest::None);
     let strategy = if wants_gpu { policy.gpu } else { policy.cpu };
-    let mut best: Option<((u8, u8, i64, NodeId), Placement)> = None;
-    for n in nodes {
-        let Ok(p) = check(elig, cluster, task, policy, n) else {
-            continue;
-        };
+    let fits: Vec<Placement> = nodes
+        .filter_map(|n| check(c, cluster, task, policy, n).ok())
+        .collect();
+    let scores = if scored && fits.len() > 1 {
+        let ids: Vec<NodeId> = fits.iter().map(|p| p.node).collect();
+        c.rules.scores(cluster, task, &ids)
+    } else {
+        Vec::new()
+    };
+    let mut best: Option<(CandidateKey, Placement)> = None;
+    for (i, p) in fits.into_iter().enumerate() {
+        let n = p.node;
         let node = cluster.node(n);
         let free = free_now(node);
         let amount = if wants_gpu { free.gpu() / 1000 } else { free.cpu() };
@@ -598,8 +685,9 @@ fn find_in(
             PlacementStrategy::Spread => -amount,
         };
         let later = u8::from(p.mode == Mode::Pipeline);
+        let preference = -scores.get(i).copied().unwrap_or(0);
         let type_mismatch = u8::from(!wants_gpu && node.allocatable.gpu() > 0);
-        let key = (later, type_mismatch, amount, n);
+        let key = (later, preference, type_mismatch, amount, n);
         if best.as_ref().is_none_or(|(k, _)| key < *k) {
             best = Some((key, p));
         }
@@ -607,8 +695,35 @@ fn find_in(
     best.map(|(_, p)| p)
 }
 
-/// Whether a node can take the pod, and how.
+/// Whether a node can take the pod, and how: static predicates, room, then the rules about other pods.
 fn check(
+    c: &mut Caches<'_>,
+    cluster: &Cluster,
+    task: &Task,
+    policy: &PlacementPolicy,
+    n: NodeId,
+) -> Result<Placement, NodeMiss> {
+    let mut placement = check_room(c.eligibility, cluster, task, policy, n)?;
+    if !c.rules.relevant(task) {
+        return Ok(placement);
+    }
+    // A pod being placed is known by its UID; a copy probing where a pod could move (consolidation)
+    // shares it.
+    let Some(id) = cluster.task_id(&task.uid) else {
+        return Ok(placement);
+    };
+    match c.rules.check(cluster, id, task, n) {
+        RuleFit::Now => Ok(placement),
+        RuleFit::Later => {
+            placement.mode = Mode::Pipeline;
+            Ok(placement)
+        }
+        RuleFit::No(miss) => Err(NodeMiss::Rule(miss)),
+    }
+}
+
+/// Static predicates and room.
+fn check_room(
     elig: &mut Eligibility,
     cluster: &Cluster,
     task: &Task,

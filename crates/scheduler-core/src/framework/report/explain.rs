@@ -132,6 +132,7 @@ pub fn miss_text(miss: &NodeMiss, names: &ResourceNames) -> String {
         NodeMiss::GpuSharingDisabled => "GPU sharing is disabled (set global.gpuSharing=true)".to_owned(),
         NodeMiss::GpuMemoryUnknown => "GPU memory unknown (no nvidia.com/gpu.memory label)".to_owned(),
         NodeMiss::OutsideDomain => "outside the topology domain".to_owned(),
+        NodeMiss::Rule(rule) => rule.to_string(),
     }
 }
 

@@ -57,6 +57,7 @@ impl Cluster {
     /// Rebuilds every node's accounting (used, releasing, nominated, its task list and shared devices)
     /// from the tasks alone.
     pub fn recount(&mut self) {
+        self.rules.clear_counts();
         let node_ids: Vec<u32> = self.nodes.iter().map(|(i, _)| i).collect();
         for i in node_ids {
             if let Some(node) = self.nodes.get_mut(i) {
@@ -65,6 +66,7 @@ impl Cluster {
                 node.nominated = Resources::ZERO;
                 node.tasks.clear();
                 node.shared_gpus.clear();
+                node.host_ports.clear();
             }
         }
         let task_ids: Vec<TaskId> = self.tasks.iter().map(|(i, _)| TaskId(i)).collect();

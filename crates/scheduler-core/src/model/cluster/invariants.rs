@@ -91,6 +91,7 @@ impl Cluster {
                 ));
             }
         }
+        self.check_rule_counts()?;
         for (i, group) in self.groups.iter() {
             for t in &group.tasks {
                 if self.task(*t).group != Some(GroupId(i)) {
@@ -100,6 +101,60 @@ impl Cluster {
                         self.task(*t).key()
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Cluster {
+    /// Pod-rule counts and host ports recomputed from the placed pods and compared.
+    fn check_rule_counts(&self) -> Result<(), String> {
+        let mut fresh = self.clone();
+        fresh.recount_rules();
+        for (id, term) in self.rules.live_terms() {
+            let want = fresh.rules.term(id);
+            for (what, have, want) in [
+                ("selected", &term.selected, &want.selected),
+                ("carriers", &term.carriers, &want.carriers),
+            ] {
+                if have.per_node != want.per_node
+                    || have.per_domain != want.per_domain
+                    || have.in_domains != want.in_domains
+                {
+                    return Err(format!(
+                        "term {:?} {what} counts {:?}, pods say {:?}",
+                        term.term, have.per_domain, want.per_domain
+                    ));
+                }
+            }
+        }
+        for (i, node) in self.nodes.iter() {
+            let mut have: Vec<_> = node
+                .host_ports
+                .iter()
+                .map(|p| (p.task, p.port.clone(), p.releasing))
+                .collect();
+            let mut want: Vec<_> = node
+                .tasks
+                .iter()
+                .flat_map(|t| {
+                    let task = self.task(*t);
+                    let releasing = task.status == TaskStatus::Releasing;
+                    self.rules
+                        .rules(task.rules)
+                        .host_ports
+                        .iter()
+                        .map(move |p| (*t, p.clone(), releasing))
+                })
+                .collect();
+            have.sort();
+            want.sort();
+            if have != want {
+                return Err(format!(
+                    "node {} host ports {have:?}, pods say {want:?}",
+                    NodeId(i).0
+                ));
             }
         }
         Ok(())

@@ -30,6 +30,7 @@ use super::group::{Group, GroupKey};
 use super::ids::{Arena, GroupId, NodeId, QueueId, TaskId};
 use super::no_fit_memo::NoFitMemo;
 use super::node::Node;
+use super::pod_rules::RuleBook;
 use super::queue::Queue;
 use super::resources::ResourceNames;
 use super::task::Task;
@@ -91,6 +92,8 @@ pub struct Cluster {
     pub names: ResourceNames,
     /// Interned placement constraints.
     pub constraints: ConstraintsTable,
+    /// Interned pod rules (affinity, spread, host ports) and the counts that answer them.
+    pub rules: RuleBook,
     /// Nodes.
     pub nodes: Arena<Node>,
     node_index: HashMap<Arc<str>, NodeId>,

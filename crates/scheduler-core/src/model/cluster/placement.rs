@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use super::Cluster;
 use crate::model::ids::{NodeId, TaskId};
+use crate::model::node::PortUse;
+use crate::model::pod_rules::PodFacts;
 use crate::model::task::{Assumed, Task, TaskStatus};
 
 /// The previous placement of a task, returned by [`Cluster::set_assumed`] so it can be undone.
@@ -49,6 +51,7 @@ impl Cluster {
         let groups = Self::device_groups(task);
         let reservation = task.reservation_for.clone();
         let (uid, device) = (task.uid.clone(), task.gpu_device.clone());
+        let (namespace, labels, rules_id) = (task.namespace.clone(), task.labels.clone(), task.rules);
         let node = self
             .nodes
             .get_mut(node_id.0)
@@ -67,6 +70,33 @@ impl Cluster {
             node.tasks.push(id);
         } else if let Some(pos) = node.tasks.iter().position(|t| *t == id) {
             node.tasks.swap_remove(pos);
+        }
+        let releasing = status == TaskStatus::Releasing;
+        let rules = self.rules.rules(rules_id);
+        if sign > 0 {
+            node.host_ports
+                .extend(rules.host_ports.iter().map(|port| PortUse {
+                    port: port.clone(),
+                    task: id,
+                    releasing,
+                }));
+        } else if !rules.host_ports.is_empty() {
+            node.host_ports.retain(|p| p.task != id);
+        }
+        let facts = PodFacts {
+            namespace: &namespace,
+            labels: &labels,
+            rules: rules_id,
+        };
+        let sign32 = if sign > 0 { 1 } else { -1 };
+        if self
+            .rules
+            .contribute(facts, node_id, &node.labels, releasing, sign32)
+            && sign > 0
+        {
+            // A pod some term selects arrived: a pod waiting for its affinity may fit now, so gangs
+            // remembered as not fitting are tried again.
+            self.epochs.capacity_changed();
         }
         if gpu.is_shared() {
             let milli = Self::share_milli(gpu, node);

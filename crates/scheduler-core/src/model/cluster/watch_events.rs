@@ -9,6 +9,7 @@ use crate::model::constraints::{Constraints, ConstraintsId, Taint};
 use crate::model::group::{Group, GroupKey};
 use crate::model::ids::{GroupId, NodeId, QueueId, TaskId};
 use crate::model::node::Node;
+use crate::model::pod_rules::{Labels, PodFacts, PodRulesId, RulesSpec, TermId};
 use crate::model::queue::Queue;
 use crate::model::resources::Resources;
 use crate::model::task::{ApiView, Assumed, GpuRequest, Task, TaskStatus};
@@ -23,6 +24,8 @@ struct TaskInputs {
     request: Resources,
     gpu: GpuRequest,
     constraints: ConstraintsId,
+    rules: PodRulesId,
+    labels: Arc<Labels>,
     group_key: Option<GroupKey>,
     subgroup: Option<Arc<str>>,
     task_order: i32,
@@ -40,6 +43,8 @@ fn task_inputs(t: &Task) -> TaskInputs {
         request: t.request,
         gpu: t.gpu,
         constraints: t.constraints,
+        rules: t.rules,
+        labels: t.labels.clone(),
         group_key: t.group_key.clone(),
         subgroup: t.subgroup.clone(),
         task_order: t.task_order,
@@ -71,6 +76,10 @@ pub struct PodUpdate {
     pub gpu: GpuRequest,
     /// Placement constraints.
     pub constraints: Constraints,
+    /// Labels.
+    pub labels: Labels,
+    /// Rules about other pods (affinity, spread, host ports).
+    pub rules: RulesSpec,
     /// Placement per the API.
     pub api: ApiView,
     /// `runai-gpu-group` labels.
@@ -115,22 +124,25 @@ impl Cluster {
                 .nodes
                 .get_mut(id.0)
                 .expect("invariant: indexed nodes are live");
-            let memory_changed = node.gpu_memory_mib != update.gpu_memory_mib;
+            // gpu-memory shares depend on the per-device memory, and pod-rule domains on the labels:
+            // the pods here are taken out and put back around such a change.
+            let replace = node.gpu_memory_mib != update.gpu_memory_mib || node.labels != update.labels;
+            let tasks = if replace { node.tasks.clone() } else { Vec::new() };
+            for t in &tasks {
+                self.contribute(*t, -1);
+            }
+            let node = self
+                .nodes
+                .get_mut(id.0)
+                .expect("invariant: indexed nodes are live");
             node.labels = update.labels;
             node.taints = update.taints;
             node.ready = update.ready;
             node.unschedulable = update.unschedulable;
             node.allocatable = update.allocatable;
-            if memory_changed {
-                // gpu-memory shares depend on the per-device memory: re-place the sharers.
-                let tasks = node.tasks.clone();
-                for t in &tasks {
-                    self.contribute(*t, -1);
-                }
-                self.nodes.get_mut(id.0).expect("invariant").gpu_memory_mib = update.gpu_memory_mib;
-                for t in &tasks {
-                    self.contribute(*t, 1);
-                }
+            node.gpu_memory_mib = update.gpu_memory_mib;
+            for t in &tasks {
+                self.contribute(*t, 1);
             }
             return;
         }
@@ -177,9 +189,14 @@ impl Cluster {
     /// Adds or updates a pod.
     pub fn apply_pod(&mut self, update: PodUpdate) {
         let constraints = self.constraints.intern(update.constraints);
+        let (rules, new_terms) = self.rules.acquire(update.rules);
+        self.count_into_new_terms(&new_terms);
+        let labels = Arc::new(update.labels);
         if let Some(id) = self.task_id(&update.uid) {
             let before = task_inputs(self.task(id));
             self.contribute(id, -1);
+            let old_rules = self.task(id).rules;
+            self.rules.release(old_rules);
             let old_group_key = self.task(id).group_key.clone();
             let task = self
                 .tasks
@@ -189,6 +206,8 @@ impl Cluster {
             task.request = update.request;
             task.gpu = update.gpu;
             task.constraints = constraints;
+            task.rules = rules;
+            task.labels = labels;
             task.api = update.api;
             // Drop an assumption once the API shows its outcome (or overtook it).
             let caught_up = match (&task.assumed, task.api.status) {
@@ -240,6 +259,8 @@ impl Cluster {
             request: update.request,
             gpu: update.gpu,
             constraints,
+            rules,
+            labels,
             status: TaskStatus::Pending,
             node: None,
             api: update.api,
@@ -283,6 +304,7 @@ impl Cluster {
             return;
         };
         self.contribute(id, -1);
+        self.rules.release(self.task(id).rules);
         self.unlink_group(id);
         if let Some(n) = self.task(id).api.node_name.clone()
             && let Some(list) = self.unattached.get_mut(&n)
@@ -416,6 +438,68 @@ impl Cluster {
         if let Some(id) = self.queue_index.remove(name) {
             self.queues.remove(id.0);
             self.resolve_queues();
+        }
+    }
+
+    /// Records a namespace's labels (`None`: the namespace is gone), for namespace selectors.
+    pub fn apply_namespace(&mut self, name: &str, labels: Option<Labels>) {
+        if self.rules.set_namespace_labels(name, labels) {
+            self.recount_rules();
+            self.epochs.capacity_changed();
+        }
+    }
+
+    /// Fills the counts of terms just interned from the pods already placed.
+    fn count_into_new_terms(&mut self, terms: &[TermId]) {
+        if terms.is_empty() {
+            return;
+        }
+        for (_, task) in self.tasks.iter() {
+            let Some(node) = task
+                .node
+                .filter(|_| task.status.holds_node() || task.status == TaskStatus::Pipelined)
+            else {
+                continue;
+            };
+            let facts = PodFacts {
+                namespace: &task.namespace,
+                labels: &task.labels,
+                rules: task.rules,
+            };
+            let releasing = task.status == TaskStatus::Releasing;
+            let labels = &self
+                .nodes
+                .get(node.0)
+                .expect("invariant: task nodes are live")
+                .labels;
+            self.rules.count_into(terms, facts, node, labels, releasing);
+        }
+    }
+
+    /// Rebuilds every pod-rule count from the placed pods.
+    pub(super) fn recount_rules(&mut self) {
+        self.rules.clear_counts();
+        let ids: Vec<TaskId> = self.tasks.iter().map(|(i, _)| TaskId(i)).collect();
+        for id in ids {
+            let task = self.tasks.get(id.0).expect("invariant: live task");
+            let Some(node) = task
+                .node
+                .filter(|_| task.status.holds_node() || task.status == TaskStatus::Pipelined)
+            else {
+                continue;
+            };
+            let facts = PodFacts {
+                namespace: &task.namespace,
+                labels: &task.labels,
+                rules: task.rules,
+            };
+            let releasing = task.status == TaskStatus::Releasing;
+            let labels = &self
+                .nodes
+                .get(node.0)
+                .expect("invariant: task nodes are live")
+                .labels;
+            self.rules.contribute(facts, node, labels, releasing, 1);
         }
     }
 

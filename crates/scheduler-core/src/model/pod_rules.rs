@@ -1,0 +1,964 @@
+//! What a pod asks of the pods around it: inter-pod affinity and anti-affinity, topology spread and host
+//! ports, with the counts that answer them kept current as pods come, move and go.
+//!
+//! Semantics follow kube-scheduler's InterPodAffinity, PodTopologySpread and NodePorts plugins:
+//! - a term selects pods by labels in a set of namespaces (its pod's own namespace unless it lists
+//!   others or selects them by label) and groups nodes by the value of its `topologyKey`;
+//! - an affinity term is met on a node when a selected pod runs in the node's domain; anti-affinity
+//!   when none does; and a placed pod's required anti-affinity keeps matching newcomers out of its
+//!   domain (the symmetric rule);
+//! - a spread constraint counts selected pods per domain over the nodes the pod could use, terminating
+//!   pods left out;
+//! - two host ports conflict on the same port and protocol when either binds every address or both bind
+//!   the same one.
+//!
+//! Rules are interned (`PodRulesId`), their terms too (`TermId`), reference-counted by the pods that
+//! carry them and dropped with the last one, so per-job selectors do not pile up. For each live term the
+//! book counts, per node and per domain, the pods it selects and the pods that carry it as required
+//! anti-affinity. [`RuleBook::contribute`] is called from the one place a pod's placement changes
+//! (`Cluster::contribute`), so the counts are exact at every step of a session, rollbacks included.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use super::ids::NodeId;
+
+/// Pod or namespace labels.
+pub type Labels = BTreeMap<String, String>;
+
+/// The topology key of a node's own name, where a domain is one node.
+pub const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
+
+/// A label selector operator.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SelectorOp {
+    /// Value in the set.
+    In(Vec<String>),
+    /// Label absent or value not in the set.
+    NotIn(Vec<String>),
+    /// Label present.
+    Exists,
+    /// Label absent.
+    DoesNotExist,
+}
+
+/// One requirement of a label selector.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SelectorRequirement {
+    /// Label key.
+    pub key: String,
+    /// Operator and values.
+    pub op: SelectorOp,
+}
+
+impl SelectorRequirement {
+    /// `key In (value)`, as `matchLabels` reads.
+    #[must_use]
+    pub fn equals(key: &str, value: &str) -> Self {
+        Self {
+            key: key.to_owned(),
+            op: SelectorOp::In(vec![value.to_owned()]),
+        }
+    }
+
+    fn matches(&self, labels: &Labels) -> bool {
+        let value = labels.get(&self.key);
+        match (&self.op, value) {
+            (SelectorOp::In(values), Some(v)) => values.contains(v),
+            (SelectorOp::NotIn(values), Some(v)) => !values.contains(v),
+            (SelectorOp::Exists, Some(_))
+            | (SelectorOp::NotIn(_), None)
+            | (SelectorOp::DoesNotExist, None) => true,
+            (SelectorOp::In(_) | SelectorOp::Exists, None) | (SelectorOp::DoesNotExist, Some(_)) => false,
+        }
+    }
+}
+
+/// A label selector: every requirement holds. An empty selector selects everything.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct LabelSelector {
+    /// Requirements, sorted.
+    pub requirements: Vec<SelectorRequirement>,
+}
+
+impl LabelSelector {
+    /// A selector of these requirements (sorted, so equal selectors intern once).
+    #[must_use]
+    pub fn new(mut requirements: Vec<SelectorRequirement>) -> Self {
+        requirements.sort();
+        requirements.dedup();
+        Self { requirements }
+    }
+
+    /// Whether the labels satisfy every requirement.
+    #[must_use]
+    pub fn matches(&self, labels: &Labels) -> bool {
+        self.requirements.iter().all(|r| r.matches(labels))
+    }
+
+    /// A `key = value` every selected pod carries, to index the selector by.
+    fn equality(&self) -> Option<(&str, &str)> {
+        self.requirements.iter().find_map(|r| match &r.op {
+            SelectorOp::In(values) if values.len() == 1 => Some((r.key.as_str(), values[0].as_str())),
+            _ => None,
+        })
+    }
+}
+
+/// The namespaces a term looks in, resolved against its pod's namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NamespaceScope {
+    /// Listed namespaces, sorted (the pod's own when it names none and selects none).
+    pub names: Vec<String>,
+    /// Namespaces selected by their labels (`namespaceSelector`; empty selects all).
+    pub selector: Option<LabelSelector>,
+}
+
+impl NamespaceScope {
+    /// Only this namespace.
+    #[must_use]
+    pub fn only(namespace: &str) -> Self {
+        Self {
+            names: vec![namespace.to_owned()],
+            selector: None,
+        }
+    }
+
+    fn contains(&self, namespace: &str, namespace_labels: Option<&Labels>) -> bool {
+        self.names.iter().any(|n| n == namespace)
+            || self.selector.as_ref().is_some_and(|s| {
+                let empty = Labels::new();
+                s.matches(namespace_labels.unwrap_or(&empty))
+            })
+    }
+}
+
+/// Which pods a term selects and how it groups nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodTerm {
+    /// Pod selector; `None` (a term without `labelSelector`) selects no pod.
+    pub selector: Option<LabelSelector>,
+    /// Namespaces of the selected pods.
+    pub namespaces: NamespaceScope,
+    /// Node label whose value is the domain.
+    pub topology_key: String,
+}
+
+impl PodTerm {
+    /// Whether a pod with these labels in this namespace is selected.
+    #[must_use]
+    pub fn selects(&self, namespace: &str, labels: &Labels, namespace_labels: Option<&Labels>) -> bool {
+        self.selector.as_ref().is_some_and(|s| s.matches(labels))
+            && self.namespaces.contains(namespace, namespace_labels)
+    }
+}
+
+/// Id of an interned [`PodTerm`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TermId(pub u32);
+
+/// Whether a spread constraint's node filter is applied when counting domains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Inclusion {
+    /// Only nodes that pass the filter count.
+    Honor,
+    /// Every node counts.
+    Ignore,
+}
+
+/// A topology spread constraint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Spread<T> {
+    /// The pods counted and the domains (the pod's own namespace).
+    pub term: T,
+    /// Largest allowed difference between a domain's count and the smallest.
+    pub max_skew: u32,
+    /// `DoNotSchedule` (a filter) rather than `ScheduleAnyway` (a preference).
+    pub hard: bool,
+    /// With fewer eligible domains than this, the smallest count is taken as zero.
+    pub min_domains: Option<u32>,
+    /// `nodeAffinityPolicy` (default Honor): count only nodes the pod's node selector and affinity admit.
+    pub node_affinity: Inclusion,
+    /// `nodeTaintsPolicy` (default Ignore): count only nodes whose taints the pod tolerates.
+    pub node_taints: Inclusion,
+}
+
+/// A transport protocol of a host port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    /// TCP (the default).
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+/// A port a pod binds on its node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    /// Address; `None` binds every address (`hostIP` empty or `0.0.0.0`).
+    pub ip: Option<String>,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Port, 1-65535.
+    pub port: u16,
+}
+
+impl HostPort {
+    /// Whether two pods binding these could not share a node.
+    #[must_use]
+    pub fn conflicts(&self, other: &Self) -> bool {
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.ip.is_none() || other.ip.is_none() || self.ip == other.ip)
+    }
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let protocol = match self.protocol {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Sctp => "SCTP",
+        };
+        match &self.ip {
+            Some(ip) => write!(f, "{ip}:{}/{protocol}", self.port),
+            None => write!(f, "{}/{protocol}", self.port),
+        }
+    }
+}
+
+/// A pod's rules about other pods; `T` is a [`PodTerm`] as declared, a [`TermId`] once interned.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Rules<T> {
+    /// Required pod affinity: every term met.
+    pub affinity: Vec<T>,
+    /// Required pod anti-affinity: no term's pods in the domain.
+    pub anti_affinity: Vec<T>,
+    /// Preferred pod affinity, with weights 1-100.
+    pub preferred_affinity: Vec<(i32, T)>,
+    /// Preferred pod anti-affinity, with weights 1-100.
+    pub preferred_anti_affinity: Vec<(i32, T)>,
+    /// Topology spread constraints.
+    pub spread: Vec<Spread<T>>,
+    /// Host ports.
+    pub host_ports: Vec<HostPort>,
+}
+
+impl<T> Default for Rules<T> {
+    fn default() -> Self {
+        Self {
+            affinity: Vec::new(),
+            anti_affinity: Vec::new(),
+            preferred_affinity: Vec::new(),
+            preferred_anti_affinity: Vec::new(),
+            spread: Vec::new(),
+            host_ports: Vec::new(),
+        }
+    }
+}
+
+impl<T> Rules<T> {
+    /// No rule at all.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.affinity.is_empty()
+            && self.anti_affinity.is_empty()
+            && self.preferred_affinity.is_empty()
+            && self.preferred_anti_affinity.is_empty()
+            && self.spread.is_empty()
+            && self.host_ports.is_empty()
+    }
+
+    /// Has a preference (a score, not a filter).
+    #[must_use]
+    pub fn has_preferences(&self) -> bool {
+        !self.preferred_affinity.is_empty()
+            || !self.preferred_anti_affinity.is_empty()
+            || self.spread.iter().any(|s| !s.hard)
+    }
+
+    /// Every term, in any role.
+    fn terms(&self) -> impl Iterator<Item = &T> {
+        self.affinity
+            .iter()
+            .chain(&self.anti_affinity)
+            .chain(self.preferred_affinity.iter().map(|(_, t)| t))
+            .chain(self.preferred_anti_affinity.iter().map(|(_, t)| t))
+            .chain(self.spread.iter().map(|s| &s.term))
+    }
+}
+
+/// Rules as a pod declares them.
+pub type RulesSpec = Rules<PodTerm>;
+/// Rules as the model keeps them.
+pub type PodRules = Rules<TermId>;
+
+/// Id of an interned [`PodRules`]. `PodRulesId(0)` is "no rules" and never goes away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct PodRulesId(pub u32);
+
+/// Pods present in a place: all of them, and those of them on their way out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Count {
+    /// Pods holding or reserving room there, terminating ones included.
+    pub present: i32,
+    /// Of those, terminating.
+    pub releasing: i32,
+}
+
+impl Count {
+    /// Pods that stay (present and not terminating).
+    #[must_use]
+    pub fn staying(self) -> i32 {
+        self.present - self.releasing
+    }
+
+    fn add(&mut self, releasing: bool, sign: i32) {
+        self.present += sign;
+        if releasing {
+            self.releasing += sign;
+        }
+    }
+}
+
+/// Pods counted per node and per domain of one term.
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    /// By node (only nodes with a pod counted).
+    pub per_node: HashMap<NodeId, Count>,
+    /// By domain (the node's value of the term's topology key; nodes without it are not in a domain).
+    pub per_domain: HashMap<String, Count>,
+    /// Over every domain.
+    pub in_domains: Count,
+}
+
+impl Counts {
+    fn add(&mut self, node: NodeId, domain: Option<&str>, releasing: bool, sign: i32) {
+        let entry = self.per_node.entry(node).or_default();
+        entry.add(releasing, sign);
+        if entry.present == 0 {
+            self.per_node.remove(&node);
+        }
+        if let Some(domain) = domain {
+            let entry = self.per_domain.entry(domain.to_owned()).or_default();
+            entry.add(releasing, sign);
+            if entry.present == 0 {
+                self.per_domain.remove(domain);
+            }
+            self.in_domains.add(releasing, sign);
+        }
+    }
+
+    /// The count in a domain.
+    #[must_use]
+    pub fn in_domain(&self, domain: &str) -> Count {
+        self.per_domain.get(domain).copied().unwrap_or_default()
+    }
+
+    /// The count on a node.
+    #[must_use]
+    pub fn on_node(&self, node: NodeId) -> Count {
+        self.per_node.get(&node).copied().unwrap_or_default()
+    }
+}
+
+/// One interned term and its counts.
+#[derive(Clone, Debug)]
+pub struct TermEntry {
+    /// The term.
+    pub term: PodTerm,
+    /// Interned rules that use it.
+    users: u32,
+    /// Pods the term selects.
+    pub selected: Counts,
+    /// Pods carrying it as required anti-affinity.
+    pub carriers: Counts,
+}
+
+#[derive(Clone, Debug)]
+struct RulesEntry {
+    rules: PodRules,
+    /// Pods with these rules.
+    users: u32,
+}
+
+/// What [`RuleBook::contribute`] needs to know about a pod.
+#[derive(Clone, Copy, Debug)]
+pub struct PodFacts<'a> {
+    /// Namespace.
+    pub namespace: &'a str,
+    /// Labels.
+    pub labels: &'a Labels,
+    /// Rules.
+    pub rules: PodRulesId,
+}
+
+/// Interned rules and terms with their counts.
+#[derive(Clone, Debug)]
+pub struct RuleBook {
+    rules: Vec<Option<RulesEntry>>,
+    rules_index: HashMap<PodRules, PodRulesId>,
+    free_rules: Vec<PodRulesId>,
+    terms: Vec<Option<TermEntry>>,
+    term_index: HashMap<PodTerm, TermId>,
+    free_terms: Vec<TermId>,
+    /// Live terms by a `key = value` their selector requires, so a pod is checked only against terms it
+    /// could match.
+    by_label: HashMap<(String, String), Vec<TermId>>,
+    /// Live terms without such a requirement.
+    unindexed: Vec<TermId>,
+    /// Namespace labels, for namespace selectors.
+    namespace_labels: HashMap<String, Labels>,
+    /// Live terms with a namespace selector (their counts depend on namespace labels).
+    namespace_selecting: usize,
+}
+
+impl Default for RuleBook {
+    fn default() -> Self {
+        let none = PodRules::default();
+        Self {
+            rules: vec![Some(RulesEntry {
+                rules: none.clone(),
+                users: 0,
+            })],
+            rules_index: HashMap::from([(none, PodRulesId(0))]),
+            free_rules: Vec::new(),
+            terms: Vec::new(),
+            term_index: HashMap::new(),
+            free_terms: Vec::new(),
+            by_label: HashMap::new(),
+            unindexed: Vec::new(),
+            namespace_labels: HashMap::new(),
+            namespace_selecting: 0,
+        }
+    }
+}
+
+impl RuleBook {
+    /// The rules of an id.
+    #[must_use]
+    pub fn rules(&self, id: PodRulesId) -> &PodRules {
+        &self
+            .rules
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .expect("invariant: rules ids held by pods are live")
+            .rules
+    }
+
+    /// A live term.
+    #[must_use]
+    pub fn term(&self, id: TermId) -> &TermEntry {
+        self.terms
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .expect("invariant: term ids held by rules are live")
+    }
+
+    /// The rules of an id as a pod would declare them.
+    #[must_use]
+    pub fn declared(&self, id: PodRulesId) -> RulesSpec {
+        let r = self.rules(id);
+        let t = |id: &TermId| self.term(*id).term.clone();
+        RulesSpec {
+            affinity: r.affinity.iter().map(t).collect(),
+            anti_affinity: r.anti_affinity.iter().map(t).collect(),
+            preferred_affinity: r.preferred_affinity.iter().map(|(w, id)| (*w, t(id))).collect(),
+            preferred_anti_affinity: r
+                .preferred_anti_affinity
+                .iter()
+                .map(|(w, id)| (*w, t(id)))
+                .collect(),
+            spread: r
+                .spread
+                .iter()
+                .map(|s| Spread {
+                    term: t(&s.term),
+                    max_skew: s.max_skew,
+                    hard: s.hard,
+                    min_domains: s.min_domains,
+                    node_affinity: s.node_affinity,
+                    node_taints: s.node_taints,
+                })
+                .collect(),
+            host_ports: r.host_ports.clone(),
+        }
+    }
+
+    /// Terms some live pod requires as anti-affinity (the ones the symmetric rule looks at).
+    #[must_use]
+    pub fn anti_affinity_terms(&self) -> Vec<TermId> {
+        let mut terms: Vec<TermId> = self
+            .rules
+            .iter()
+            .flatten()
+            .flat_map(|r| r.rules.anti_affinity.iter().copied())
+            .collect();
+        terms.sort_unstable();
+        terms.dedup();
+        terms
+    }
+
+    /// Live terms with their ids.
+    pub fn live_terms(&self) -> impl Iterator<Item = (TermId, &TermEntry)> {
+        self.terms.iter().enumerate().filter_map(|(i, t)| {
+            t.as_ref()
+                .map(|t| (TermId(u32::try_from(i).expect("invariant: < 2^32 terms")), t))
+        })
+    }
+
+    /// Number of live interned rules (the empty one included) and live terms.
+    #[must_use]
+    pub fn sizes(&self) -> (usize, usize) {
+        (
+            self.rules.iter().filter(|r| r.is_some()).count(),
+            self.terms.iter().filter(|t| t.is_some()).count(),
+        )
+    }
+
+    /// Namespaces whose labels are known.
+    #[must_use]
+    pub fn namespace_names(&self) -> Vec<String> {
+        self.namespace_labels.keys().cloned().collect()
+    }
+
+    /// Labels of a namespace, when known.
+    #[must_use]
+    pub fn namespace_labels(&self, namespace: &str) -> Option<&Labels> {
+        self.namespace_labels.get(namespace)
+    }
+
+    /// Whether a term selects a pod.
+    #[must_use]
+    pub fn selects(&self, term: TermId, namespace: &str, labels: &Labels) -> bool {
+        self.term(term)
+            .term
+            .selects(namespace, labels, self.namespace_labels.get(namespace))
+    }
+
+    /// Interns a pod's declared rules and takes a reference on them; returns the id and the terms
+    /// that are new (their counts must be filled from the pods already placed).
+    pub fn acquire(&mut self, spec: RulesSpec) -> (PodRulesId, Vec<TermId>) {
+        if spec.is_empty() {
+            return (PodRulesId(0), Vec::new());
+        }
+        let mut fresh = Vec::new();
+        let mut intern = |book: &mut Self, term: PodTerm| -> TermId {
+            let (id, new) = book.intern_term(term);
+            if new {
+                fresh.push(id);
+            }
+            id
+        };
+        let rules = PodRules {
+            affinity: spec.affinity.into_iter().map(|t| intern(self, t)).collect(),
+            anti_affinity: spec.anti_affinity.into_iter().map(|t| intern(self, t)).collect(),
+            preferred_affinity: spec
+                .preferred_affinity
+                .into_iter()
+                .map(|(w, t)| (w, intern(self, t)))
+                .collect(),
+            preferred_anti_affinity: spec
+                .preferred_anti_affinity
+                .into_iter()
+                .map(|(w, t)| (w, intern(self, t)))
+                .collect(),
+            spread: spec
+                .spread
+                .into_iter()
+                .map(|s| Spread {
+                    term: intern(self, s.term),
+                    max_skew: s.max_skew,
+                    hard: s.hard,
+                    min_domains: s.min_domains,
+                    node_affinity: s.node_affinity,
+                    node_taints: s.node_taints,
+                })
+                .collect(),
+            host_ports: spec.host_ports,
+        };
+        if let Some(id) = self.rules_index.get(&rules).copied() {
+            // The terms were referenced again while interning; an existing entry holds them once.
+            for t in rules.terms() {
+                self.release_term(*t);
+            }
+            self.entry_mut(id).users += 1;
+            return (id, fresh);
+        }
+        let entry = RulesEntry {
+            rules: rules.clone(),
+            users: 1,
+        };
+        let id = if let Some(id) = self.free_rules.pop() {
+            self.rules[id.0 as usize] = Some(entry);
+            id
+        } else {
+            self.rules.push(Some(entry));
+            PodRulesId(u32::try_from(self.rules.len() - 1).expect("invariant: < 2^32 rule sets"))
+        };
+        self.rules_index.insert(rules, id);
+        (id, fresh)
+    }
+
+    /// Drops a pod's reference on its rules; the last reference frees them and terms no rule uses.
+    pub fn release(&mut self, id: PodRulesId) {
+        if id == PodRulesId(0) {
+            return;
+        }
+        let entry = self.entry_mut(id);
+        entry.users -= 1;
+        if entry.users > 0 {
+            return;
+        }
+        let Some(entry) = self.rules[id.0 as usize].take() else {
+            return;
+        };
+        self.rules_index.remove(&entry.rules);
+        self.free_rules.push(id);
+        for t in entry.rules.terms() {
+            self.release_term(*t);
+        }
+    }
+
+    fn entry_mut(&mut self, id: PodRulesId) -> &mut RulesEntry {
+        self.rules
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_mut)
+            .expect("invariant: rules ids held by pods are live")
+    }
+
+    fn intern_term(&mut self, term: PodTerm) -> (TermId, bool) {
+        if let Some(id) = self.term_index.get(&term).copied() {
+            if let Some(entry) = self.terms[id.0 as usize].as_mut() {
+                entry.users += 1;
+            }
+            return (id, false);
+        }
+        let entry = TermEntry {
+            term: term.clone(),
+            users: 1,
+            selected: Counts::default(),
+            carriers: Counts::default(),
+        };
+        let id = if let Some(id) = self.free_terms.pop() {
+            self.terms[id.0 as usize] = Some(entry);
+            id
+        } else {
+            self.terms.push(Some(entry));
+            TermId(u32::try_from(self.terms.len() - 1).expect("invariant: < 2^32 terms"))
+        };
+        match term.selector.as_ref().and_then(LabelSelector::equality) {
+            Some((k, v)) => self
+                .by_label
+                .entry((k.to_owned(), v.to_owned()))
+                .or_default()
+                .push(id),
+            None => self.unindexed.push(id),
+        }
+        if term.namespaces.selector.is_some() {
+            self.namespace_selecting += 1;
+        }
+        self.term_index.insert(term, id);
+        (id, true)
+    }
+
+    fn release_term(&mut self, id: TermId) {
+        let Some(entry) = self.terms.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        entry.users -= 1;
+        if entry.users > 0 {
+            return;
+        }
+        let Some(entry) = self.terms[id.0 as usize].take() else {
+            return;
+        };
+        match entry.term.selector.as_ref().and_then(LabelSelector::equality) {
+            Some((k, v)) => {
+                let key = (k.to_owned(), v.to_owned());
+                if let Some(list) = self.by_label.get_mut(&key) {
+                    list.retain(|t| *t != id);
+                    if list.is_empty() {
+                        self.by_label.remove(&key);
+                    }
+                }
+            }
+            None => self.unindexed.retain(|t| *t != id),
+        }
+        if entry.term.namespaces.selector.is_some() {
+            self.namespace_selecting -= 1;
+        }
+        self.term_index.remove(&entry.term);
+        self.free_terms.push(id);
+    }
+
+    /// Live terms that may select a pod with these labels (a superset; [`Self::selects`] decides).
+    pub fn candidate_terms<'a>(&'a self, labels: &'a Labels) -> impl Iterator<Item = TermId> + 'a {
+        labels
+            .iter()
+            .filter_map(|(k, v)| self.by_label.get(&(k.clone(), v.clone())))
+            .flatten()
+            .chain(&self.unindexed)
+            .copied()
+    }
+
+    /// Adds (`sign = 1`) or removes (`-1`) a pod placed on a node to the counts of every term that
+    /// selects it and of the anti-affinity terms it carries. Returns whether some term selects it (its
+    /// arrival may satisfy a waiting pod's affinity or change a spread).
+    pub fn contribute(
+        &mut self,
+        pod: PodFacts<'_>,
+        node: NodeId,
+        node_labels: &Labels,
+        releasing: bool,
+        sign: i32,
+    ) -> bool {
+        let ns_labels = self.namespace_labels.get(pod.namespace);
+        let selected: Vec<TermId> = self
+            .candidate_terms(pod.labels)
+            .filter(|t| self.term(*t).term.selects(pod.namespace, pod.labels, ns_labels))
+            .collect();
+        for t in &selected {
+            if let Some(entry) = self.terms[t.0 as usize].as_mut() {
+                let domain = node_labels.get(&entry.term.topology_key).map(String::as_str);
+                entry.selected.add(node, domain, releasing, sign);
+            }
+        }
+        if pod.rules != PodRulesId(0) {
+            let carried = self.rules(pod.rules).anti_affinity.clone();
+            for t in carried {
+                if let Some(entry) = self.terms[t.0 as usize].as_mut() {
+                    let domain = node_labels.get(&entry.term.topology_key).map(String::as_str);
+                    entry.carriers.add(node, domain, releasing, sign);
+                }
+            }
+        }
+        !selected.is_empty()
+    }
+
+    /// Counts a placed pod into the selected-pod counts of new terms only (filling them after
+    /// [`Self::acquire`]).
+    pub fn count_into(
+        &mut self,
+        terms: &[TermId],
+        pod: PodFacts<'_>,
+        node: NodeId,
+        node_labels: &Labels,
+        releasing: bool,
+    ) {
+        let ns_labels = self.namespace_labels.get(pod.namespace).cloned();
+        for t in terms {
+            if let Some(entry) = self.terms.get_mut(t.0 as usize).and_then(Option::as_mut)
+                && entry.term.selects(pod.namespace, pod.labels, ns_labels.as_ref())
+            {
+                let domain = node_labels.get(&entry.term.topology_key).map(String::as_str);
+                entry.selected.add(node, domain, releasing, 1);
+            }
+        }
+    }
+
+    /// Records a namespace's labels; returns whether counts must be rebuilt (some live term selects
+    /// namespaces by label and the labels changed).
+    pub fn set_namespace_labels(&mut self, namespace: &str, labels: Option<Labels>) -> bool {
+        let changed = match &labels {
+            Some(l) => self.namespace_labels.get(namespace) != Some(l),
+            None => self.namespace_labels.contains_key(namespace),
+        };
+        match labels {
+            Some(l) => {
+                self.namespace_labels.insert(namespace.to_owned(), l);
+            }
+            None => {
+                self.namespace_labels.remove(namespace);
+            }
+        }
+        changed && self.namespace_selecting > 0
+    }
+
+    /// Zeroes every count (before recounting from the pods).
+    pub fn clear_counts(&mut self) {
+        for entry in self.terms.iter_mut().flatten() {
+            entry.selected = Counts::default();
+            entry.carriers = Counts::default();
+        }
+    }
+
+    /// Whether some placed pod carries a required anti-affinity term whose domain is wider than one
+    /// node (its arrival changes the answer on other nodes than its own).
+    #[must_use]
+    pub fn has_wide_carriers(&self) -> bool {
+        self.terms
+            .iter()
+            .flatten()
+            .any(|t| t.carriers.in_domains.present > 0 && t.term.topology_key != HOSTNAME_KEY)
+    }
+
+    /// Live terms carried as required anti-affinity by some placed pod.
+    pub fn carried_terms(&self) -> impl Iterator<Item = TermId> + '_ {
+        self.live_terms()
+            .filter(|(_, t)| !t.carriers.per_node.is_empty())
+            .map(|(id, _)| id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn term(app: &str, key: &str) -> PodTerm {
+        PodTerm {
+            selector: Some(LabelSelector::new(vec![SelectorRequirement::equals("app", app)])),
+            namespaces: NamespaceScope::only("ns"),
+            topology_key: key.to_owned(),
+        }
+    }
+
+    #[test]
+    fn selectors_follow_label_selector_semantics() {
+        let l = labels(&[("app", "web"), ("tier", "front")]);
+        let cases = [
+            (SelectorOp::In(vec!["web".into(), "db".into()]), "app", true),
+            (SelectorOp::In(vec!["db".into()]), "app", false),
+            (SelectorOp::NotIn(vec!["db".into()]), "app", true),
+            (SelectorOp::NotIn(vec!["db".into()]), "missing", true),
+            (SelectorOp::Exists, "tier", true),
+            (SelectorOp::Exists, "missing", false),
+            (SelectorOp::DoesNotExist, "missing", true),
+            (SelectorOp::DoesNotExist, "tier", false),
+        ];
+        for (op, key, expected) in cases {
+            let s = LabelSelector::new(vec![SelectorRequirement {
+                key: key.into(),
+                op: op.clone(),
+            }]);
+            assert_eq!(s.matches(&l), expected, "{key} {op:?}");
+        }
+        assert!(LabelSelector::default().matches(&l), "empty selects all");
+        let no_selector = PodTerm {
+            selector: None,
+            ..term("web", HOSTNAME_KEY)
+        };
+        assert!(
+            !no_selector.selects("ns", &l, None),
+            "no selector selects nothing"
+        );
+        assert!(term("web", HOSTNAME_KEY).selects("ns", &l, None));
+        assert!(!term("web", HOSTNAME_KEY).selects("other", &l, None));
+        let by_label = PodTerm {
+            namespaces: NamespaceScope {
+                names: Vec::new(),
+                selector: Some(LabelSelector::new(vec![SelectorRequirement::equals("team", "a")])),
+            },
+            ..term("web", HOSTNAME_KEY)
+        };
+        assert!(by_label.selects("x", &l, Some(&labels(&[("team", "a")]))));
+        assert!(!by_label.selects("x", &l, Some(&labels(&[("team", "b")]))));
+        assert!(!by_label.selects("x", &l, None));
+    }
+
+    #[test]
+    fn host_ports_conflict_on_port_protocol_and_overlapping_address() {
+        let p = |ip: Option<&str>, protocol, port| HostPort {
+            ip: ip.map(str::to_owned),
+            protocol,
+            port,
+        };
+        assert!(p(None, Protocol::Tcp, 80).conflicts(&p(Some("10.0.0.1"), Protocol::Tcp, 80)));
+        assert!(p(Some("10.0.0.1"), Protocol::Tcp, 80).conflicts(&p(Some("10.0.0.1"), Protocol::Tcp, 80)));
+        assert!(!p(Some("10.0.0.1"), Protocol::Tcp, 80).conflicts(&p(Some("10.0.0.2"), Protocol::Tcp, 80)));
+        assert!(!p(None, Protocol::Tcp, 80).conflicts(&p(None, Protocol::Udp, 80)));
+        assert!(!p(None, Protocol::Tcp, 80).conflicts(&p(None, Protocol::Tcp, 81)));
+        assert_eq!(p(None, Protocol::Udp, 53).to_string(), "53/UDP");
+    }
+
+    #[test]
+    fn rules_and_terms_are_shared_and_freed_with_their_last_pod() {
+        let mut book = RuleBook::default();
+        let spec = RulesSpec {
+            anti_affinity: vec![term("web", HOSTNAME_KEY)],
+            spread: vec![Spread {
+                term: term("web", "zone"),
+                max_skew: 1,
+                hard: true,
+                min_domains: None,
+                node_affinity: Inclusion::Honor,
+                node_taints: Inclusion::Ignore,
+            }],
+            ..RulesSpec::default()
+        };
+        let (a, fresh) = book.acquire(spec.clone());
+        assert_eq!(fresh.len(), 2);
+        let (b, fresh) = book.acquire(spec);
+        assert_eq!((a, fresh.len()), (b, 0));
+        let (c, fresh) = book.acquire(RulesSpec {
+            anti_affinity: vec![term("web", HOSTNAME_KEY)],
+            ..RulesSpec::default()
+        });
+        assert_ne!(a, c);
+        assert!(fresh.is_empty(), "the term is shared");
+        assert_eq!(book.sizes(), (3, 2));
+        book.release(a);
+        assert_eq!(book.sizes(), (3, 2), "one pod still uses the rules");
+        book.release(b);
+        assert_eq!(book.sizes(), (2, 1), "the zone term went with its last rules");
+        book.release(c);
+        assert_eq!(book.sizes(), (1, 0));
+        assert_eq!(book.acquire(RulesSpec::default()).0, PodRulesId(0));
+    }
+
+    #[test]
+    fn counts_follow_pods_per_node_and_domain() {
+        let mut book = RuleBook::default();
+        let (carrier, _) = book.acquire(RulesSpec {
+            anti_affinity: vec![term("web", "zone")],
+            ..RulesSpec::default()
+        });
+        let zone_a = labels(&[("zone", "a")]);
+        let web = labels(&[("app", "web")]);
+        let pod = PodFacts {
+            namespace: "ns",
+            labels: &web,
+            rules: carrier,
+        };
+        assert!(book.contribute(pod, NodeId(1), &zone_a, false, 1));
+        assert!(book.contribute(pod, NodeId(2), &zone_a, true, 1));
+        let t = book.term(book.rules(carrier).anti_affinity[0]);
+        assert_eq!(
+            t.selected.in_domain("a"),
+            Count {
+                present: 2,
+                releasing: 1
+            }
+        );
+        assert_eq!(
+            t.carriers.on_node(NodeId(2)),
+            Count {
+                present: 1,
+                releasing: 1
+            }
+        );
+        assert!(book.has_wide_carriers());
+        let other = labels(&[("app", "db")]);
+        let db = PodFacts {
+            namespace: "ns",
+            labels: &other,
+            rules: PodRulesId(0),
+        };
+        assert!(!book.contribute(db, NodeId(1), &zone_a, false, 1), "not selected");
+        book.contribute(pod, NodeId(1), &zone_a, false, -1);
+        book.contribute(pod, NodeId(2), &zone_a, true, -1);
+        let t = book.term(book.rules(carrier).anti_affinity[0]);
+        assert_eq!(t.selected.in_domains, Count::default());
+        assert!(t.selected.per_node.is_empty() && t.selected.per_domain.is_empty());
+        assert!(!book.has_wide_carriers());
+    }
+}
