@@ -4,6 +4,8 @@
 //! 100 leaf queues under 10 departments:
 //! - snapshot: applying every watch update into a fresh model (`Cluster::apply_*`);
 //! - full cycle: `cycle::run` over that model, everything pending;
+//! - rules 10%: the same with 10% of the gangs' pods carrying required hostname anti-affinity or a
+//!   `DoNotSchedule` zone spread among themselves;
 //! - unchanged: a cycle after the cluster settled (binds confirmed running, statuses echoed back): the
 //!   quiet-cycle check skips it;
 //! - rerun: the same cycle forced (the skip bypassed), as the smallest change would run it;
@@ -223,6 +225,21 @@ fn main() {
             );
             snapshot_rows.push((n, k, pods, snap));
             rows.extend(measure("full", &base, &config, now, &spec, pods, runs));
+            if selected("rules") {
+                // The same cluster with 10% of the gangs carrying anti-affinity or a spread constraint.
+                let mut with_rules = spec.clone();
+                with_rules.rules_fraction = 0.1;
+                let ruled = with_rules.cluster();
+                rows.extend(measure(
+                    "rules 10%",
+                    &ruled,
+                    &config,
+                    now,
+                    &with_rules,
+                    pods,
+                    runs,
+                ));
+            }
             if !selected("unchanged") && !selected("rerun") && !selected("churn") {
                 continue;
             }

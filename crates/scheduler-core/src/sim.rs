@@ -14,7 +14,13 @@ use crate::cycle::{self, CycleResult};
 use crate::framework::decisions::Decisions;
 use crate::model::constraints::{Constraints, Taint, TaintEffect, Toleration};
 use crate::model::group::{GroupKind, SubGroupDecl};
-use crate::model::pod_rules::{HOSTNAME_KEY, Labels, RulesSpec};
+use crate::model::pod_rules::{
+    HOSTNAME_KEY, Inclusion, LabelSelector, Labels, NamespaceScope, PodTerm, RulesSpec, SelectorRequirement,
+    Spread,
+};
+
+/// The zone label synthetic nodes carry.
+const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 use crate::model::queue::QueueResourceSpec;
 use crate::model::resources::{CPU, GPU, MEMORY, PODS};
 use crate::model::{
@@ -700,7 +706,13 @@ pub struct Synthetic {
     pub gpus_per_pod: u32,
     /// Seed of the deterministic pseudo-random picks.
     pub seed: u64,
+    /// Share of pending gangs whose pods carry a rule about each other, 0.0..=1.0: half of them
+    /// required hostname anti-affinity, half a `DoNotSchedule` zone spread (maxSkew 1).
+    pub rules_fraction: f64,
 }
+
+/// Zones the synthetic nodes are dealt over (`topology.kubernetes.io/zone`).
+pub const SYNTHETIC_ZONES: usize = 10;
 
 impl Synthetic {
     /// The benchmark shape: `nodes` nodes of 8 GPUs, 10 pending pods per node in gangs of `gang_size`,
@@ -720,6 +732,7 @@ impl Synthetic {
             pending_classes: &MIXED_PRIORITIES,
             gpus_per_pod: 1,
             seed: 1,
+            rules_fraction: 0.0,
         }
     }
 
@@ -753,7 +766,10 @@ impl Synthetic {
         let nodes = (0..self.nodes)
             .map(|i| NodeUpdate {
                 name: format!("node-{i}").into(),
-                labels: BTreeMap::from([("kubernetes.io/hostname".to_owned(), format!("node-{i}"))]),
+                labels: BTreeMap::from([
+                    (HOSTNAME_KEY.to_owned(), format!("node-{i}")),
+                    (ZONE_KEY.to_owned(), format!("zone-{}", i % SYNTHETIC_ZONES)),
+                ]),
                 taints: Vec::new(),
                 ready: true,
                 unschedulable: false,
@@ -787,14 +803,38 @@ impl Synthetic {
                     format!("node-{node}")
                 })
                 .collect();
-            out.gang(serial, queue, self.gang_size, 1, self.running_class, Some(&nodes));
+            out.gang(
+                serial,
+                queue,
+                self.gang_size,
+                1,
+                self.running_class,
+                Some(&nodes),
+                None,
+            );
             serial += 1;
         }
         let pending_gangs = self.pending_pods / self.gang_size.max(1) as usize;
+        let mut with_rules = 0usize;
         for _ in 0..pending_gangs {
             let queue = &leaf_names[serial % leaf_names.len()];
             let class = self.pending_classes[rng.below(self.pending_classes.len())];
-            out.gang(serial, queue, self.gang_size, self.gpus_per_pod, class, None);
+            // Deterministic share: a gang gets rules when the running share falls below the target.
+            let rules = if (with_rules as f64) < self.rules_fraction * (serial + 1) as f64 {
+                with_rules += 1;
+                Some(with_rules % 2 == 0)
+            } else {
+                None
+            };
+            out.gang(
+                serial,
+                queue,
+                self.gang_size,
+                self.gpus_per_pod,
+                class,
+                None,
+                rules,
+            );
             serial += 1;
         }
         out
@@ -846,11 +886,47 @@ impl Synthetic {
             let serial = 1_000_000 * (generation + 1) + i;
             let queue = &leaf_names[serial % leaf_names.len()];
             let class = self.pending_classes[rng.below(self.pending_classes.len())];
-            updates.gang(serial, queue, self.gang_size, self.gpus_per_pod, class, None);
+            updates.gang(
+                serial,
+                queue,
+                self.gang_size,
+                self.gpus_per_pod,
+                class,
+                None,
+                None,
+            );
         }
         let added = updates.pods.len();
         updates.apply(cluster);
         (completed, added)
+    }
+}
+
+/// The rules of a synthetic gang's pods about each other: required hostname anti-affinity, or a
+/// `DoNotSchedule` zone spread with maxSkew 1.
+fn synthetic_rules(job: &str, namespace: &str, anti_affinity: bool) -> RulesSpec {
+    let term = |key: &str| PodTerm {
+        selector: Some(LabelSelector::new(vec![SelectorRequirement::equals("job", job)])),
+        namespaces: NamespaceScope::only(namespace),
+        topology_key: key.to_owned(),
+    };
+    if anti_affinity {
+        RulesSpec {
+            anti_affinity: vec![term(HOSTNAME_KEY)],
+            ..RulesSpec::default()
+        }
+    } else {
+        RulesSpec {
+            spread: vec![Spread {
+                term: term(ZONE_KEY),
+                max_skew: 1,
+                hard: true,
+                min_domains: None,
+                node_affinity: Inclusion::Honor,
+                node_taints: Inclusion::Ignore,
+            }],
+            ..RulesSpec::default()
+        }
     }
 }
 
@@ -900,6 +976,7 @@ impl SyntheticUpdates {
         self.pods.len()
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn gang(
         &mut self,
         serial: usize,
@@ -908,6 +985,7 @@ impl SyntheticUpdates {
         gpus_per_pod: u32,
         class: &str,
         running_on: Option<&[String]>,
+        anti_affinity_else_spread: Option<bool>,
     ) {
         let namespace: Arc<str> = queue.rsplit_once('-').map_or(queue, |(dept, _)| dept).into();
         let name = format!("job-{serial}");
@@ -923,6 +1001,7 @@ impl SyntheticUpdates {
         group.created = created;
         self.groups.push(group);
         let request = Resources::new(4000, 32 * GI, i64::from(gpus_per_pod) * 1000).with(PODS, 1);
+        let rules = anti_affinity_else_spread.map(|anti| synthetic_rules(&name, &namespace, anti));
         for i in 0..pods {
             let node = running_on.and_then(|n| n.get(i as usize));
             self.pods.push(PodUpdate {
@@ -935,8 +1014,8 @@ impl SyntheticUpdates {
                 request,
                 gpu: GpuRequest::Whole(gpus_per_pod),
                 constraints: Constraints::default(),
-                labels: Labels::new(),
-                rules: RulesSpec::default(),
+                labels: Labels::from([("job".to_owned(), name.clone())]),
+                rules: rules.clone().unwrap_or_default(),
                 api: ApiView {
                     status: if node.is_some() {
                         TaskStatus::Running

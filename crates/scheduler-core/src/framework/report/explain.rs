@@ -237,6 +237,37 @@ mod tests {
     }
 
     #[test]
+    fn each_pod_rule_counts_its_own_nodes() {
+        use crate::framework::policy::pod_rules::RuleMiss;
+        use crate::model::pod_rules::{HostPort, Protocol};
+        let names = ResourceNames::default();
+        let f = FitFailure {
+            pods_needed: 1,
+            pods_placed: 0,
+            failed_pod: "ns/web-2".into(),
+            nodes: 6,
+            misses: BTreeMap::from([
+                (NodeMiss::Rule(RuleMiss::PodAntiAffinity), 3),
+                (
+                    NodeMiss::Rule(RuleMiss::HostPort(HostPort {
+                        ip: None,
+                        protocol: Protocol::Tcp,
+                        port: 8080,
+                    })),
+                    2,
+                ),
+                (NodeMiss::Rule(RuleMiss::TopologySpread("zone".into())), 1),
+            ]),
+            ..FitFailure::default()
+        };
+        assert_eq!(
+            Why::NoFit(Box::new(f)).message(&names),
+            "Pod ns/web-2 fits 0/6 nodes: 3 pod anti-affinity, 1 topology spread (zone) would exceed maxSkew, \
+             2 host port 8080/TCP in use."
+        );
+    }
+
+    #[test]
     fn selector_and_queue_messages() {
         let names = ResourceNames::default();
         let f = FitFailure {
