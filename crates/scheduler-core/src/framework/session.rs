@@ -153,6 +153,7 @@ impl<'c> Session<'c> {
             gpu_sharing: plugins.gpusharing.placement,
             gpu_sharing_enabled: plugins.gpusharing.enabled,
         };
+        cluster.rules.start_session();
         let index = NodeIndex::build(cluster);
         let fairness = Fairness::open(cluster, &gangs, &plugins.proportion);
         let epoch_at_open = cluster.epochs.capacity;

@@ -375,6 +375,30 @@ pub struct TermEntry {
     pub selected: Counts,
     /// Pods carrying it as required anti-affinity.
     pub carriers: Counts,
+    /// Nodes whose selected count changed since [`RuleBook::start_session`] (in order, repeats
+    /// allowed), so a view restricted to some nodes catches up without a full recount.
+    log: Vec<NodeId>,
+    /// Bumped whenever `log` is cut short; a view built at another generation rebuilds.
+    generation: u64,
+}
+
+/// Longest a term's change log grows before it is cut (views then rebuild).
+const MAX_LOG: usize = 100_000;
+
+impl TermEntry {
+    /// The change log and its generation.
+    #[must_use]
+    pub fn changes(&self) -> (u64, &[NodeId]) {
+        (self.generation, &self.log)
+    }
+
+    fn record(&mut self, node: NodeId) {
+        if self.log.len() >= MAX_LOG {
+            self.log.clear();
+            self.generation += 1;
+        }
+        self.log.push(node);
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -404,9 +428,9 @@ pub struct RuleBook {
     terms: Vec<Option<TermEntry>>,
     term_index: HashMap<PodTerm, TermId>,
     free_terms: Vec<TermId>,
-    /// Live terms by a `key = value` their selector requires, so a pod is checked only against terms it
-    /// could match.
-    by_label: HashMap<(String, String), Vec<TermId>>,
+    /// Live terms by a `key = value` their selector requires (key, then value), so a pod is checked only
+    /// against terms it could match.
+    by_label: HashMap<String, HashMap<String, Vec<TermId>>>,
     /// Live terms without such a requirement.
     unindexed: Vec<TermId>,
     /// Namespace labels, for namespace selectors.
@@ -641,6 +665,8 @@ impl RuleBook {
             users: 1,
             selected: Counts::default(),
             carriers: Counts::default(),
+            log: Vec::new(),
+            generation: 0,
         };
         let id = if let Some(id) = self.free_terms.pop() {
             self.terms[id.0 as usize] = Some(entry);
@@ -652,7 +678,9 @@ impl RuleBook {
         match term.selector.as_ref().and_then(LabelSelector::equality) {
             Some((k, v)) => self
                 .by_label
-                .entry((k.to_owned(), v.to_owned()))
+                .entry(k.to_owned())
+                .or_default()
+                .entry(v.to_owned())
                 .or_default()
                 .push(id),
             None => self.unindexed.push(id),
@@ -677,11 +705,15 @@ impl RuleBook {
         };
         match entry.term.selector.as_ref().and_then(LabelSelector::equality) {
             Some((k, v)) => {
-                let key = (k.to_owned(), v.to_owned());
-                if let Some(list) = self.by_label.get_mut(&key) {
-                    list.retain(|t| *t != id);
-                    if list.is_empty() {
-                        self.by_label.remove(&key);
+                if let Some(values) = self.by_label.get_mut(k) {
+                    if let Some(list) = values.get_mut(v) {
+                        list.retain(|t| *t != id);
+                        if list.is_empty() {
+                            values.remove(v);
+                        }
+                    }
+                    if values.is_empty() {
+                        self.by_label.remove(k);
                     }
                 }
             }
@@ -698,7 +730,7 @@ impl RuleBook {
     pub fn candidate_terms<'a>(&'a self, labels: &'a Labels) -> impl Iterator<Item = TermId> + 'a {
         labels
             .iter()
-            .filter_map(|(k, v)| self.by_label.get(&(k.clone(), v.clone())))
+            .filter_map(|(k, v)| self.by_label.get(k).and_then(|values| values.get(v)))
             .flatten()
             .chain(&self.unindexed)
             .copied()
@@ -715,6 +747,9 @@ impl RuleBook {
         releasing: bool,
         sign: i32,
     ) -> bool {
+        if self.term_index.is_empty() {
+            return false;
+        }
         let ns_labels = self.namespace_labels.get(pod.namespace);
         let selected: Vec<TermId> = self
             .candidate_terms(pod.labels)
@@ -724,6 +759,7 @@ impl RuleBook {
             if let Some(entry) = self.terms[t.0 as usize].as_mut() {
                 let domain = node_labels.get(&entry.term.topology_key).map(String::as_str);
                 entry.selected.add(node, domain, releasing, sign);
+                entry.record(node);
             }
         }
         if pod.rules != PodRulesId(0) {
@@ -755,6 +791,17 @@ impl RuleBook {
             {
                 let domain = node_labels.get(&entry.term.topology_key).map(String::as_str);
                 entry.selected.add(node, domain, releasing, 1);
+                entry.record(node);
+            }
+        }
+    }
+
+    /// Starts a scheduling session: change logs restart empty (views are built per session).
+    pub fn start_session(&mut self) {
+        for entry in self.terms.iter_mut().flatten() {
+            if !entry.log.is_empty() {
+                entry.log.clear();
+                entry.generation += 1;
             }
         }
     }
@@ -782,6 +829,8 @@ impl RuleBook {
         for entry in self.terms.iter_mut().flatten() {
             entry.selected = Counts::default();
             entry.carriers = Counts::default();
+            entry.log.clear();
+            entry.generation += 1;
         }
     }
 

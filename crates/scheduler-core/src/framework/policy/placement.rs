@@ -20,7 +20,7 @@ use crate::config::PlacementStrategy;
 use crate::model::constraints::{ConstraintsId, StaticMiss};
 use crate::model::pod_rules::{PodRulesId, TermId};
 use crate::model::resources::{CPU, GPU, MAX_RESOURCES};
-use crate::model::{Cluster, GpuRequest, Node, NodeId, Resources, Task};
+use crate::model::{Cluster, GpuRequest, Node, NodeId, Resources, Task, TaskId};
 
 /// How a pod would hold the node it is given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,7 +264,6 @@ impl NodeIndex {
         if self.summaries.active() {
             self.summaries.changes.push(id);
         }
-        self.rules.node_changed(cluster, id);
         if self.free_parts.len() <= id.index() {
             self.free_parts.resize(id.index() + 1, None);
         }
@@ -313,9 +312,11 @@ impl NodeIndex {
         if task.gpu.is_shared() && !policy.gpu_sharing_enabled {
             return None;
         }
+        let subject = rule_subject(&self.rules, cluster, task);
         let mut caches = Caches {
             eligibility: &mut self.eligibility,
             rules: &mut self.rules,
+            task: subject,
         };
         let c = &mut caches;
         // 1. Its own reservation.
@@ -393,9 +394,11 @@ impl NodeIndex {
         policy: &PlacementPolicy,
         n: NodeId,
     ) -> Result<Placement, NodeMiss> {
+        let subject = rule_subject(&self.rules, cluster, task);
         let mut caches = Caches {
             eligibility: &mut self.eligibility,
             rules: &mut self.rules,
+            task: subject,
         };
         check(&mut caches, cluster, task, policy, n)
     }
@@ -418,9 +421,11 @@ impl NodeIndex {
                 Err(miss) => Some(miss),
             }
         };
+        let subject = rule_subject(&self.rules, cluster, task);
         let mut caches = Caches {
             eligibility: &mut self.eligibility,
             rules: &mut self.rules,
+            task: subject,
         };
         let elig = &mut caches;
         if task.rules != PodRulesId(0) || cluster.rules.has_wide_carriers() {
@@ -433,8 +438,8 @@ impl NodeIndex {
             }
             return (nodes, misses);
         }
-        let uid_id = cluster.task_id(&task.uid);
-        let selecting = uid_id
+        let selecting = elig
+            .task
             .map(|id| elig.rules.selecting_terms(cluster, id, task))
             .unwrap_or_default();
         let shape = (task.request, task.gpu, task.constraints, selecting);
@@ -564,10 +569,24 @@ impl NodeIndex {
     }
 }
 
+/// The id of a pod whose placement rules about other pods or preferences apply (looked up once per
+/// search, not per node); `None` when nothing but its own node rules and room matter.
+fn rule_subject(rules: &RuleLookups, cluster: &Cluster, task: &Task) -> Option<TaskId> {
+    let concerned = rules.relevant(task) || !cluster.constraints.get(task.constraints).preferred.is_empty();
+    if concerned {
+        cluster.task_id(&task.uid)
+    } else {
+        None
+    }
+}
+
 /// The session's caches a node check reads besides the model.
 struct Caches<'a> {
     eligibility: &'a mut Eligibility,
     rules: &'a mut RuleLookups,
+    /// The pod being placed, known by its UID (a copy probing where a pod could move shares it); `None`
+    /// for a pod the model does not hold, which no rule about other pods can concern.
+    task: Option<TaskId>,
 }
 
 fn find_shared(
@@ -670,7 +689,9 @@ fn find_in(
         .collect();
     let scores = if scored && fits.len() > 1 {
         let ids: Vec<NodeId> = fits.iter().map(|p| p.node).collect();
-        c.rules.scores(cluster, task, &ids)
+        c.task
+            .map(|id| c.rules.scores(cluster, id, task, &ids))
+            .unwrap_or_default()
     } else {
         Vec::new()
     };
@@ -707,9 +728,7 @@ fn check(
     if !c.rules.relevant(task) {
         return Ok(placement);
     }
-    // A pod being placed is known by its UID; a copy probing where a pod could move (consolidation)
-    // shares it.
-    let Some(id) = cluster.task_id(&task.uid) else {
+    let Some(id) = c.task else {
         return Ok(placement);
     };
     match c.rules.check(cluster, id, task, n) {

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::rc::Rc;
 
 use crate::model::constraints::ConstraintsId;
 use crate::model::pod_rules::{HostPort, Inclusion, PodRulesId, Spread, TermId};
@@ -55,8 +56,8 @@ pub enum RuleFit {
     No(RuleMiss),
 }
 
-/// What a spread view counts: the term, and which nodes the pod could use (its constraints, per the
-/// constraint's node policies, and every topology key of its hard constraints present).
+/// What a restricted spread view counts: the term, and which nodes the pod could use (its constraints,
+/// per the constraint's node policies, and every topology key of its constraints present).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct ViewKey {
     term: TermId,
@@ -67,9 +68,12 @@ struct ViewKey {
 }
 
 /// Selected pods per domain over the nodes a pod could use, with the domains ordered by count so the
-/// smallest is at hand; kept current from node changes like the free-capacity indexes.
+/// smallest is at hand; caught up from the term's change log when read.
 #[derive(Clone, Debug, Default)]
 struct SpreadView {
+    /// Change-log generation and position this view has caught up to.
+    generation: u64,
+    seen: usize,
     /// Domain of each counted node.
     domain_of: HashMap<NodeId, String>,
     /// What each counted node contributes now.
@@ -82,9 +86,14 @@ struct SpreadView {
 
 impl SpreadView {
     fn build(cluster: &Cluster, key: &ViewKey) -> Self {
-        let mut view = Self::default();
-        let constraints = cluster.constraints.get(key.constraints);
         let term = cluster.rules.term(key.term);
+        let (generation, log) = term.changes();
+        let mut view = Self {
+            generation,
+            seen: log.len(),
+            ..Self::default()
+        };
+        let constraints = cluster.constraints.get(key.constraints);
         let topology_key = &term.term.topology_key;
         for (i, node) in cluster.nodes.iter() {
             let id = NodeId(i);
@@ -111,11 +120,24 @@ impl SpreadView {
         view
     }
 
-    fn update(&mut self, cluster: &Cluster, term: TermId, node: NodeId) {
+    /// Catches up with the term's changes since the view was built or last read.
+    fn refresh(&mut self, cluster: &Cluster, key: &ViewKey) {
+        let term = cluster.rules.term(key.term);
+        let (generation, log) = term.changes();
+        if generation != self.generation {
+            *self = Self::build(cluster, key);
+            return;
+        }
+        for node in &log[self.seen.min(log.len())..] {
+            self.update(term.selected.on_node(*node).staying(), *node);
+        }
+        self.seen = log.len();
+    }
+
+    fn update(&mut self, now: i32, node: NodeId) {
         let Some(domain) = self.domain_of.get(&node) else {
             return;
         };
-        let now = cluster.rules.term(term).selected.on_node(node).staying();
         let before = self.on_node.insert(node, now).unwrap_or(0);
         if now == before {
             return;
@@ -132,29 +154,47 @@ impl SpreadView {
         }
         *self.by_count.entry(new).or_default() += 1;
     }
-
-    /// The smallest count over the domains, zero when there are fewer than `min_domains`.
-    fn min(&self, min_domains: Option<u32>) -> i32 {
-        if min_domains.is_some_and(|m| self.per_domain.len() < m as usize) {
-            return 0;
-        }
-        self.by_count.keys().next().copied().unwrap_or(0)
-    }
-
-    fn max(&self) -> i32 {
-        self.by_count.keys().next_back().copied().unwrap_or(0)
-    }
 }
 
-/// Per-session lookups for pod rules: the anti-affinity terms that select each pod, and spread views.
+/// How a spread constraint of a pod is counted.
+#[derive(Clone, Debug)]
+enum Counting {
+    /// Over every node with the key: the term's own per-domain counts, against the domains of the key.
+    AllNodes,
+    /// Over the nodes the pod could use: a view (index into `RuleLookups::views`).
+    View(usize),
+}
+
+/// What a pod's checks need, worked out once per pod and session.
+#[derive(Clone, Debug, Default)]
+struct PodContext {
+    /// Anti-affinity terms of live pods that select this pod (the symmetric rule).
+    selecting: Vec<TermId>,
+    /// For each spread constraint of the pod, in order: how it is counted.
+    counting: Vec<Counting>,
+}
+
+/// The domains and counts a spread constraint is judged against.
+struct SpreadCounts {
+    /// Selected pods in a domain.
+    in_domain: i32,
+    /// The smallest count over the domains (0 with fewer than `minDomains`).
+    min: i32,
+    /// The largest count over the domains.
+    max: i32,
+}
+
+/// Per-session lookups for pod rules: each pod's context and the restricted spread views.
 #[derive(Clone, Debug, Default)]
 pub struct RuleLookups {
     /// Terms some live pod requires as anti-affinity (fixed for a session: rules change only between
     /// cycles).
-    anti_terms: Vec<TermId>,
-    /// Of `anti_terms`, those selecting a pod, by pod.
-    selecting: HashMap<TaskId, Vec<TermId>>,
-    views: HashMap<ViewKey, SpreadView>,
+    anti_terms: std::collections::HashSet<TermId>,
+    contexts: HashMap<TaskId, Rc<PodContext>>,
+    views: Vec<(ViewKey, SpreadView)>,
+    view_index: HashMap<ViewKey, usize>,
+    /// Distinct values of a node label over all nodes (the domains of a key).
+    domains: HashMap<String, usize>,
     /// Some node has a `PreferNoSchedule` taint.
     pub soft_taints: bool,
 }
@@ -164,14 +204,13 @@ impl RuleLookups {
     #[must_use]
     pub fn new(cluster: &Cluster) -> Self {
         Self {
-            anti_terms: cluster.rules.anti_affinity_terms(),
-            selecting: HashMap::new(),
-            views: HashMap::new(),
+            anti_terms: cluster.rules.anti_affinity_terms().into_iter().collect(),
             soft_taints: cluster.nodes.iter().any(|(_, n)| {
                 n.taints
                     .iter()
                     .any(|t| t.effect == crate::model::constraints::TaintEffect::PreferNoSchedule)
             }),
+            ..Self::default()
         }
     }
 
@@ -181,49 +220,122 @@ impl RuleLookups {
         task.rules != PodRulesId(0) || !self.anti_terms.is_empty()
     }
 
-    /// Keeps the spread views current after a node's pods changed.
-    pub fn node_changed(&mut self, cluster: &Cluster, node: NodeId) {
-        for (key, view) in &mut self.views {
-            view.update(cluster, key.term, node);
-        }
-    }
-
     /// The anti-affinity terms of placed pods that select this pod (what the symmetric rule checks).
     pub fn selecting_terms(&mut self, cluster: &Cluster, id: TaskId, task: &Task) -> Vec<TermId> {
-        self.selecting(cluster, id, task).to_vec()
+        self.context(cluster, id, task).selecting.clone()
     }
 
-    fn selecting(&mut self, cluster: &Cluster, id: TaskId, task: &Task) -> &[TermId] {
-        let anti_terms = &self.anti_terms;
-        self.selecting.entry(id).or_insert_with(|| {
-            anti_terms
-                .iter()
-                .copied()
-                .filter(|t| cluster.rules.selects(*t, &task.namespace, &task.labels))
+    fn context(&mut self, cluster: &Cluster, id: TaskId, task: &Task) -> Rc<PodContext> {
+        if let Some(c) = self.contexts.get(&id) {
+            return Rc::clone(c);
+        }
+        let book = &cluster.rules;
+        let mut selecting: Vec<TermId> = if self.anti_terms.is_empty() {
+            Vec::new()
+        } else {
+            book.candidate_terms(&task.labels)
+                .filter(|t| self.anti_terms.contains(t) && book.selects(*t, &task.namespace, &task.labels))
                 .collect()
-        })
-    }
-
-    fn view(&mut self, cluster: &Cluster, task: &Task, spread: &Spread<TermId>) -> &SpreadView {
-        let rules = cluster.rules.rules(task.rules);
-        let mut keys: Vec<String> = rules
+        };
+        selecting.sort_unstable();
+        selecting.dedup();
+        let rules = book.rules(task.rules);
+        let constraints = cluster.constraints.get(task.constraints);
+        let narrowing_constraints =
+            !constraints.node_selector.is_empty() || !constraints.affinity_terms.is_empty();
+        let counting = rules
             .spread
             .iter()
-            .filter(|s| s.hard == spread.hard)
-            .map(|s| cluster.rules.term(s.term).term.topology_key.clone())
+            .map(|spread| {
+                let key = &book.term(spread.term).term.topology_key;
+                let mut keys: Vec<String> = rules
+                    .spread
+                    .iter()
+                    .filter(|s| s.hard == spread.hard)
+                    .map(|s| book.term(s.term).term.topology_key.clone())
+                    .collect();
+                keys.sort();
+                keys.dedup();
+                let honor_affinity = spread.node_affinity == Inclusion::Honor && narrowing_constraints;
+                let honor_taints = spread.node_taints == Inclusion::Honor;
+                if !honor_affinity && !honor_taints && keys.iter().all(|k| k == key) {
+                    return Counting::AllNodes;
+                }
+                let view = ViewKey {
+                    term: spread.term,
+                    constraints: task.constraints,
+                    honor_affinity,
+                    honor_taints,
+                    keys,
+                };
+                let next = self.views.len();
+                let index = *self.view_index.entry(view.clone()).or_insert(next);
+                if index == next {
+                    let built = SpreadView::build(cluster, &view);
+                    self.views.push((view, built));
+                }
+                Counting::View(index)
+            })
             .collect();
-        keys.sort();
-        keys.dedup();
-        let key = ViewKey {
-            term: spread.term,
-            constraints: task.constraints,
-            honor_affinity: spread.node_affinity == Inclusion::Honor,
-            honor_taints: spread.node_taints == Inclusion::Honor,
-            keys,
-        };
-        self.views
-            .entry(key)
-            .or_insert_with_key(|key| SpreadView::build(cluster, key))
+        let context = Rc::new(PodContext { selecting, counting });
+        self.contexts.insert(id, Rc::clone(&context));
+        context
+    }
+
+    /// The counts a spread constraint is judged by on a node in `domain`.
+    fn spread_counts(
+        &mut self,
+        cluster: &Cluster,
+        spread: &Spread<TermId>,
+        counting: &Counting,
+        domain: &str,
+    ) -> SpreadCounts {
+        let term = cluster.rules.term(spread.term);
+        match counting {
+            Counting::AllNodes => {
+                let key = &term.term.topology_key;
+                let domains = *self.domains.entry(key.clone()).or_insert_with(|| {
+                    let values: std::collections::HashSet<&String> = cluster
+                        .nodes
+                        .iter()
+                        .filter_map(|(_, n)| n.labels.get(key))
+                        .collect();
+                    values.len()
+                });
+                let counts = &term.selected.per_domain;
+                let too_few = spread.min_domains.is_some_and(|m| domains < m as usize);
+                // Domains without any selected pod count 0; the map holds only domains with some.
+                let some_empty = counts.len() < domains;
+                let staying = counts.values().map(|c| c.staying());
+                let min = if too_few || some_empty {
+                    0
+                } else {
+                    staying.clone().min().unwrap_or(0)
+                };
+                let max = staying.max().unwrap_or(0).max(0);
+                SpreadCounts {
+                    in_domain: term.selected.in_domain(domain).staying(),
+                    min,
+                    max,
+                }
+            }
+            Counting::View(index) => {
+                let (key, view) = &mut self.views[*index];
+                view.refresh(cluster, key);
+                let too_few = spread
+                    .min_domains
+                    .is_some_and(|m| view.per_domain.len() < m as usize);
+                SpreadCounts {
+                    in_domain: view.per_domain.get(domain).copied().unwrap_or(0),
+                    min: if too_few {
+                        0
+                    } else {
+                        view.by_count.keys().next().copied().unwrap_or(0)
+                    },
+                    max: view.by_count.keys().next_back().copied().unwrap_or(0),
+                }
+            }
+        }
     }
 
     /// The filters: whether `node` suits `task` (pod `id`) given the pods around it.
@@ -256,17 +368,16 @@ impl RuleLookups {
                 later |= count.present > 0;
             }
         }
+        let context = self.context(cluster, id, task);
         // Placed pods' required anti-affinity against this pod.
-        if !self.anti_terms.is_empty() {
-            for t in self.selecting(cluster, id, task).to_vec() {
-                let term = book.term(t);
-                if let Some(domain) = node.labels.get(&term.term.topology_key) {
-                    let count = term.carriers.in_domain(domain);
-                    if count.staying() > 0 {
-                        return RuleFit::No(RuleMiss::ExistingAntiAffinity);
-                    }
-                    later |= count.present > 0;
+        for t in &context.selecting {
+            let term = book.term(*t);
+            if let Some(domain) = node.labels.get(&term.term.topology_key) {
+                let count = term.carriers.in_domain(domain);
+                if count.staying() > 0 {
+                    return RuleFit::No(RuleMiss::ExistingAntiAffinity);
                 }
+                later |= count.present > 0;
             }
         }
         // Required affinity: every term met in the node's domain, unless no pod anywhere matches any
@@ -293,15 +404,17 @@ impl RuleLookups {
             }
         }
         // DoNotSchedule topology spread.
-        for spread in rules.spread.iter().filter(|s| s.hard) {
+        for (spread, counting) in rules.spread.iter().zip(&context.counting) {
+            if !spread.hard {
+                continue;
+            }
             let key = &book.term(spread.term).term.topology_key;
             let Some(domain) = node.labels.get(key) else {
                 return RuleFit::No(RuleMiss::SpreadMissingLabel(key.clone()));
             };
             let selects_itself = i32::from(book.selects(spread.term, &task.namespace, &task.labels));
-            let view = self.view(cluster, task, spread);
-            let count = view.per_domain.get(domain).copied().unwrap_or(0);
-            let skew = i64::from(count) + i64::from(selects_itself) - i64::from(view.min(spread.min_domains));
+            let counts = self.spread_counts(cluster, spread, counting, domain);
+            let skew = i64::from(counts.in_domain) + i64::from(selects_itself) - i64::from(counts.min);
             if skew > i64::from(spread.max_skew) {
                 return RuleFit::No(RuleMiss::TopologySpread(key.clone()));
             }
@@ -312,10 +425,11 @@ impl RuleLookups {
     /// The preferences: a score per candidate node (higher is better), each preference normalised to
     /// 0-100 over the candidates and weighted as kube-scheduler's default profile weighs its plugins
     /// (node affinity 1, inter-pod affinity 1, topology spread 2, taint toleration 1).
-    pub fn scores(&mut self, cluster: &Cluster, task: &Task, nodes: &[NodeId]) -> Vec<i64> {
+    pub fn scores(&mut self, cluster: &Cluster, id: TaskId, task: &Task, nodes: &[NodeId]) -> Vec<i64> {
         let book = &cluster.rules;
-        let rules = book.rules(task.rules).clone();
+        let rules = book.rules(task.rules);
         let constraints = cluster.constraints.get(task.constraints);
+        let context = self.context(cluster, id, task);
         let mut node_affinity = Vec::with_capacity(nodes.len());
         let mut inter_pod = Vec::with_capacity(nodes.len());
         let mut spread = Vec::with_capacity(nodes.len());
@@ -339,13 +453,16 @@ impl RuleLookups {
             }
             inter_pod.push(pod_score);
             let mut crowd = 0i64;
-            for s in rules.spread.iter().filter(|s| !s.hard) {
-                let key = book.term(s.term).term.topology_key.clone();
-                let view = self.view(cluster, task, s);
+            for (s, counting) in rules.spread.iter().zip(&context.counting) {
+                if s.hard {
+                    continue;
+                }
+                let key = &book.term(s.term).term.topology_key;
                 // A node without the key is the worst place for a soft constraint.
-                let count = node.labels.get(&key).map_or(i64::from(view.max()) + 1, |d| {
-                    i64::from(view.per_domain.get(d).copied().unwrap_or(0))
-                });
+                let count = match node.labels.get(key) {
+                    Some(d) => i64::from(self.spread_counts(cluster, s, counting, d).in_domain),
+                    None => i64::from(self.spread_counts(cluster, s, counting, "").max) + 1,
+                };
                 crowd = crowd.saturating_add(count);
             }
             spread.push(crowd);
