@@ -822,7 +822,7 @@ impl Synthetic {
             // Deterministic share: a gang gets rules when the running share falls below the target.
             let rules = if (with_rules as f64) < self.rules_fraction * (serial + 1) as f64 {
                 with_rules += 1;
-                Some(with_rules % 2 == 0)
+                Some(with_rules.is_multiple_of(2))
             } else {
                 None
             };
