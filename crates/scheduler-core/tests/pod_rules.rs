@@ -435,3 +435,35 @@ fn counts_stay_exact_through_rounds_removals_and_relabelled_nodes() {
     s.cluster.recount();
     s.cluster.check_invariants().expect("after a recount");
 }
+
+#[test]
+fn consolidation_moves_no_pod_to_where_a_rule_forbids_it() {
+    let train = |name: &str, gpus: u32| GangSpec::new(name, "q", 1).gpus(gpus).priority_class("train");
+    let run = |s: &mut Sim, a_rules: RulesSpec| {
+        s.node("n0", 64_000, 256, 2).node("n1", 64_000, 256, 2);
+        s.gang(train("a", 1).rules(a_rules).running_on(&["n0"]).created(0));
+        s.gang(
+            train("b", 1)
+                .labels(&[("app", "b")])
+                .running_on(&["n1"])
+                .created(1),
+        );
+        s.gang(train("big", 2).created(10));
+        settle(s, 4);
+    };
+    // Without a rule one of the two moves and the 2-GPU pod runs.
+    let mut s = sim();
+    run(&mut s, RulesSpec::default());
+    assert_eq!(s.count("big", TaskStatus::Running), 1);
+    assert_eq!(s.evicted.len(), 1);
+    // `a` must not share a node with `b`: moving `a` to n1 breaks its rule, moving `b` to n0 breaks it
+    // the other way round. Nothing is evicted; the big pod waits.
+    let mut s = sim();
+    run(&mut s, anti("b", HOSTNAME_KEY));
+    assert!(s.evicted.is_empty(), "{:?}", s.evicted);
+    assert_eq!(s.count("big", TaskStatus::Running), 0);
+    assert_eq!(
+        s.count("a", TaskStatus::Running) + s.count("b", TaskStatus::Running),
+        2
+    );
+}
