@@ -241,6 +241,34 @@ fn pod_request(names: &mut ResourceNames, spec: &PodSpec, problems: &mut Vec<Str
     checked_sum(names, &request, &overhead, problems)
 }
 
+/// Dynamic resource allocation is not implemented: a pod naming resource claims (`spec.resourceClaims`,
+/// or a container's `resources.claims`) is refused rather than bound without its devices.
+fn resource_claims_problem(spec: &PodSpec) -> Option<String> {
+    let mut claims: Vec<&str> = spec
+        .resource_claims
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for c in containers {
+        let named = c.resources.as_ref().and_then(|r| r.claims.as_ref());
+        claims.extend(named.into_iter().flatten().map(|c| c.name.as_str()));
+    }
+    claims.sort_unstable();
+    claims.dedup();
+    (!claims.is_empty()).then(|| {
+        format!(
+            "the pod uses dynamic resource allocation (resource claims {}), which this scheduler does not \
+             support; remove the claims or use a scheduler with DRA",
+            claims.join(", ")
+        )
+    })
+}
+
 /// What the scheduler reads from a pod.
 #[must_use]
 pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpdate {
@@ -252,6 +280,7 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
     problems.extend(conflict);
     // Requests as kube-scheduler counts them; the pod also takes one of its node's pod slots.
     let mut request = spec.map_or(Resources::ZERO, |s| pod_request(names, s, &mut problems));
+    problems.extend(spec.and_then(resource_claims_problem));
     request.0[PODS] = 1;
     // GPUs: whole devices from the resource, fractions and memory from annotations.
     let ann = meta.annotations.as_ref();
@@ -1028,6 +1057,34 @@ spec:
                 "{spec}"
             );
             assert_eq!(request.memory(), i64::MAX, "{spec}");
+        }
+    }
+
+    #[test]
+    fn resource_claims_are_refused_with_a_reason() {
+        let mut names = ResourceNames::default();
+        for (spec, claims) in [
+            (
+                "resourceClaims: [{name: gpu, resourceClaimName: c}], containers: [{name: a, resources: {claims: [{name: gpu}]}}]",
+                "gpu",
+            ),
+            (
+                "containers: [{name: a, resources: {claims: [{name: x}]}}], initContainers: [{name: i, resources: {claims: [{name: y}]}}]",
+                "x, y",
+            ),
+        ] {
+            let (_, problem) = request_of(&mut names, spec);
+            assert_eq!(
+                problem.as_deref(),
+                Some(
+                    format!(
+                        "the pod uses dynamic resource allocation (resource claims {claims}), which this \
+                         scheduler does not support; remove the claims or use a scheduler with DRA"
+                    )
+                    .as_str()
+                ),
+                "{spec}"
+            );
         }
     }
 
