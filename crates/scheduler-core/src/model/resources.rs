@@ -244,6 +244,16 @@ impl ResourceNames {
         }
     }
 
+    /// An amount and what of: `8 nvidia.com/gpu`, `10Gi ephemeral-storage`, `2 pod slots`.
+    #[must_use]
+    pub fn amount_of(&self, slot: usize, amount: i64) -> String {
+        match slot {
+            PODS if amount == 1 => "1 pod slot".to_owned(),
+            PODS => format!("{amount} pod slots"),
+            _ => format!("{} {}", self.format_amount(slot, amount), self.name(slot)),
+        }
+    }
+
     /// Human form of a vector: `cpu 2, memory 8Gi, nvidia.com/gpu 1`.
     #[must_use]
     pub fn format(&self, r: &Resources) -> String {
@@ -366,5 +376,8 @@ mod tests {
             names.format(&r),
             "ephemeral-storage 10Gi, hugepages-2Mi 4Mi, example.com/fpga 2"
         );
+        assert_eq!(names.amount_of(storage, 10 << 30), "10Gi ephemeral-storage");
+        assert_eq!(names.amount_of(PODS, 1), "1 pod slot");
+        assert_eq!(names.amount_of(PODS, 2), "2 pod slots");
     }
 }

@@ -150,10 +150,9 @@ fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
     if f.pods_needed > 1 {
         let needs = match scarce {
             Some(slot) => format!(
-                "{} pods need {} {}",
+                "{} pods need {}",
                 f.pods_needed,
-                names.format_amount(slot, f.request_total.0[slot]),
-                names.name(slot)
+                names.amount_of(slot, f.request_total.0[slot])
             ),
             None => format!("{} pods need {}", f.pods_needed, names.format(&f.request_total)),
         };
@@ -172,9 +171,8 @@ fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
         ));
     } else if let Some(slot) = scarce {
         text.push_str(&format!(
-            "pod needs {} {}, {} free on {} node{}. ",
-            names.format_amount(slot, f.pod_request.0[slot]),
-            names.name(slot),
+            "pod needs {}, {} free on {} node{}. ",
+            names.amount_of(slot, f.pod_request.0[slot]),
             names.format_amount(slot, f.free_on_eligible.0[slot]),
             f.nodes_with_free,
             if f.nodes_with_free == 1 { "" } else { "s" }
