@@ -210,6 +210,14 @@ fn gated_pods_are_not_scheduled_and_the_gang_says_why() {
         why(&s, "gated"),
         "waiting for pods: the gang needs 2, 2 exist and 1 of them have scheduling gates"
     );
+    // Every pod gated: the gang still says why it waits.
+    s.gang(gang("all-gated", 1).created(1));
+    edit_pods(&mut s, "all-gated", |_, u| u.api.status = TaskStatus::Gated);
+    s.round();
+    assert_eq!(
+        why(&s, "all-gated"),
+        "waiting for pods: the gang needs 1, 1 exist and 1 of them have scheduling gates"
+    );
     // The gate is removed: the gang is placed whole.
     edit_pods(&mut s, "gated", |_, u| u.api.status = TaskStatus::Pending);
     s.round();
@@ -257,6 +265,14 @@ fn a_pod_with_a_problem_holds_its_gang_back_and_both_say_why() {
                 "pod cannot be scheduled: the pod uses dynamic resource allocation".to_owned()
             ),
         ]
+    );
+    // A gang whose only pod has a problem says so too.
+    s.gang(gang("alone", 1).created(1));
+    edit_pods(&mut s, "alone", |_, u| u.problem = Some("bad".into()));
+    s.round();
+    assert_eq!(
+        why(&s, "alone"),
+        "waiting for pods: the gang needs 1, 1 exist and 1 of them cannot be scheduled (ns/alone-0: bad)"
     );
     // The problem is fixed (the pod is re-made without claims): the gang is placed whole.
     edit_pods(&mut s, "claims", |_, u| u.problem = None);
