@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use api::keys;
 use api::quantity;
-use k8s_openapi::api::core::v1::{Container, Node, NodeSelectorRequirement, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Node, NodeSelectorRequirement, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -175,21 +175,82 @@ fn is_sidecar(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
+/// Which requests of a container are read: what its spec asks for, or, while the kubelet resizes a running
+/// pod in place (Kubernetes 1.27+), what it has allocated or actually applied (its container status).
+#[derive(Clone, Copy)]
+enum View {
+    Spec,
+    Allocated,
+    Actuated,
+}
+
+/// A container's request in one [`View`]. A status that does not say falls back to the next source
+/// (applied, then allocated, then the spec), except that the spec of a resize the kubelet found
+/// infeasible counts for nothing (kube-scheduler's `PodRequests` with status resources).
+fn container_view(
+    names: &mut ResourceNames,
+    c: &Container,
+    status: Option<&PodStatus>,
+    view: View,
+    problems: &mut Vec<String>,
+) -> Resources {
+    let container_status = status.and_then(|s| {
+        s.container_statuses
+            .iter()
+            .flatten()
+            .chain(s.init_container_statuses.iter().flatten())
+            .find(|cs| cs.name == c.name)
+    });
+    let allocated = container_status.and_then(|cs| cs.allocated_resources.as_ref());
+    let applied = container_status
+        .and_then(|cs| cs.resources.as_ref())
+        .and_then(|r| r.requests.as_ref());
+    let from_status = match view {
+        View::Spec => return container_request(names, c, problems),
+        View::Allocated => allocated,
+        View::Actuated => applied.or(allocated),
+    };
+    let mut r = Resources::ZERO;
+    if let Some(list) = from_status {
+        add_quantities(names, &mut r, Some(list), &HashSet::new(), problems);
+    } else if !resize_infeasible(status) {
+        r = container_request(names, c, problems);
+    }
+    r
+}
+
+/// Whether the kubelet declared the pod's pending resize infeasible (`PodResizePending` with reason
+/// `Infeasible`, Kubernetes 1.33+).
+fn resize_infeasible(status: Option<&PodStatus>) -> bool {
+    status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodResizePending")
+        .is_some_and(|c| c.reason.as_deref() == Some("Infeasible"))
+}
+
 /// What the containers need at the busiest moment of the pod's life (kube-scheduler's and the kubelet's
-/// rule, KEP 753): the larger of
+/// rule, KEP 753), in one [`View`]: the larger of
 /// - the running phase: every app container plus every sidecar, all running together;
 /// - each init step: an init container runs next to the sidecars started before it (a sidecar's own step
 ///   is the sidecars so far, itself included).
-fn containers_request(names: &mut ResourceNames, spec: &PodSpec, problems: &mut Vec<String>) -> Resources {
+fn containers_view(
+    names: &mut ResourceNames,
+    spec: &PodSpec,
+    status: Option<&PodStatus>,
+    view: View,
+    problems: &mut Vec<String>,
+) -> Resources {
     let mut running = Resources::ZERO;
     for c in &spec.containers {
-        let own = container_request(names, c, problems);
+        let own = container_view(names, c, status, view, problems);
         running = checked_sum(names, &running, &own, problems);
     }
     let mut sidecars = Resources::ZERO;
     let mut init_peak = Resources::ZERO;
     for c in spec.init_containers.iter().flatten() {
-        let own = container_request(names, c, problems);
+        let own = container_view(names, c, status, view, problems);
         let step = if is_sidecar(c) {
             running = checked_sum(names, &running, &own, problems);
             sidecars = checked_sum(names, &sidecars, &own, problems);
@@ -202,6 +263,33 @@ fn containers_request(names: &mut ResourceNames, spec: &PodSpec, problems: &mut 
     running.max(&init_peak)
 }
 
+/// The containers' request: their spec, or for a pod the kubelet reports container statuses of, the
+/// largest of what the spec asks, what the kubelet allocated and what it applied (a pod being resized in
+/// place holds whichever is larger until the resize is done); the spec is left out while the kubelet
+/// calls the resize infeasible.
+fn containers_request(
+    names: &mut ResourceNames,
+    spec: &PodSpec,
+    status: Option<&PodStatus>,
+    problems: &mut Vec<String>,
+) -> Resources {
+    let reported = status.is_some_and(|s| {
+        s.container_statuses.as_ref().is_some_and(|c| !c.is_empty())
+            || s.init_container_statuses.as_ref().is_some_and(|c| !c.is_empty())
+    });
+    if !reported {
+        return containers_view(names, spec, status, View::Spec, problems);
+    }
+    let allocated = containers_view(names, spec, status, View::Allocated, problems);
+    let actuated = containers_view(names, spec, status, View::Actuated, problems);
+    let held = allocated.max(&actuated);
+    if resize_infeasible(status) {
+        held
+    } else {
+        held.max(&containers_view(names, spec, status, View::Spec, problems))
+    }
+}
+
 /// Resources a pod-level request (`spec.resources`, Kubernetes 1.32+) may set: CPU, memory, hugepages.
 fn pod_level_resource(name: &str) -> bool {
     name == "cpu" || name == "memory" || name.starts_with("hugepages-")
@@ -210,8 +298,13 @@ fn pod_level_resource(name: &str) -> bool {
 /// A pod's request on its node, as kube-scheduler's `NodeResourcesFit` counts it: the containers'
 /// busiest moment ([`containers_request`]), replaced by the pod-level request for each resource that
 /// names one, plus the RuntimeClass overhead (`spec.overhead`). The pod slot is not in it.
-fn pod_request(names: &mut ResourceNames, spec: &PodSpec, problems: &mut Vec<String>) -> Resources {
-    let mut request = containers_request(names, spec, problems);
+fn pod_request(
+    names: &mut ResourceNames,
+    spec: &PodSpec,
+    status: Option<&PodStatus>,
+    problems: &mut Vec<String>,
+) -> Resources {
+    let mut request = containers_request(names, spec, status, problems);
     let pod_level: BTreeMap<String, Quantity> = spec
         .resources
         .as_ref()
@@ -279,7 +372,9 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
     let (group_key, conflict) = group_key_of(pod, &namespace);
     problems.extend(conflict);
     // Requests as kube-scheduler counts them; the pod also takes one of its node's pod slots.
-    let mut request = spec.map_or(Resources::ZERO, |s| pod_request(names, s, &mut problems));
+    let mut request = spec.map_or(Resources::ZERO, |s| {
+        pod_request(names, s, pod.status.as_ref(), &mut problems)
+    });
     problems.extend(spec.and_then(resource_claims_problem));
     request.0[PODS] = 1;
     // GPUs: whole devices from the resource, fractions and memory from annotations.
@@ -902,10 +997,13 @@ spec:
     const GI: i64 = 1 << 30;
     const MI: i64 = 1 << 20;
 
+    /// A request case: what it shows, the pod spec, and the expected (resource, amount) entries.
+    type Case = (&'static str, &'static str, &'static [(&'static str, i64)]);
+
     #[test]
     fn pod_request_follows_kube_scheduler() {
         // (case, spec, expected request): CPU in millicores, bytes otherwise.
-        let cases: &[(&str, &str, &[(&str, i64)])] = &[
+        let cases: &[Case] = &[
             (
                 "app containers add up",
                 "containers: [{name: a, resources: {requests: {cpu: 1, memory: 1Gi}}}, {name: b, resources: {requests: {cpu: 500m, memory: 2Gi}}}]",
@@ -988,6 +1086,49 @@ spec:
             let (request, problem) = request_of(&mut names, spec);
             assert_eq!(problem, None, "{case}");
             assert_eq!(request, expected(&mut names, amounts), "{case}");
+        }
+    }
+
+    #[test]
+    fn a_pod_resized_in_place_holds_the_larger_of_its_spec_and_what_the_kubelet_allocated() {
+        // (case, pod status, expected CPU millicores) for a bound pod whose spec now asks 1 CPU for `a`
+        // and 1 for the sidecar `s`.
+        let cases = [
+            ("no container statuses: the spec", "{phase: Pending}", 2000),
+            (
+                "statuses without resources (before 1.27): the spec",
+                "{phase: Running, containerStatuses: [{name: a, ready: true, restartCount: 0, image: x, imageID: x}]}",
+                2000,
+            ),
+            (
+                "shrinking: the kubelet still holds 3 CPUs for a",
+                "{phase: Running, containerStatuses: [{name: a, ready: true, restartCount: 0, image: x, imageID: x, allocatedResources: {cpu: 3}, resources: {requests: {cpu: 3}}}]}",
+                4000,
+            ),
+            (
+                "allocated but not yet applied: the larger counts",
+                "{phase: Running, containerStatuses: [{name: a, ready: true, restartCount: 0, image: x, imageID: x, allocatedResources: {cpu: 500m}, resources: {requests: {cpu: 2}}}]}",
+                3000,
+            ),
+            (
+                "the sidecar's status is an init container status",
+                "{phase: Running, initContainerStatuses: [{name: s, ready: true, restartCount: 0, image: x, imageID: x, allocatedResources: {cpu: 2}}]}",
+                3000,
+            ),
+            (
+                "growing beyond what the node has (infeasible): the spec does not count",
+                "{phase: Running, conditions: [{type: PodResizePending, status: \"True\", reason: Infeasible}], containerStatuses: [{name: a, ready: true, restartCount: 0, image: x, imageID: x, allocatedResources: {cpu: 500m}}]}",
+                // a: 500m allocated; s: no status and an infeasible resize, so nothing.
+                500,
+            ),
+        ];
+        for (case, status, cpu) in cases {
+            let mut names = ResourceNames::default();
+            let p = pod_yaml(&format!(
+                "metadata: {{name: p, uid: u}}\nspec: {{nodeName: n, initContainers: [{{name: s, restartPolicy: Always, resources: {{requests: {{cpu: 1}}}}}}], containers: [{{name: a, resources: {{requests: {{cpu: 1}}}}}}]}}\nstatus: {status}"
+            ));
+            let u = pod(&mut names, &p, "kai-scheduler");
+            assert_eq!((u.request.cpu(), u.problem), (cpu, None), "{case}");
         }
     }
 
