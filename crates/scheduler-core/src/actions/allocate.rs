@@ -440,7 +440,10 @@ fn node_summary(ssn: &mut Session<'_>, t: TaskId, domain: Option<&[NodeId]>) -> 
 /// Free resources on the nodes the pod may use, after the attempt was rolled back.
 fn fill_free(ssn: &mut Session<'_>, t: TaskId, failure: &mut FitFailure) {
     let constraints = ssn.cluster.task(t).constraints;
-    let slot = main_slot(ssn.cluster.task(t).gpu);
+    // The resource the message names; the pod's main one when no node lacked room.
+    let slot = failure
+        .scarce_slot()
+        .unwrap_or_else(|| main_slot(ssn.cluster.task(t).gpu));
     let (eligible, with_free, free) = ssn.index.free_on_eligible(ssn.cluster, constraints);
     failure.eligible_nodes += eligible;
     failure.nodes_with_free += with_free[slot];
