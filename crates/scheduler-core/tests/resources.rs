@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use kai_scheduler_core::model::resources::{GPU, PODS};
 use kai_scheduler_core::model::{NodeUpdate, PodUpdate, Resources, TaskId, TaskStatus};
-use kai_scheduler_core::sim::{GI, GangSpec, Sim};
+use kai_scheduler_core::sim::{GI, GangSpec, Sim, pod_update_of};
 
 fn sim() -> Sim {
     let mut s = Sim::new();
@@ -49,25 +49,7 @@ fn edit_pods(s: &mut Sim, gang: &str, edit: impl Fn(usize, &mut PodUpdate)) {
         .map(|(i, _)| TaskId(i))
         .collect();
     for (i, id) in ids.into_iter().enumerate() {
-        let t = s.cluster.task(id);
-        let mut update = PodUpdate {
-            uid: t.uid.clone(),
-            namespace: t.namespace.clone(),
-            name: t.name.clone(),
-            ours: t.ours,
-            group_key: t.group_key.clone(),
-            subgroup: t.subgroup.clone(),
-            request: t.request,
-            gpu: t.gpu,
-            constraints: s.cluster.constraints.get(t.constraints).clone(),
-            api: t.api.clone(),
-            gpu_groups: t.gpu_groups.clone(),
-            task_order: t.task_order,
-            created: t.created,
-            problem: t.problem.clone(),
-            reservation_for: None,
-            gpu_device: None,
-        };
+        let mut update = pod_update_of(&s.cluster, id);
         edit(i, &mut update);
         s.cluster.apply_pod(update);
     }
