@@ -485,15 +485,44 @@ fn pods_the_scheduler_does_not_try_are_named() {
         e.analysis.reasons[0].message,
         "2 of its waiting pods name another scheduler (spec.schedulerName is not kai-scheduler); this scheduler does not place them"
     );
+    // A pod with a problem of its own: the gang waits whole and names it.
     let e = explain(&snapshot, &model, &key("ml", "broken"), &Config::default(), NOW).unwrap();
-    assert_eq!(e.analysis.reasons[0].reason, "PodProblem");
+    assert_eq!(e.analysis.reasons[0].reason, "NotReady");
     assert!(
-        e.analysis.reasons[0]
-            .message
-            .starts_with("pod ml/broken-0 cannot be scheduled: gpu-fraction \"abc\" must be"),
+        e.analysis.reasons[0].message.starts_with(
+            "waiting for pods: the gang needs 1, 1 exist and 1 of them cannot be scheduled \
+             (ml/broken-0: gpu-fraction \"abc\" must be"
+        ),
         "{}",
         e.analysis.reasons[0].message
     );
     let e = explain(&snapshot, &model, &key("ml", "empty"), &Config::default(), NOW).unwrap();
     assert_eq!(e.analysis.reasons[0].reason, "NoPods");
+}
+
+#[test]
+fn gated_pods_are_counted_and_named_as_the_reason() {
+    let yaml = stream(&[
+        default_priority_classes(),
+        node("node-0", 2, &[]),
+        queue("team-a", None, -1.0, -1.0),
+        pod_group("ml", "gated", "team-a", 2, "train"),
+        pods("ml", "gated", 2, 1, &[], None).replacen(
+            "  containers:",
+            "  schedulingGates: [{name: example.com/wait}]\n  containers:",
+            1,
+        ),
+    ]);
+    let (snapshot, model) = load(&yaml);
+    let e = explain(&snapshot, &model, &key("ml", "gated"), &Config::default(), NOW).unwrap();
+    assert_eq!(e.analysis.verdict, Verdict::Waiting);
+    assert_eq!((e.pods.pending, e.pods.gated), (1, 1));
+    assert_eq!(e.analysis.reasons[0].reason, "NotReady");
+    assert_eq!(
+        e.analysis.reasons[0].message,
+        "waiting for pods: the gang needs 2, 2 exist and 1 of them have scheduling gates"
+    );
+    let text = render(&e, 100);
+    assert!(text.contains("1 pending, 1 gated"), "{text}");
+    assert!(text.contains("have scheduling gates"), "{text}");
 }

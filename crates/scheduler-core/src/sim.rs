@@ -1035,8 +1035,9 @@ impl SyntheticUpdates {
     }
 }
 
-/// The update that reproduces a task as it is.
-fn pod_update_of(cluster: &Cluster, id: crate::model::TaskId) -> PodUpdate {
+/// The update that reproduces a task as it is (to re-apply it changed, as a watch event would).
+#[must_use]
+pub fn pod_update_of(cluster: &Cluster, id: crate::model::TaskId) -> PodUpdate {
     let t = cluster.task(id);
     PodUpdate {
         uid: t.uid.clone(),

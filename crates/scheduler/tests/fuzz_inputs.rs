@@ -116,35 +116,56 @@ fn pod(i: usize) -> impl Strategy<Value = Value> {
         prop::sample::select(vec!["Pending", "Running", "Succeeded", "Failed", "Unknown", ""]),
         prop::option::of(name()),
         any::<bool>(),
-        // More containers, init containers and an overhead: sums that can overflow.
+        // More containers, init containers (some of them sidecars), an overhead and pod-level requests:
+        // sums that can overflow.
         prop::collection::vec((resources(), resources()), 0..4),
-        prop::collection::vec(resources(), 0..3),
+        prop::collection::vec((resources(), any::<bool>()), 0..3),
+        prop::option::of(resources()),
         prop::option::of(resources()),
     )
-        .prop_map(move |(annotations, labels, requests, limits, phase, node, ours, more, init, overhead)| {
-            let mut containers = vec![json!({ "name": "c", "resources": { "requests": requests, "limits": limits } })];
-            containers.extend(more.into_iter().enumerate().map(|(k, (requests, limits))| {
+        .prop_map(
+            move |(
+                annotations,
+                labels,
+                requests,
+                limits,
+                phase,
+                node,
+                ours,
+                more,
+                init,
+                overhead,
+                pod_level,
+            )| {
+                let mut containers =
+                    vec![json!({ "name": "c", "resources": { "requests": requests, "limits": limits } })];
+                containers.extend(more.into_iter().enumerate().map(|(k, (requests, limits))| {
                 json!({ "name": format!("c{k}"), "resources": { "requests": requests, "limits": limits } })
             }));
-            let init_containers: Vec<Value> = init
-                .into_iter()
-                .enumerate()
-                .map(|(k, requests)| json!({ "name": format!("i{k}"), "resources": { "requests": requests } }))
-                .collect();
-            json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": { "name": format!("p{i}"), "namespace": "ns", "uid": format!("uid-p{i}"),
-                              "annotations": annotations, "labels": labels },
-                "spec": {
-                    "schedulerName": if ours { keys::SCHEDULER_NAME } else { "other" },
-                    "nodeName": node.map(|n| format!("node-{n}")),
-                    "containers": containers,
-                    "initContainers": init_containers,
-                    "overhead": overhead,
-                },
-                "status": { "phase": phase },
-            })
-        })
+                let init_containers: Vec<Value> = init
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, (requests, sidecar))| {
+                        json!({ "name": format!("i{k}"), "resources": { "requests": requests },
+                            "restartPolicy": sidecar.then_some("Always") })
+                    })
+                    .collect();
+                json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": { "name": format!("p{i}"), "namespace": "ns", "uid": format!("uid-p{i}"),
+                                  "annotations": annotations, "labels": labels },
+                    "spec": {
+                        "schedulerName": if ours { keys::SCHEDULER_NAME } else { "other" },
+                        "nodeName": node.map(|n| format!("node-{n}")),
+                        "containers": containers,
+                        "initContainers": init_containers,
+                        "overhead": overhead,
+                        "resources": pod_level.map(|requests| json!({ "requests": requests })),
+                    },
+                    "status": { "phase": phase },
+                })
+            },
+        )
 }
 
 fn node(n: &'static str) -> impl Strategy<Value = Value> {

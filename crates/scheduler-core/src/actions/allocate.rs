@@ -100,15 +100,24 @@ fn gang_version(ssn: &Session<'_>, g: usize) -> u64 {
         .sum()
 }
 
-/// Whether a gang has pods to place (pending, or reserved and waiting to be bound).
+/// Whether a gang has pods to place (pending, or reserved and waiting to be bound), or waits whole on
+/// pods it cannot place (gated, or with a problem of their own): then it is not tried but says why.
 fn has_work(ssn: &Session<'_>, g: usize) -> bool {
     let cluster = &*ssn.cluster;
-    ssn.gangs[g].tasks().any(|t| {
+    let gang = &ssn.gangs[g];
+    let placeable = gang.tasks().any(|t| {
         let task = cluster.task(t);
         task.ours
             && matches!(task.status, TaskStatus::Pending | TaskStatus::Pipelined)
             && task.problem.is_none()
-    })
+    });
+    placeable
+        || (gang.tasks().any(|t| {
+            let task = cluster.task(t);
+            task.ours
+                && (task.status == TaskStatus::Gated
+                    || (task.status == TaskStatus::Pending && task.problem.is_some()))
+        }) && !gang.is_satisfied(cluster))
 }
 
 /// Reasons a gang cannot be tried at all.
@@ -431,7 +440,10 @@ fn node_summary(ssn: &mut Session<'_>, t: TaskId, domain: Option<&[NodeId]>) -> 
 /// Free resources on the nodes the pod may use, after the attempt was rolled back.
 fn fill_free(ssn: &mut Session<'_>, t: TaskId, failure: &mut FitFailure) {
     let constraints = ssn.cluster.task(t).constraints;
-    let slot = main_slot(ssn.cluster.task(t).gpu);
+    // The resource the message names; the pod's main one when no node lacked room.
+    let slot = failure
+        .scarce_slot()
+        .unwrap_or_else(|| main_slot(ssn.cluster.task(t).gpu));
     let (eligible, with_free, free) = ssn.index.free_on_eligible(ssn.cluster, constraints);
     failure.eligible_nodes += eligible;
     failure.nodes_with_free += with_free[slot];

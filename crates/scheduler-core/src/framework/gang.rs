@@ -58,7 +58,7 @@ pub struct Gang {
 /// Why a gang is not ready to be tried.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NotReady {
-    /// Fewer pods exist than the gang needs.
+    /// Fewer pods exist than the gang needs, or some that exist cannot be placed.
     MissingPods {
         /// Pods the gang needs (sum of leaf minimums on the required path).
         needed: u32,
@@ -66,6 +66,10 @@ pub enum NotReady {
         existing: u32,
         /// Of those, gated.
         gated: u32,
+        /// Of those, waiting pods with a problem of their own (the pod's `problem`): never placed.
+        refused: u32,
+        /// The first of those by name, and its problem (`namespace/name: problem`).
+        refusal: Option<String>,
     },
 }
 
@@ -76,15 +80,29 @@ impl std::fmt::Display for NotReady {
                 needed,
                 existing,
                 gated,
-            } if *gated > 0 => write!(
-                f,
-                "waiting for pods: the gang needs {needed}, {existing} exist and {gated} of them have scheduling gates"
-            ),
-            Self::MissingPods { needed, existing, .. } => {
-                write!(
-                    f,
-                    "waiting for pods: the gang needs {needed}, {existing} exist so far"
-                )
+                refused,
+                refusal,
+            } => {
+                let mut unusable = Vec::new();
+                if *gated > 0 {
+                    unusable.push(format!("{gated} of them have scheduling gates"));
+                }
+                if *refused > 0 {
+                    let first = refusal.as_deref().unwrap_or("see their PodScheduled condition");
+                    unusable.push(format!("{refused} of them cannot be scheduled ({first})"));
+                }
+                if unusable.is_empty() {
+                    write!(
+                        f,
+                        "waiting for pods: the gang needs {needed}, {existing} exist so far"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "waiting for pods: the gang needs {needed}, {existing} exist and {}",
+                        unusable.join(" and ")
+                    )
+                }
             }
         }
     }
@@ -366,27 +384,37 @@ impl Gang {
     /// # Errors
     /// How many pods are missing.
     pub fn ready(&self, cluster: &Cluster) -> Result<(), NotReady> {
+        if self.coverable(cluster, 0) {
+            return Ok(());
+        }
         let needed = self.required_pods(0);
         let mut existing = 0;
         let mut gated = 0;
+        let mut refused = 0;
+        let mut refusal: Option<(String, &str)> = None;
         for t in self.tasks() {
-            let status = cluster.task(t).status;
-            if is_alive(status) {
+            let task = cluster.task(t);
+            if is_alive(task.status) {
                 existing += 1;
             }
-            if status == TaskStatus::Gated {
+            if task.status == TaskStatus::Gated {
                 gated += 1;
             }
+            if let Some(problem) = refused_for(cluster, t) {
+                refused += 1;
+                let key = task.key();
+                if refusal.as_ref().is_none_or(|(first, _)| key < *first) {
+                    refusal = Some((key, problem));
+                }
+            }
         }
-        if self.coverable(cluster, 0) {
-            Ok(())
-        } else {
-            Err(NotReady::MissingPods {
-                needed,
-                existing,
-                gated,
-            })
-        }
+        Err(NotReady::MissingPods {
+            needed,
+            existing,
+            gated,
+            refused,
+            refusal: refusal.map(|(key, problem)| format!("{key}: {problem}")),
+        })
     }
 
     /// Whether the subtree has enough non-gated pods to be satisfied.
@@ -398,7 +426,7 @@ impl Gang {
                 .iter()
                 .filter(|t| {
                     let status = cluster.task(**t).status;
-                    is_alive(status) && status != TaskStatus::Gated
+                    is_alive(status) && status != TaskStatus::Gated && refused_for(cluster, **t).is_none()
                 })
                 .count();
             u32::try_from(usable).unwrap_or(u32::MAX) >= n.min
@@ -547,6 +575,16 @@ impl Gang {
             .filter(|t| cluster.task(*t).status.is_allocated())
             .collect()
     }
+}
+
+/// The problem of a waiting pod that can never be placed as it is (bad annotation, resources that cannot
+/// be counted, resource claims): it counts as missing from its gang, which so waits whole instead of
+/// starting without it.
+fn refused_for(cluster: &Cluster, t: TaskId) -> Option<&str> {
+    let task = cluster.task(t);
+    task.problem
+        .as_deref()
+        .filter(|_| task.status == TaskStatus::Pending)
 }
 
 /// KAI's *alive* pods: waiting, gated or placed; not being deleted and not finished.

@@ -113,18 +113,21 @@ impl Resources {
         r
     }
 
-    /// True when every slot of `self` is at most the same slot of `capacity`.
+    /// True when every slot `self` needs is at most the same slot of `capacity`. A slot not needed
+    /// (zero) always fits, even where `capacity` is negative (a node whose allocatable shrank below
+    /// what its pods use): as in kube-scheduler, a pod is never refused for a resource it does not ask
+    /// for.
     #[must_use]
     pub fn fits_in(&self, capacity: &Self) -> bool {
         self.0
             .iter()
             .zip(capacity.0.iter())
-            .all(|(need, have)| need <= have)
+            .all(|(need, have)| *need <= 0 || need <= have)
     }
 
-    /// Slots where `self` exceeds `capacity`.
+    /// Slots where `self` needs more than `capacity` (see [`Self::fits_in`]).
     pub fn shortfalls<'a>(&'a self, capacity: &'a Self) -> impl Iterator<Item = usize> + 'a {
-        (0..MAX_RESOURCES).filter(move |&i| self.0[i] > capacity.0[i])
+        (0..MAX_RESOURCES).filter(move |&i| self.0[i] > 0 && self.0[i] > capacity.0[i])
     }
 
     /// True when every slot is zero.
@@ -228,14 +231,26 @@ impl ResourceNames {
         self.names.is_empty()
     }
 
-    /// Human form of one slot's amount: `2`, `1.5` GPUs, `500m` CPU, `8Gi` memory.
+    /// Human form of one slot's amount: `2`, `1.5` GPUs, `500m` CPU, `8Gi` memory, ephemeral storage or
+    /// hugepages.
     #[must_use]
     pub fn format_amount(&self, slot: usize, amount: i64) -> String {
         match slot {
             CPU => api::quantity::format_milli(amount),
             GPU => format_decimal_milli(amount),
             MEMORY => format_bytes(amount),
+            _ if counts_bytes(self.name(slot)) => format_bytes(amount),
             _ => amount.to_string(),
+        }
+    }
+
+    /// An amount and what of: `8 nvidia.com/gpu`, `10Gi ephemeral-storage`, `2 pod slots`.
+    #[must_use]
+    pub fn amount_of(&self, slot: usize, amount: i64) -> String {
+        match slot {
+            PODS if amount == 1 => "1 pod slot".to_owned(),
+            PODS => format!("{amount} pod slots"),
+            _ => format!("{} {}", self.format_amount(slot, amount), self.name(slot)),
         }
     }
 
@@ -253,6 +268,11 @@ impl ResourceNames {
             parts.join(", ")
         }
     }
+}
+
+/// Whether a resource other than memory is counted in bytes.
+fn counts_bytes(name: &str) -> bool {
+    name == "ephemeral-storage" || name.starts_with("hugepages-")
 }
 
 /// Milli-units as a decimal number: 500 → `0.5`, 2000 → `2`, 1250 → `1.25`.
@@ -311,6 +331,20 @@ mod tests {
     }
 
     #[test]
+    fn a_resource_not_asked_for_never_blocks() {
+        // The node's GPUs were taken away while pods still use them: its free GPU count is negative.
+        let free = Resources::new(4000, 16 << 30, -2000).with(PODS, 10);
+        let cpu_only = Resources::new(500, 1 << 30, 0).with(PODS, 1);
+        assert!(cpu_only.fits_in(&free));
+        assert_eq!(cpu_only.shortfalls(&free).count(), 0);
+        let gpu = Resources::new(500, 1 << 30, 1000).with(PODS, 1);
+        assert!(!gpu.fits_in(&free));
+        assert_eq!(gpu.shortfalls(&free).collect::<Vec<_>>(), vec![GPU]);
+        // Room for no more pods: every pod needs a slot.
+        assert!(!cpu_only.fits_in(&free.with(PODS, 0)));
+    }
+
+    #[test]
     fn names_intern_and_format() {
         let mut names = ResourceNames::default();
         assert_eq!(names.slot("cpu"), Some(CPU));
@@ -326,5 +360,24 @@ mod tests {
         assert_eq!(names.format(&r), "cpu 1500m, memory 8Gi, nvidia.com/gpu 0.5");
         assert_eq!(format_decimal_milli(1250), "1.25");
         assert_eq!(format_decimal_milli(-2000), "-2");
+    }
+
+    #[test]
+    fn byte_resources_are_formatted_in_bytes() {
+        let mut names = ResourceNames::default();
+        let storage = names.slot("ephemeral-storage").unwrap();
+        let hugepages = names.slot("hugepages-2Mi").unwrap();
+        let fpga = names.slot("example.com/fpga").unwrap();
+        let r = Resources::ZERO
+            .with(storage, 10 << 30)
+            .with(hugepages, 4 << 20)
+            .with(fpga, 2);
+        assert_eq!(
+            names.format(&r),
+            "ephemeral-storage 10Gi, hugepages-2Mi 4Mi, example.com/fpga 2"
+        );
+        assert_eq!(names.amount_of(storage, 10 << 30), "10Gi ephemeral-storage");
+        assert_eq!(names.amount_of(PODS, 1), "1 pod slot");
+        assert_eq!(names.amount_of(PODS, 2), "2 pod slots");
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use api::keys;
 use api::quantity;
-use k8s_openapi::api::core::v1::{Container, Node, NodeSelectorRequirement, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, NodeSelectorRequirement, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -78,6 +78,9 @@ fn group_key_of(pod: &Pod, namespace: &Arc<str>) -> (Option<GroupKey>, Option<St
     (kai.or(seed).map(|n| key(GroupKind::Kai, n)), problem)
 }
 
+/// Adds each positive quantity of `list` (minus the names in `skip`) to `total`. A zero quantity is not
+/// counted and takes no slot, as kube-scheduler skips zero requests; one the model cannot count (not a
+/// quantity, negative, or a resource past the last slot) becomes a problem.
 fn add_quantities(
     names: &mut ResourceNames,
     total: &mut Resources,
@@ -89,21 +92,32 @@ fn add_quantities(
         if skip.contains(name) {
             continue;
         }
+        let v = match amount_of(name, &q.0) {
+            Ok(0) => continue,
+            Ok(v) if v > 0 => v,
+            Ok(_) => {
+                problems.push(format!("negative quantity for {name}: {}", q.0));
+                continue;
+            }
+            Err(e) => {
+                problems.push(format!("resource {name}: {e}"));
+                continue;
+            }
+        };
         let Some(slot) = names.slot(name) else {
-            problems.push(format!("too many distinct resource kinds; cannot track {name}"));
+            problems.push(format!(
+                "too many distinct resource kinds (at most {}); cannot track {name}",
+                MAX_RESOURCES
+            ));
             continue;
         };
-        match amount_in(slot, &q.0) {
-            Ok(v) if v >= 0 => match total.0[slot].checked_add(v) {
-                Some(sum) => total.0[slot] = sum,
-                None => {
-                    // Counted as unbounded, so a pod already bound fills its node rather than freeing it.
-                    total.0[slot] = i64::MAX;
-                    problems.push(overflow(name));
-                }
-            },
-            Ok(_) => problems.push(format!("negative request for {name}: {}", q.0)),
-            Err(e) => problems.push(format!("resource {name}: {e}")),
+        match total.0[slot].checked_add(v) {
+            Some(sum) => total.0[slot] = sum,
+            None => {
+                // Counted as unbounded, so a pod already bound fills its node rather than freeing it.
+                total.0[slot] = i64::MAX;
+                problems.push(overflow(name));
+            }
         }
     }
 }
@@ -121,8 +135,30 @@ fn amount_in(slot: usize, quantity: &str) -> Result<i64, quantity::QuantityError
     }
 }
 
+/// A quantity of a named resource in the unit the model counts it in (see [`amount_in`]).
+fn amount_of(resource: &str, quantity: &str) -> Result<i64, quantity::QuantityError> {
+    if resource == "cpu" || resource == keys::GPU_RESOURCE {
+        quantity::milli_value(quantity)
+    } else {
+        quantity::value(quantity)
+    }
+}
+
+/// `a + b` slot by slot. A slot past what an `i64` counts saturates and becomes a problem (which refuses
+/// the pod; saturated, it counts as unbounded, never as a wrapped negative that would fit anywhere).
+fn checked_sum(names: &ResourceNames, a: &Resources, b: &Resources, problems: &mut Vec<String>) -> Resources {
+    let mut sum = *a;
+    for slot in 0..MAX_RESOURCES {
+        sum.0[slot] = a.0[slot].checked_add(b.0[slot]).unwrap_or_else(|| {
+            problems.push(overflow(names.name(slot)));
+            i64::MAX
+        });
+    }
+    sum
+}
+
 /// A container's effective request: requests, with limits standing in where a request is missing (as
-/// Kubernetes defaults them).
+/// the API server defaults them when it admits the pod, so this matters only for objects it did not).
 fn container_request(names: &mut ResourceNames, c: &Container, problems: &mut Vec<String>) -> Resources {
     let mut r = Resources::ZERO;
     let res = c.resources.as_ref();
@@ -134,6 +170,198 @@ fn container_request(names: &mut ResourceNames, c: &Container, problems: &mut Ve
     r
 }
 
+/// Whether an init container is a sidecar (a restartable init container: `restartPolicy: Always`).
+fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Which requests of a container are read: what its spec asks for, or, while the kubelet resizes a running
+/// pod in place (Kubernetes 1.27+), what it has allocated or actually applied (its container status).
+#[derive(Clone, Copy)]
+enum View {
+    Spec,
+    Allocated,
+    Actuated,
+}
+
+/// A container's request in one [`View`]. A status that does not say falls back to the next source
+/// (applied, then allocated, then the spec), except that the spec of a resize the kubelet found
+/// infeasible counts for nothing (kube-scheduler's `PodRequests` with status resources).
+fn container_view(
+    names: &mut ResourceNames,
+    c: &Container,
+    status: Option<&PodStatus>,
+    view: View,
+    problems: &mut Vec<String>,
+) -> Resources {
+    let container_status = status.and_then(|s| {
+        s.container_statuses
+            .iter()
+            .flatten()
+            .chain(s.init_container_statuses.iter().flatten())
+            .find(|cs| cs.name == c.name)
+    });
+    let allocated = container_status.and_then(|cs| cs.allocated_resources.as_ref());
+    let applied = container_status
+        .and_then(|cs| cs.resources.as_ref())
+        .and_then(|r| r.requests.as_ref());
+    let from_status = match view {
+        View::Spec => return container_request(names, c, problems),
+        View::Allocated => allocated,
+        View::Actuated => applied.or(allocated),
+    };
+    let mut r = Resources::ZERO;
+    if let Some(list) = from_status {
+        add_quantities(names, &mut r, Some(list), &HashSet::new(), problems);
+    } else if !resize_infeasible(status) {
+        r = container_request(names, c, problems);
+    }
+    r
+}
+
+/// Whether the kubelet declared the pod's pending resize infeasible (`PodResizePending` with reason
+/// `Infeasible`, Kubernetes 1.33+).
+fn resize_infeasible(status: Option<&PodStatus>) -> bool {
+    status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodResizePending")
+        .is_some_and(|c| c.reason.as_deref() == Some("Infeasible"))
+}
+
+/// What the containers need at the busiest moment of the pod's life (kube-scheduler's and the kubelet's
+/// rule, KEP 753), in one [`View`]: the larger of
+/// - the running phase: every app container plus every sidecar, all running together;
+/// - each init step: an init container runs next to the sidecars started before it (a sidecar's own step
+///   is the sidecars so far, itself included).
+fn containers_view(
+    names: &mut ResourceNames,
+    spec: &PodSpec,
+    status: Option<&PodStatus>,
+    view: View,
+    problems: &mut Vec<String>,
+) -> Resources {
+    let mut running = Resources::ZERO;
+    for c in &spec.containers {
+        let own = container_view(names, c, status, view, problems);
+        running = checked_sum(names, &running, &own, problems);
+    }
+    let mut sidecars = Resources::ZERO;
+    let mut init_peak = Resources::ZERO;
+    for c in spec.init_containers.iter().flatten() {
+        let own = container_view(names, c, status, view, problems);
+        let step = if is_sidecar(c) {
+            running = checked_sum(names, &running, &own, problems);
+            sidecars = checked_sum(names, &sidecars, &own, problems);
+            sidecars
+        } else {
+            checked_sum(names, &own, &sidecars, problems)
+        };
+        init_peak = init_peak.max(&step);
+    }
+    running.max(&init_peak)
+}
+
+/// The containers' request: their spec, or for a pod the kubelet reports container statuses of, the
+/// largest of what the spec asks, what the kubelet allocated and what it applied (a pod being resized in
+/// place holds whichever is larger until the resize is done); the spec is left out while the kubelet
+/// calls the resize infeasible.
+fn containers_request(
+    names: &mut ResourceNames,
+    spec: &PodSpec,
+    status: Option<&PodStatus>,
+    problems: &mut Vec<String>,
+) -> Resources {
+    let reported = status.is_some_and(|s| {
+        s.container_statuses.as_ref().is_some_and(|c| !c.is_empty())
+            || s.init_container_statuses.as_ref().is_some_and(|c| !c.is_empty())
+    });
+    if !reported {
+        return containers_view(names, spec, status, View::Spec, problems);
+    }
+    let allocated = containers_view(names, spec, status, View::Allocated, problems);
+    let actuated = containers_view(names, spec, status, View::Actuated, problems);
+    let held = allocated.max(&actuated);
+    if resize_infeasible(status) {
+        held
+    } else {
+        held.max(&containers_view(names, spec, status, View::Spec, problems))
+    }
+}
+
+/// Resources a pod-level request (`spec.resources`, Kubernetes 1.32+) may set: CPU, memory, hugepages.
+fn pod_level_resource(name: &str) -> bool {
+    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
+}
+
+/// A pod's request on its node, as kube-scheduler's `NodeResourcesFit` counts it: the containers'
+/// busiest moment ([`containers_request`]), replaced by the pod-level request for each resource that
+/// names one, plus the RuntimeClass overhead (`spec.overhead`). The pod slot is not in it.
+fn pod_request(
+    names: &mut ResourceNames,
+    spec: &PodSpec,
+    status: Option<&PodStatus>,
+    problems: &mut Vec<String>,
+) -> Resources {
+    let mut request = containers_request(names, spec, status, problems);
+    let pod_level: BTreeMap<String, Quantity> = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|(name, _)| pod_level_resource(name))
+        .map(|(name, q)| (name.clone(), q.clone()))
+        .collect();
+    if !pod_level.is_empty() {
+        let mut level = Resources::ZERO;
+        add_quantities(names, &mut level, Some(&pod_level), &HashSet::new(), problems);
+        for name in pod_level.keys() {
+            if let Some(slot) = names.get(name) {
+                request.0[slot] = level.0[slot];
+            }
+        }
+    }
+    let mut overhead = Resources::ZERO;
+    add_quantities(
+        names,
+        &mut overhead,
+        spec.overhead.as_ref(),
+        &HashSet::new(),
+        problems,
+    );
+    checked_sum(names, &request, &overhead, problems)
+}
+
+/// Dynamic resource allocation is not implemented: a pod naming resource claims (`spec.resourceClaims`,
+/// or a container's `resources.claims`) is refused rather than bound without its devices.
+fn resource_claims_problem(spec: &PodSpec) -> Option<String> {
+    let mut claims: Vec<&str> = spec
+        .resource_claims
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for c in containers {
+        let named = c.resources.as_ref().and_then(|r| r.claims.as_ref());
+        claims.extend(named.into_iter().flatten().map(|c| c.name.as_str()));
+    }
+    claims.sort_unstable();
+    claims.dedup();
+    (!claims.is_empty()).then(|| {
+        format!(
+            "the pod uses dynamic resource allocation (resource claims {}), which this scheduler does not \
+             support; remove the claims or use a scheduler with DRA",
+            claims.join(", ")
+        )
+    })
+}
+
 /// What the scheduler reads from a pod.
 #[must_use]
 pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpdate {
@@ -143,32 +371,11 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
     let mut problems = Vec::new();
     let (group_key, conflict) = group_key_of(pod, &namespace);
     problems.extend(conflict);
-    // Requests: sum of containers, at least the largest init container, plus overhead.
-    let mut request = Resources::ZERO;
-    let mut init_max = Resources::ZERO;
-    if let Some(spec) = spec {
-        for c in &spec.containers {
-            let container = container_request(names, c, &mut problems);
-            for slot in 0..MAX_RESOURCES {
-                if request.0[slot].checked_add(container.0[slot]).is_none() {
-                    problems.push(overflow(names.name(slot)));
-                }
-            }
-            // Saturated where it overflowed: the problem refuses the pod, which counts as unbounded.
-            request.add(&container);
-        }
-        for c in spec.init_containers.iter().flatten() {
-            init_max = init_max.max(&container_request(names, c, &mut problems));
-        }
-        request = request.max(&init_max);
-        add_quantities(
-            names,
-            &mut request,
-            spec.overhead.as_ref(),
-            &HashSet::new(),
-            &mut problems,
-        );
-    }
+    // Requests as kube-scheduler counts them; the pod also takes one of its node's pod slots.
+    let mut request = spec.map_or(Resources::ZERO, |s| {
+        pod_request(names, s, pod.status.as_ref(), &mut problems)
+    });
+    problems.extend(spec.and_then(resource_claims_problem));
     request.0[PODS] = 1;
     // GPUs: whole devices from the resource, fractions and memory from annotations.
     let ann = meta.annotations.as_ref();
@@ -434,17 +641,25 @@ pub fn foreign_pod_holds_node(update: &PodUpdate) -> bool {
 /// What the scheduler reads from a node.
 #[must_use]
 pub fn node(names: &mut ResourceNames, node: &Node) -> NodeUpdate {
+    node_with_faults(names, node).0
+}
+
+/// [`node`], and what of its allocatable the model cannot count (a value that is not a quantity, or a
+/// resource past the last slot). Such a resource counts as absent: no pod asking for it goes there, and
+/// a pod asking for a resource past the last slot is refused with that reason anyway.
+#[must_use]
+pub fn node_with_faults(names: &mut ResourceNames, node: &Node) -> (NodeUpdate, Vec<String>) {
     let meta = &node.metadata;
     let spec = node.spec.as_ref();
     let status = node.status.as_ref();
     let mut allocatable = Resources::ZERO;
-    let mut ignored = Vec::new();
+    let mut faults = Vec::new();
     add_quantities(
         names,
         &mut allocatable,
         status.and_then(|s| s.allocatable.as_ref()),
         &HashSet::new(),
-        &mut ignored,
+        &mut faults,
     );
     // Whole devices only.
     allocatable.0[GPU] = allocatable.0[GPU] / 1000 * 1000;
@@ -473,7 +688,7 @@ pub fn node(names: &mut ResourceNames, node: &Node) -> NodeUpdate {
             let mib = if v > 1 << 20 { v >> 20 } else { v };
             u32::try_from(mib).unwrap_or(u32::MAX)
         });
-    NodeUpdate {
+    let update = NodeUpdate {
         name: meta.name.as_deref().unwrap_or_default().into(),
         labels,
         taints,
@@ -481,7 +696,8 @@ pub fn node(names: &mut ResourceNames, node: &Node) -> NodeUpdate {
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         allocatable,
         gpu_memory_mib,
-    }
+    };
+    (update, faults)
 }
 
 fn annotation_time(
@@ -785,6 +1001,259 @@ spec:
         // Counted as unbounded: never negative, so it never "fits" where it does not.
         assert_eq!(u.request.memory(), i64::MAX);
         assert_eq!(u.request.cpu(), i64::MAX);
+    }
+
+    /// The pod's request and problem for a pod spec given as YAML flow-mapping entries.
+    fn request_of(names: &mut ResourceNames, spec: &str) -> (Resources, Option<String>) {
+        let p = pod_yaml(&format!(
+            "metadata: {{name: p, uid: u, annotations: {{pod-group-name: g}}}}\nspec: {{{spec}}}"
+        ));
+        let u = pod(names, &p, "kai-scheduler");
+        (u.request, u.problem.map(|p| p.to_string()))
+    }
+
+    /// The vector with these (resource, amount) entries and the pod's own slot.
+    fn expected(names: &mut ResourceNames, amounts: &[(&str, i64)]) -> Resources {
+        let mut r = Resources::ZERO.with(PODS, 1);
+        for (name, v) in amounts {
+            r.0[names.slot(name).expect("a free slot")] = *v;
+        }
+        r
+    }
+
+    const GI: i64 = 1 << 30;
+    const MI: i64 = 1 << 20;
+
+    /// A request case: what it shows, the pod spec, and the expected (resource, amount) entries.
+    type Case = (&'static str, &'static str, &'static [(&'static str, i64)]);
+
+    #[test]
+    fn pod_request_follows_kube_scheduler() {
+        // (case, spec, expected request): CPU in millicores, bytes otherwise.
+        let cases: &[Case] = &[
+            (
+                "app containers add up",
+                "containers: [{name: a, resources: {requests: {cpu: 1, memory: 1Gi}}}, {name: b, resources: {requests: {cpu: 500m, memory: 2Gi}}}]",
+                &[("cpu", 1500), ("memory", 3 * GI)],
+            ),
+            (
+                "the largest init container wins, per resource",
+                "initContainers: [{name: i1, resources: {requests: {cpu: 4, memory: 1Gi}}}, {name: i2, resources: {requests: {cpu: 2, memory: 6Gi}}}], containers: [{name: a, resources: {requests: {cpu: 1, memory: 4Gi}}}]",
+                &[("cpu", 4000), ("memory", 6 * GI)],
+            ),
+            (
+                "a missing request is the limit; an explicit zero request stays zero",
+                "containers: [{name: a, resources: {limits: {cpu: 2, memory: 1Gi}}}, {name: b, resources: {requests: {cpu: 0}, limits: {cpu: 3}}}, {name: c, resources: {requests: {cpu: 100m}, limits: {cpu: 8}}}]",
+                &[("cpu", 2100), ("memory", GI)],
+            ),
+            (
+                "a sidecar runs with the app containers",
+                "initContainers: [{name: s, restartPolicy: Always, resources: {requests: {cpu: 1}}}], containers: [{name: a, resources: {requests: {cpu: 2}}}]",
+                &[("cpu", 3000)],
+            ),
+            (
+                "an init container after a sidecar runs next to it",
+                "initContainers: [{name: s, restartPolicy: Always, resources: {requests: {cpu: 1}}}, {name: i, resources: {requests: {cpu: 3}}}], containers: [{name: a, resources: {requests: {cpu: 1}}}]",
+                &[("cpu", 4000)],
+            ),
+            (
+                "an init container before a sidecar runs alone",
+                "initContainers: [{name: i, resources: {requests: {cpu: 3}}}, {name: s, restartPolicy: Always, resources: {requests: {cpu: 1}}}], containers: [{name: a, resources: {requests: {cpu: 1}}}]",
+                &[("cpu", 3000)],
+            ),
+            (
+                "the running phase can outweigh every init step",
+                "initContainers: [{name: i, resources: {requests: {cpu: 2}}}, {name: s, restartPolicy: Always, resources: {requests: {cpu: 1}}}], containers: [{name: a, resources: {requests: {cpu: 2}}}]",
+                &[("cpu", 3000)],
+            ),
+            (
+                "sidecars accumulate: each init step sees those started before it",
+                "initContainers: [{name: s1, restartPolicy: Always, resources: {requests: {cpu: 1, memory: 1Gi}}}, {name: i1, resources: {requests: {cpu: 5, memory: 1Gi}}}, {name: s2, restartPolicy: Always, resources: {requests: {cpu: 2, memory: 1Gi}}}, {name: i2, resources: {requests: {cpu: 1, memory: 8Gi}}}], containers: [{name: a, resources: {requests: {cpu: 1, memory: 1Gi}}}]",
+                // cpu: steps 1, 5+1, 1+2, 1+3 and running 1+1+2 -> 6; memory: steps 1, 2, 2, 8+2, running 3 -> 10.
+                &[("cpu", 6000), ("memory", 10 * GI)],
+            ),
+            (
+                "restartPolicy other than Always is a plain init container",
+                "initContainers: [{name: i, restartPolicy: Never, resources: {requests: {cpu: 1}}}], containers: [{name: a, resources: {requests: {cpu: 2}}}]",
+                &[("cpu", 2000)],
+            ),
+            (
+                "overhead is added to the sum",
+                "overhead: {cpu: 250m, memory: 120Mi}, containers: [{name: a, resources: {requests: {cpu: 1, memory: 1Gi}}}]",
+                &[("cpu", 1250), ("memory", GI + 120 * MI)],
+            ),
+            (
+                "overhead is added after the init maximum",
+                "overhead: {cpu: 250m}, initContainers: [{name: i, resources: {requests: {cpu: 4}}}], containers: [{name: a, resources: {requests: {cpu: 1}}}]",
+                &[("cpu", 4250)],
+            ),
+            (
+                "pod-level requests replace the containers' sum for what they name, overhead on top",
+                "resources: {requests: {cpu: 4, example.com/ignored: 9}}, overhead: {cpu: 100m}, containers: [{name: a, resources: {requests: {cpu: 1, memory: 1Gi}}}, {name: b, resources: {requests: {cpu: 1, memory: 1Gi}}}]",
+                &[("cpu", 4100), ("memory", 2 * GI)],
+            ),
+            (
+                "extended resources, hugepages and ephemeral storage are counted like the rest",
+                "initContainers: [{name: i, resources: {requests: {ephemeral-storage: 10Gi}}}], containers: [{name: a, resources: {requests: {example.com/fpga: 1, ephemeral-storage: 1Gi, hugepages-2Mi: 4Mi}, limits: {hugepages-2Mi: 4Mi}}}, {name: b, resources: {limits: {example.com/fpga: 2, hugepages-1Gi: 1Gi}}}]",
+                &[
+                    ("example.com/fpga", 3),
+                    ("ephemeral-storage", 10 * GI),
+                    ("hugepages-2Mi", 4 * MI),
+                    ("hugepages-1Gi", GI),
+                ],
+            ),
+            (
+                "zero requests count for nothing",
+                "containers: [{name: a, resources: {requests: {cpu: 1, nvidia.com/gpu: 0, example.com/zero: 0}}}]",
+                &[("cpu", 1000)],
+            ),
+        ];
+        for (case, spec, amounts) in cases {
+            let mut names = ResourceNames::default();
+            let (request, problem) = request_of(&mut names, spec);
+            assert_eq!(problem, None, "{case}");
+            assert_eq!(request, expected(&mut names, amounts), "{case}");
+        }
+    }
+
+    #[test]
+    fn a_pod_resized_in_place_holds_the_larger_of_its_spec_and_what_the_kubelet_allocated() {
+        // (case, pod status, expected CPU millicores) for a bound pod whose spec now asks 1 CPU for `a`
+        // and 1 for the sidecar `s`.
+        let cases = [
+            ("no container statuses: the spec", "{phase: Pending}", 2000),
+            (
+                "statuses without resources (before 1.27): the spec",
+                "{phase: Running, containerStatuses: [{name: a, ready: true, restartCount: 0, image: x, imageID: x}]}",
+                2000,
+            ),
+            (
+                "shrinking: the kubelet still holds 3 CPUs for a",
+                "{phase: Running, containerStatuses: [{name: a, ready: true, restartCount: 0, image: x, imageID: x, allocatedResources: {cpu: 3}, resources: {requests: {cpu: 3}}}]}",
+                4000,
+            ),
+            (
+                "allocated but not yet applied: the larger counts",
+                "{phase: Running, containerStatuses: [{name: a, ready: true, restartCount: 0, image: x, imageID: x, allocatedResources: {cpu: 500m}, resources: {requests: {cpu: 2}}}]}",
+                3000,
+            ),
+            (
+                "the sidecar's status is an init container status",
+                "{phase: Running, initContainerStatuses: [{name: s, ready: true, restartCount: 0, image: x, imageID: x, allocatedResources: {cpu: 2}}]}",
+                3000,
+            ),
+            (
+                "growing beyond what the node has (infeasible): the spec does not count",
+                "{phase: Running, conditions: [{type: PodResizePending, status: \"True\", reason: Infeasible}], containerStatuses: [{name: a, ready: true, restartCount: 0, image: x, imageID: x, allocatedResources: {cpu: 500m}}]}",
+                // a: 500m allocated; s: no status and an infeasible resize, so nothing.
+                500,
+            ),
+        ];
+        for (case, status, cpu) in cases {
+            let mut names = ResourceNames::default();
+            let p = pod_yaml(&format!(
+                "metadata: {{name: p, uid: u}}\nspec: {{nodeName: n, initContainers: [{{name: s, restartPolicy: Always, resources: {{requests: {{cpu: 1}}}}}}], containers: [{{name: a, resources: {{requests: {{cpu: 1}}}}}}]}}\nstatus: {status}"
+            ));
+            let u = pod(&mut names, &p, "kai-scheduler");
+            assert_eq!((u.request.cpu(), u.problem), (cpu, None), "{case}");
+        }
+    }
+
+    #[test]
+    fn a_zero_request_takes_no_slot() {
+        let mut names = ResourceNames::default();
+        let (_, problem) = request_of(
+            &mut names,
+            "containers: [{name: a, resources: {requests: {example.com/zero: 0}, limits: {example.com/zero: 0}}}]",
+        );
+        assert_eq!(problem, None);
+        assert_eq!(names.get("example.com/zero"), None);
+    }
+
+    #[test]
+    fn resources_past_the_last_slot_refuse_the_pod_and_are_ignored_on_nodes() {
+        let mut names = ResourceNames::default();
+        let free = MAX_RESOURCES - names.len();
+        // A node with more kinds than slots: the first ones are counted, the rest reported and absent.
+        let allocatable: Vec<String> = (0..free + 2)
+            .map(|i| format!("example.com/r{i:02}: \"1\""))
+            .collect();
+        let n: Node = serde_yaml::from_str(&format!(
+            "metadata: {{name: n}}\nstatus: {{allocatable: {{cpu: \"4\", {}}}}}",
+            allocatable.join(", ")
+        ))
+        .unwrap();
+        let (update, faults) = node_with_faults(&mut names, &n);
+        assert_eq!(update.allocatable.cpu(), 4000);
+        assert_eq!(names.len(), MAX_RESOURCES);
+        assert_eq!(faults.len(), 2, "{faults:?}");
+        assert!(faults[0].contains("cannot track example.com/r"), "{faults:?}");
+        // A pod asking for one that could not be tracked is refused and says why; a tracked one is fine.
+        let last = format!("example.com/r{:02}", free + 1);
+        let (_, problem) = request_of(
+            &mut names,
+            &format!("containers: [{{name: a, resources: {{requests: {{{last}: 1}}}}}}]"),
+        );
+        assert_eq!(
+            problem.as_deref(),
+            Some(
+                format!("too many distinct resource kinds (at most {MAX_RESOURCES}); cannot track {last}")
+                    .as_str()
+            )
+        );
+        let (request, problem) = request_of(
+            &mut names,
+            "containers: [{name: a, resources: {requests: {example.com/r00: 1}}}]",
+        );
+        let slot = names.get("example.com/r00").expect("tracked");
+        assert_eq!((request.0[slot], problem), (1, None));
+    }
+
+    #[test]
+    fn sidecar_and_overhead_sums_past_what_can_be_counted_are_problems() {
+        let mut names = ResourceNames::default();
+        for spec in [
+            "initContainers: [{name: s, restartPolicy: Always, resources: {requests: {memory: 5Ei}}}], containers: [{name: a, resources: {requests: {memory: 5Ei}}}]",
+            "initContainers: [{name: s, restartPolicy: Always, resources: {requests: {memory: 5Ei}}}, {name: i, resources: {requests: {memory: 5Ei}}}], containers: [{name: a}]",
+            "overhead: {memory: 5Ei}, containers: [{name: a, resources: {requests: {memory: 5Ei}}}]",
+            "overhead: {memory: 5Ei}, resources: {requests: {memory: 5Ei}}, containers: [{name: a}]",
+        ] {
+            let (request, problem) = request_of(&mut names, spec);
+            assert_eq!(
+                problem.as_deref(),
+                Some("the requests for memory add up to more than can be counted"),
+                "{spec}"
+            );
+            assert_eq!(request.memory(), i64::MAX, "{spec}");
+        }
+    }
+
+    #[test]
+    fn resource_claims_are_refused_with_a_reason() {
+        let mut names = ResourceNames::default();
+        for (spec, claims) in [
+            (
+                "resourceClaims: [{name: gpu, resourceClaimName: c}], containers: [{name: a, resources: {claims: [{name: gpu}]}}]",
+                "gpu",
+            ),
+            (
+                "containers: [{name: a, resources: {claims: [{name: x}]}}], initContainers: [{name: i, resources: {claims: [{name: y}]}}]",
+                "x, y",
+            ),
+        ] {
+            let (_, problem) = request_of(&mut names, spec);
+            assert_eq!(
+                problem.as_deref(),
+                Some(
+                    format!(
+                        "the pod uses dynamic resource allocation (resource claims {claims}), which this \
+                         scheduler does not support; remove the claims or use a scheduler with DRA"
+                    )
+                    .as_str()
+                ),
+                "{spec}"
+            );
+        }
     }
 
     #[test]

@@ -81,7 +81,14 @@ impl Ingest {
                     cluster.remove_node(&n.name_any());
                 }
                 Change::Apply(n) => {
-                    let u = convert::node(&mut cluster.names, &n);
+                    let (u, faults) = convert::node_with_faults(&mut cluster.names, &n);
+                    if !faults.is_empty() {
+                        tracing::warn!(
+                            node = %u.name,
+                            faults = %faults.join("; "),
+                            "allocatable that cannot be counted is treated as absent"
+                        );
+                    }
                     cluster.apply_node(u);
                 }
                 Change::Delete(n) => cluster.remove_node(&n.name_any()),

@@ -34,7 +34,7 @@ pub struct FitFailure {
     pub free_on_eligible: Resources,
     /// Nodes the pod may use.
     pub eligible_nodes: usize,
-    /// Of those, nodes with any of the scarcest resource free.
+    /// Of those, nodes with any of the scarcest resource ([`Self::scarce_slot`]) free.
     pub nodes_with_free: usize,
     /// Whether the gang's topology constraint narrowed the nodes.
     pub topology: Option<String>,
@@ -136,25 +136,30 @@ pub fn miss_text(miss: &NodeMiss, names: &ResourceNames) -> String {
     }
 }
 
+impl FitFailure {
+    /// The scarcest resource, the one the message names: the one most nodes lack, GPUs first on ties.
+    #[must_use]
+    pub fn scarce_slot(&self) -> Option<usize> {
+        self.misses
+            .iter()
+            .filter_map(|(m, n)| match m {
+                NodeMiss::Insufficient(slot) => Some((*n, usize::from(*slot == GPU), *slot)),
+                _ => None,
+            })
+            .max()
+            .map(|(_, _, slot)| slot)
+    }
+}
+
 fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
-    // The scarcest resource: the one most nodes lack, GPUs first on ties.
-    let scarce = f
-        .misses
-        .iter()
-        .filter_map(|(m, n)| match m {
-            NodeMiss::Insufficient(slot) => Some((*n, usize::from(*slot == GPU), *slot)),
-            _ => None,
-        })
-        .max()
-        .map(|(_, _, slot)| slot);
+    let scarce = f.scarce_slot();
     let mut text = String::new();
     if f.pods_needed > 1 {
         let needs = match scarce {
             Some(slot) => format!(
-                "{} pods need {} {}",
+                "{} pods need {}",
                 f.pods_needed,
-                names.format_amount(slot, f.request_total.0[slot]),
-                names.name(slot)
+                names.amount_of(slot, f.request_total.0[slot])
             ),
             None => format!("{} pods need {}", f.pods_needed, names.format(&f.request_total)),
         };
@@ -173,9 +178,8 @@ fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
         ));
     } else if let Some(slot) = scarce {
         text.push_str(&format!(
-            "pod needs {} {}, {} free on {} node{}. ",
-            names.format_amount(slot, f.pod_request.0[slot]),
-            names.name(slot),
+            "pod needs {}, {} free on {} node{}. ",
+            names.amount_of(slot, f.pod_request.0[slot]),
             names.format_amount(slot, f.free_on_eligible.0[slot]),
             f.nodes_with_free,
             if f.nodes_with_free == 1 { "" } else { "s" }

@@ -535,7 +535,12 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
         let print = fingerprint_str(m);
         for t in &group.tasks {
             let task = cluster.task(*t);
-            if task.status == TaskStatus::Pending && task.ours && task.condition_fingerprint != print {
+            // A pod with a problem of its own says so (`report_pods_without_gang`), not the gang's reason.
+            if task.status == TaskStatus::Pending
+                && task.ours
+                && task.problem.is_none()
+                && task.condition_fingerprint != print
+            {
                 pod_updates.push((*t, print));
                 decisions.pod_conditions.push(PodCondition {
                     uid: task.uid.clone(),
