@@ -2,7 +2,8 @@
 //! pool (its nodes, PodGroups and pods carry `kai.scheduler/node-pool=<namespace>`, so tests run side by
 //! side on one cluster), PodGroups, Jobs and Queues of that pool, and the reads tests assert on.
 //!
-//! Queues are cluster-scoped: name them with [`queue_name`] so parallel tests never share one.
+//! Queues are cluster-scoped: name them with [`queue_name`] so parallel tests never share one, and delete
+//! them with a [`QueuesCleanup`].
 
 use api::{PodGroup, keys};
 use k8s_openapi::api::core::v1::{Event, Pod, ServiceAccount};
@@ -13,6 +14,7 @@ use crate::component::Component;
 use crate::{FakeNodes, TestEnv};
 
 static BUILT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+static PODGROUPER_BUILT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 
 /// A test namespace, built binaries, and the scheduler serving the test's node pool.
 ///
@@ -23,6 +25,44 @@ pub async fn start(test: &str, extra_args: &[&str]) -> anyhow::Result<TestEnv> {
     let t = TestEnv::start(test).await?;
     start_scheduler(&t, "scheduler", extra_args)?;
     Ok(t)
+}
+
+/// A test namespace, built binaries, the scheduler serving the test's node pool and the podgrouper
+/// grouping the namespace's pods: workloads go in as users write them (Deployments, Jobs, bare pods) and
+/// get their PodGroups from the podgrouper, as in a cluster the chart installed.
+///
+/// # Errors
+/// When a build, the namespace or a process fails.
+pub async fn start_with_podgrouper(test: &str, extra_args: &[&str]) -> anyhow::Result<TestEnv> {
+    build().await?;
+    PODGROUPER_BUILT
+        .get_or_try_init(|| async {
+            tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await?
+        })
+        .await?;
+    let t = TestEnv::start(test).await?;
+    start_podgrouper(&t, "podgrouper")?;
+    start_scheduler(&t, "scheduler", extra_args)?;
+    Ok(t)
+}
+
+/// Starts a podgrouper process named `name` grouping the pods of the test's namespace, alone on it (no
+/// Lease: the binary elects a leader by default).
+///
+/// # Errors
+/// When the process cannot start.
+pub fn start_podgrouper(t: &TestEnv, name: &str) -> anyhow::Result<()> {
+    t.start_component(
+        name,
+        "kai-podgrouper",
+        [
+            "--namespace",
+            t.namespace(),
+            "--admin-address",
+            "127.0.0.1:0",
+            "--leader-elect=false",
+        ],
+    )
 }
 
 /// Builds the scheduler binary once per test process.
@@ -205,6 +245,50 @@ pub fn queue(name: &str, parent: Option<&str>, gpu: (i64, i64, i64)) -> Value {
         spec["parentQueue"] = json!(parent);
     }
     json!({ "apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": { "name": name }, "spec": spec })
+}
+
+/// Deletes the test's queues when dropped, pass or fail (best effort: a leftover queue only costs a
+/// name). Synchronous through the project's kubectl, as a drop may run while the runtime unwinds.
+#[derive(Debug)]
+pub struct QueuesCleanup {
+    kubectl: std::path::PathBuf,
+    kubeconfig: std::ffi::OsString,
+    names: Vec<String>,
+}
+
+impl QueuesCleanup {
+    /// Deletes `names` when dropped.
+    ///
+    /// # Errors
+    /// When the project's kubectl was not built.
+    pub fn new(t: &TestEnv, names: &[&str]) -> anyhow::Result<Self> {
+        Ok(Self {
+            kubectl: t.kubectl()?.path().to_owned(),
+            kubeconfig: t.kubeconfig_env(),
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+        })
+    }
+}
+
+impl Drop for QueuesCleanup {
+    fn drop(&mut self) {
+        let mut args = vec!["delete".to_owned(), "queues.scheduling.run.ai".to_owned()];
+        args.extend(self.names.iter().cloned());
+        args.extend(["--ignore-not-found".to_owned(), "--wait=false".to_owned()]);
+        let result = std::process::Command::new(&self.kubectl)
+            .args(&args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .output();
+        match result {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!(
+                "queues {:?} not deleted: {}",
+                self.names,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(err) => eprintln!("queues {:?} not deleted: {err}", self.names),
+        }
+    }
 }
 
 /// Waits until PodGroup `name` of the test's namespace reaches `phase`.

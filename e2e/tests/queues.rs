@@ -12,7 +12,8 @@ use anyhow::Context as _;
 use api::keys;
 use e2e::TestEnv;
 use e2e::workloads::{
-    apply, bound, condition, events_with_reason, job, pod_group, pods, pool_nodes, queue, queue_name, start,
+    QueuesCleanup, apply, bound, condition, events_with_reason, job, pod_group, pods, pool_nodes, queue,
+    queue_name, start,
 };
 use k8s_openapi::api::core::v1::Event;
 use kube::api::Api;
@@ -32,45 +33,6 @@ fn gpus(
     map: &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
 ) -> Option<String> {
     map.get(GPU).map(|q| q.0.clone())
-}
-
-/// Deletes the test's queues when dropped, pass or fail (best effort: a leftover queue only costs a
-/// name). Synchronous through the project's kubectl, as a drop may run while the runtime unwinds.
-struct QueuesCleanup {
-    kubectl: std::path::PathBuf,
-    kubeconfig: std::ffi::OsString,
-    names: Vec<String>,
-}
-
-impl QueuesCleanup {
-    fn new(t: &TestEnv, names: &[&str]) -> anyhow::Result<Self> {
-        Ok(Self {
-            kubectl: t.kubectl()?.path().to_owned(),
-            kubeconfig: t.kubeconfig_env(),
-            names: names.iter().map(|n| (*n).to_owned()).collect(),
-        })
-    }
-}
-
-impl Drop for QueuesCleanup {
-    fn drop(&mut self) {
-        let mut args = vec!["delete".to_owned(), "queues.scheduling.run.ai".to_owned()];
-        args.extend(self.names.iter().cloned());
-        args.extend(["--ignore-not-found".to_owned(), "--wait=false".to_owned()]);
-        let result = std::process::Command::new(&self.kubectl)
-            .args(&args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .output();
-        match result {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!(
-                "queues {:?} not deleted: {}",
-                self.names,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(err) => eprintln!("queues {:?} not deleted: {err}", self.names),
-        }
-    }
 }
 
 /// A PodGroup of the test's pool in `queue`, with a priority class when given.
