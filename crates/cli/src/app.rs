@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -343,7 +343,7 @@ async fn fetch(client: &Client) -> anyhow::Result<Snapshot> {
     }
     let volcano = served("scheduling.volcano.sh", "v1beta1", "podgroups").await?;
     let topology = served("kai.scheduler", "v1alpha1", "topologies").await?;
-    let (nodes, pods, pod_groups, queues, priority_classes) = tokio::try_join!(
+    let (nodes, pods, pod_groups, queues, priority_classes, namespaces) = tokio::try_join!(
         list(Api::<Node>::all(client.clone()), "nodes"),
         list(Api::<Pod>::all(client.clone()), "pods"),
         list(
@@ -352,6 +352,7 @@ async fn fetch(client: &Client) -> anyhow::Result<Snapshot> {
         ),
         list(Api::<api::Queue>::all(client.clone()), "queues.scheduling.run.ai"),
         list(Api::<PriorityClass>::all(client.clone()), "priorityclasses"),
+        list(Api::<Namespace>::all(client.clone()), "namespaces"),
     )?;
     let volcano_pod_groups = if volcano {
         list(
@@ -379,6 +380,7 @@ async fn fetch(client: &Client) -> anyhow::Result<Snapshot> {
         queues,
         priority_classes,
         topologies,
+        namespaces,
     })
 }
 
@@ -500,6 +502,7 @@ mod fetch_tests {
             "/apis/scheduling.run.ai/v2alpha2/podgroups" => list("PodGroup", vec![], ""),
             "/apis/scheduling.run.ai/v2/queues" => list("Queue", vec![], ""),
             "/apis/scheduling.k8s.io/v1/priorityclasses" => list("PriorityClass", vec![], ""),
+            "/api/v1/namespaces" => list("Namespace", vec![], ""),
             _ => not_found(),
         }
     }

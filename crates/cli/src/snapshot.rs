@@ -6,7 +6,7 @@
 //!
 //! Must not: do I/O (the `app` module lists the objects) or interpret the model (the reports do).
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use scheduler::cache::ingest::{Ingest, Partition};
 use scheduler::cache::watch::{Change, Event};
@@ -43,6 +43,8 @@ pub struct Snapshot {
     pub priority_classes: Vec<PriorityClass>,
     /// Topologies (empty where the API is not served).
     pub topologies: Vec<api::Topology>,
+    /// Namespaces (their labels, for pod affinity terms with a namespace selector).
+    pub namespaces: Vec<Namespace>,
 }
 
 /// What the model needs to know that is not in the objects: the scheduler's settings.
@@ -144,6 +146,7 @@ impl Snapshot {
                 self.priority_classes.push(parse(value, "PriorityClass", index)?);
             }
             ("kai.scheduler", "Topology") => self.topologies.push(parse(value, "Topology", index)?),
+            ("", "Namespace") => self.namespaces.push(parse(value, "Namespace", index)?),
             ("", "") => return Err(bad("missing apiVersion and kind".to_owned())),
             _ => {}
         }
@@ -168,6 +171,9 @@ impl Snapshot {
         }
         for q in &self.queues {
             ingest.apply(&mut cluster, Event::Queue(Change::Apply(q.clone())));
+        }
+        for ns in &self.namespaces {
+            ingest.apply(&mut cluster, Event::Namespace(Change::Apply(ns.clone())));
         }
         for n in &self.nodes {
             ingest.apply(&mut cluster, Event::Node(Box::new(Change::Apply(n.clone()))));
