@@ -38,11 +38,12 @@ pub struct ProbeResult {
     pub id: String,
     /// Its world.
     pub world: usize,
-    /// The rules the probe carries.
+    /// The rules in play for the probe ([`super::Probe::carries`]).
     pub carries: BTreeSet<Rule>,
     /// The pod as given to kube-scheduler.
     pub pod: Value,
-    /// The checker on the state kube-scheduler saw (every bound pod but the probe).
+    /// The checker on the state kube-scheduler saw (every bound pod but the probe), for the nodes of the
+    /// probe's world (the others fail its world selector).
     pub verdict: Verdict,
     /// Whether the checker gives the same feasible nodes on the state this scheduler saw (it must: the
     /// pre-bound pods are the same; `false` means the test did not give both the same state).
@@ -155,7 +156,7 @@ impl ProbeResult {
 /// Tallies of one rule.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct RuleTally {
-    /// Probes carrying it.
+    /// Probes for which it is in play.
     pub carried: usize,
     /// Probes for which it made at least one node infeasible (checker).
     pub excluded: usize,
@@ -198,8 +199,10 @@ pub struct Summary {
     pub checker_agrees_with_kube: usize,
     /// Probes with no disagreement at all.
     pub agreed: usize,
-    /// Disagreeing probes whose spread verdict differs under later releases' counting.
+    /// Probes whose spread verdict differs under later releases' counting (eligible nodes only).
     pub spread_version_sensitive: usize,
+    /// Of those, probes with a disagreement.
+    pub spread_version_sensitive_disagreeing: usize,
     /// Per rule.
     pub rules: BTreeMap<Rule, RuleTally>,
     /// Per kind of disagreement.
@@ -240,8 +243,9 @@ impl Summary {
                     && r.kube != Outcome::Undecided,
             );
             s.agreed += usize::from(disagreements.is_empty());
-            if !disagreements.is_empty() && r.verdict.spread_differs_after_1_20 {
+            if r.verdict.spread_differs_after_1_20 {
                 s.spread_version_sensitive += 1;
+                s.spread_version_sensitive_disagreeing += usize::from(!disagreements.is_empty());
             }
             for d in &disagreements {
                 *s.disagreements.entry(*d).or_default() += 1;
@@ -341,6 +345,14 @@ impl Summary {
                 ),
             ),
             (
+                "spread verdict depends on v1.20 counting pods of nodes outside the pod's node selector"
+                    .to_owned(),
+                format!(
+                    "{} ({} of them disagree)",
+                    self.spread_version_sensitive, self.spread_version_sensitive_disagreeing
+                ),
+            ),
+            (
                 "probes with full agreement".to_owned(),
                 format!("{} ({})", self.agreed, pct(self.agreed, self.probes)),
             ),
@@ -350,7 +362,7 @@ impl Summary {
         }
         let _ = writeln!(
             out,
-            "\n| rule | probes carrying | it excluded a node | it alone excluded a node | full agreement | disagreements put down to it | kai placements breaking it |\n\
+            "\n| rule | probes where it is in play | it excluded a node | it alone excluded a node | full agreement | disagreements put down to it | kai placements breaking it |\n\
              | --- | --- | --- | --- | --- | --- | --- |"
         );
         for (rule, t) in &self.rules {
@@ -371,13 +383,6 @@ impl Summary {
             let _ = writeln!(out, "\n| disagreement | probes |\n| --- | --- |");
             for (d, n) in &self.disagreements {
                 let _ = writeln!(out, "| {d:?} | {n} |");
-            }
-            if self.spread_version_sensitive > 0 {
-                let _ = writeln!(
-                    out,
-                    "\n{} disagreeing probes have a spread verdict that later releases (eligible nodes only) would change.",
-                    self.spread_version_sensitive
-                );
             }
         }
         out

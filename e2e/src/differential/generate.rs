@@ -119,7 +119,8 @@ pub struct Probe {
     pub round: usize,
     /// Its namespace.
     pub namespace: String,
-    /// The rules it carries (for the existing pods' anti-affinity: some pod of its world has such a term).
+    /// The rules in play: those its spec carries, taints and cordons when its world has such nodes or it
+    /// tolerates them, the existing pods' anti-affinity when some pod of its world has such a term.
     pub carries: BTreeSet<Rule>,
     /// Labels.
     pub labels: Value,
@@ -284,6 +285,10 @@ struct Bound {
 
 struct World {
     index: usize,
+    /// Some node has a `NoSchedule` or `NoExecute` taint besides the isolation taint.
+    tainted: bool,
+    /// Some node is cordoned.
+    cordoned: bool,
     nodes: Vec<NodeState>,
     bound: Vec<Bound>,
     zones: Vec<String>,
@@ -408,6 +413,11 @@ fn world(rng: &mut Rng, w: usize, names: &Names) -> (Vec<NodePlan>, World) {
     }
     let world = World {
         index: w,
+        tainted: plans
+            .iter()
+            .flat_map(|p| &p.nodes.taints)
+            .any(|t| t.key != ISOLATION_TAINT && t.effect != "PreferNoSchedule"),
+        cordoned: plans.iter().any(|p| p.unschedulable),
         nodes: states,
         bound: Vec::new(),
         zones,
@@ -650,6 +660,12 @@ fn probe(rng: &mut Rng, world: &World, round: usize, names: &Names, rules: Rules
         }
     }
     let mut tolerations = vec![isolation_toleration(names)];
+    if world.tainted {
+        carries.insert(Rule::Taints);
+    }
+    if world.cordoned {
+        carries.insert(Rule::Cordon);
+    }
     if rng.chance(45) {
         carries.insert(Rule::Taints);
         let choices = [
