@@ -333,32 +333,37 @@ async fn phase(
         .try_collect::<Vec<()>>()
         .await?;
     let deadline = Instant::now() + PHASE_TIMEOUT;
-    let mut outcomes = HashMap::new();
     loop {
-        outcomes.clear();
+        let mut decided_count = 0;
         for namespace in &names.namespaces {
-            for pod in pods_api(t, namespace)
+            let listed = pods_api(t, namespace)
                 .list(&ListParams::default().labels(&label))
-                .await?
-                .items
-            {
-                if let Some(outcome) = decided(&pod) {
-                    outcomes.insert(pod.metadata.name.clone().unwrap_or_default(), outcome);
-                }
-            }
+                .await?;
+            decided_count += listed.items.iter().filter(|p| decided(p).is_some()).count();
         }
-        if outcomes.len() == round.probes.len() || Instant::now() >= deadline {
+        if decided_count == round.probes.len() || Instant::now() >= deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    for probe in &round.probes {
-        outcomes.entry(probe.name(side)).or_insert(Outcome::Undecided);
-    }
+    // The outcomes are read from the final state itself, which the checker judges.
     let mut state = Vec::new();
     for namespace in &names.namespaces {
         state.extend(pods_api(t, namespace).list(&ListParams::default()).await?.items);
     }
+    let outcomes: HashMap<String, Outcome> = round
+        .probes
+        .iter()
+        .map(|probe| {
+            let name = probe.name(side);
+            let outcome = state
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+                .and_then(decided)
+                .unwrap_or(Outcome::Undecided);
+            (name, outcome)
+        })
+        .collect();
     let force = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()
