@@ -23,7 +23,7 @@ use e2e::TestEnv;
 use e2e::differential::compare::describe;
 use e2e::differential::generate::{PHASE_LABEL, WORLD_LABEL};
 use e2e::differential::{
-    Config, Names, Outcome, ProbeResult, Rules, Scenario, Side, State, Summary, evaluate, generate,
+    Config, Names, Outcome, ProbeResult, Release, Rules, Scenario, Side, State, Summary, evaluate, generate,
 };
 use e2e::harness::{PID_LABEL, TEST_LABEL};
 use e2e::kube_scheduler::KubeScheduler;
@@ -413,11 +413,12 @@ fn decided(pod: &Pod) -> Option<Outcome> {
         .map(|c| Outcome::Unschedulable(c.message.clone().unwrap_or_default()))
 }
 
-/// The checker's verdict on a probe in a side's final state (the probe left out), and the rules the
-/// side's placement breaks.
+/// The checker's verdict under `release`'s rules on a probe in a side's final state (the probe left
+/// out), and the rules the side's placement breaks.
 fn verdict_of(
     probe: &e2e::differential::Probe,
     side: Side,
+    release: Release,
     nodes: &[Node],
     phase: &PhaseResult,
 ) -> anyhow::Result<(
@@ -431,7 +432,7 @@ fn verdict_of(
         .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
         .with_context(|| format!("probe {name} missing from the final state"))?;
     let state = State::new(nodes, &phase.pods, Some((&probe.namespace, &name)));
-    let verdict = evaluate(pod, &state)?;
+    let verdict = evaluate(pod, &state, release)?;
     let breaks = phase.outcomes[&name]
         .node()
         .map(|n| verdict.failures(n).cloned().unwrap_or_default())
@@ -445,8 +446,9 @@ fn judge(
     kube: &PhaseResult,
     ours: &PhaseResult,
 ) -> anyhow::Result<ProbeResult> {
-    let (mut verdict, kube_breaks) = verdict_of(probe, Side::Kube, nodes, kube)?;
-    let (ours_verdict, ours_breaks) = verdict_of(probe, Side::Ours, nodes, ours)?;
+    let (mut verdict, kube_breaks) = verdict_of(probe, Side::Kube, Release::V1_20, nodes, kube)?;
+    let (same_rules_ours, _) = verdict_of(probe, Side::Ours, Release::V1_20, nodes, ours)?;
+    let (mut current, ours_breaks) = verdict_of(probe, Side::Ours, Release::Current, nodes, ours)?;
     // The other worlds' nodes fail the probe's world selector and tell nothing about the rules.
     let world = format!("w{}", probe.world);
     let of_world: std::collections::HashSet<&str> = nodes
@@ -455,13 +457,15 @@ fn judge(
         .filter_map(|n| n.metadata.name.as_deref())
         .collect();
     verdict.nodes.retain(|n, _| of_world.contains(n.as_str()));
+    current.nodes.retain(|n, _| of_world.contains(n.as_str()));
     Ok(ProbeResult {
         id: probe.id(),
         world: probe.world,
         carries: probe.carries.clone(),
         pod: json!({ "metadata": { "namespace": probe.namespace, "labels": probe.labels }, "spec": probe.spec }),
-        same_state: verdict.feasible() == ours_verdict.feasible(),
+        same_state: verdict.feasible() == same_rules_ours.feasible(),
         verdict,
+        current,
         kube: kube.outcomes[&probe.name(Side::Kube)].clone(),
         ours: ours.outcomes[&probe.name(Side::Ours)].clone(),
         kube_breaks,
@@ -498,18 +502,27 @@ fn report(
         clock.ours.as_secs_f64(),
     );
     out.push_str(&summary.render());
-    let disagreeing: Vec<&ProbeResult> = results.iter().filter(|r| !r.disagreements().is_empty()).collect();
-    if !disagreeing.is_empty() {
+    let noted: Vec<&ProbeResult> = results.iter().filter(|r| !r.disagreements().is_empty()).collect();
+    let failing: Vec<&ProbeResult> = noted
+        .iter()
+        .copied()
+        .filter(|r| !r.failures().is_empty())
+        .collect();
+    if !noted.is_empty() {
         std::fs::create_dir_all(log_dir)?;
         let file = log_dir.join("differential.json");
-        std::fs::write(&file, serde_json::to_string_pretty(&disagreeing)?)?;
+        std::fs::write(&file, serde_json::to_string_pretty(&noted)?)?;
         out.push_str(&format!(
-            "\n{} disagreeing probes, all written to {}; the first {}:\n",
-            disagreeing.len(),
+            "\n{} probes with a difference ({} failing), all written to {}",
+            noted.len(),
+            failing.len(),
             file.display(),
-            PRINTED.min(disagreeing.len())
         ));
-        for r in disagreeing.iter().take(PRINTED) {
+        if !failing.is_empty() {
+            out.push_str(&format!("; the first {} failing:", PRINTED.min(failing.len())));
+        }
+        out.push('\n');
+        for r in failing.iter().take(PRINTED) {
             out.push_str(&describe(r, &names.prefix));
         }
     }

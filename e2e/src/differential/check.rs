@@ -17,8 +17,9 @@
 //! - `PodTopologySpread` (`DoNotSchedule` only): the domains are the key's values on the nodes that pass
 //!   the pod's node selector and required node affinity and carry every constraint's key (taints are
 //!   not considered); a domain counts the matching pods (the pod's namespace, not terminating) of every
-//!   node with that value, also nodes the pod could not use (later releases count eligible nodes only:
-//!   [`Verdict::spread_differs_after_1_20`]); a node without the key fails; `matching pods in the node's
+//!   node with that value, also nodes the pod could not use (later releases, with the node inclusion
+//!   policies of 1.25 and their default `nodeAffinityPolicy: Honor`, count the eligible nodes' pods only:
+//!   [`Release::Current`]); a node without the key fails; `matching pods in the node's
 //!   domain + (1 if the pod matches its own selector) - the minimum over domains` may not exceed `maxSkew`.
 //! - `InterPodAffinity`: (a) affinity: an existing pod counts only if it matches *all* required affinity
 //!   terms; the node needs every term's key and a counted pod in its domain of every term, except that
@@ -224,9 +225,6 @@ impl<'a> State<'a> {
 pub struct Verdict {
     /// Node name -> the filter rules it fails (empty: feasible).
     pub nodes: BTreeMap<String, BTreeSet<Rule>>,
-    /// Whether some node's spread verdict would differ under later releases' counting, where only the
-    /// pods of nodes passing the pod's node selector and affinity count (see `Counting`).
-    pub spread_differs_after_1_20: bool,
 }
 
 impl Verdict {
@@ -264,11 +262,24 @@ impl Verdict {
     }
 }
 
-/// Checks `pod` against every node of `state`.
+/// Which release's rules. They differ in one place only, for what the generator writes: which nodes'
+/// pods a topology spread domain counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Release {
+    /// kube-scheduler v1.20.2: the domains are those of the eligible nodes (passing the pod's node
+    /// selector and required node affinity, carrying every key), but the matching pods of *every* node
+    /// whose value is such a domain count, eligible or not.
+    V1_20,
+    /// Releases with the node inclusion policies (1.25 on, and what users run): with the default
+    /// `nodeAffinityPolicy: Honor` only the eligible nodes' pods count.
+    Current,
+}
+
+/// Checks `pod` against every node of `state` under `release`'s rules.
 ///
 /// # Errors
 /// When a quantity of the pod or of a node cannot be read.
-pub fn evaluate(pod: &Pod, state: &State<'_>) -> anyhow::Result<Verdict> {
+pub fn evaluate(pod: &Pod, state: &State<'_>, release: Release) -> anyhow::Result<Verdict> {
     let spec = pod.spec.clone().unwrap_or_default();
     let namespace = namespace_of(pod);
     let request = pod_request(pod)?;
@@ -340,7 +351,7 @@ pub fn evaluate(pod: &Pod, state: &State<'_>) -> anyhow::Result<Verdict> {
         .flatten()
         .filter(|c| c.when_unsatisfiable == "DoNotSchedule")
         .collect();
-    let domain_counts = spread_counts(pod, state, &constraints, Counting::V1_20);
+    let domain_counts = spread_counts(pod, state, &constraints, release);
 
     let tolerations = spec.tolerations.clone().unwrap_or_default();
     let mut verdict = Verdict::default();
@@ -421,25 +432,7 @@ pub fn evaluate(pod: &Pod, state: &State<'_>) -> anyhow::Result<Verdict> {
         }
         verdict.nodes.insert(name.to_owned(), fails);
     }
-    if !constraints.is_empty() {
-        let later = spread_counts(pod, state, &constraints, Counting::EligibleNodesOnly);
-        verdict.spread_differs_after_1_20 = state.nodes.iter().any(|n| {
-            spread_allows(pod, n, &constraints, &domain_counts) != spread_allows(pod, n, &constraints, &later)
-        });
-    }
     Ok(verdict)
-}
-
-/// Which nodes' pods the spread pre-filter counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Counting {
-    /// v1.20.2: the domains are those of the eligible nodes (passing the pod's node selector and required
-    /// node affinity, carrying every key), but the matching pods of *every* node whose value is such a
-    /// domain count, eligible or not.
-    V1_20,
-    /// Later releases (the node inclusion policies, default `Honor` for node affinity): only the eligible
-    /// nodes' pods count.
-    EligibleNodesOnly,
 }
 
 /// Matching pods per topology pair, over the domains of the eligible nodes.
@@ -447,7 +440,7 @@ fn spread_counts(
     pod: &Pod,
     state: &State<'_>,
     constraints: &[&TopologySpreadConstraint],
-    counting: Counting,
+    release: Release,
 ) -> HashMap<(String, String), i64> {
     let mut counts: HashMap<(String, String), i64> = HashMap::new();
     if constraints.is_empty() {
@@ -469,7 +462,7 @@ fn spread_counts(
     }
     let namespace = namespace_of(pod);
     for node in &state.nodes {
-        if counting == Counting::EligibleNodesOnly && !eligible(node) {
+        if release == Release::Current && !eligible(node) {
             continue;
         }
         let labels = labels_of_node(node);

@@ -42,9 +42,13 @@ pub struct ProbeResult {
     pub carries: BTreeSet<Rule>,
     /// The pod as given to kube-scheduler.
     pub pod: Value,
-    /// The checker on the state kube-scheduler saw (every bound pod but the probe), for the nodes of the
-    /// probe's world (the others fail its world selector).
+    /// The checker (v1.20.2's rules) on the state kube-scheduler saw (every bound pod but the probe), for
+    /// the nodes of the probe's world (the others fail its world selector).
     pub verdict: Verdict,
+    /// The checker with the current releases' rules ([`super::Release::Current`]) on the state this
+    /// scheduler saw: what this scheduler is held to. It differs from `verdict` only where v1.20's
+    /// spread counting matters.
+    pub current: Verdict,
     /// Whether the checker gives the same feasible nodes on the state this scheduler saw (it must: the
     /// pre-bound pods are the same; `false` means the test did not give both the same state).
     pub same_state: bool,
@@ -54,7 +58,7 @@ pub struct ProbeResult {
     pub ours: Outcome,
     /// The rules kube-scheduler's node fails in its final state (must be none).
     pub kube_breaks: BTreeSet<Rule>,
-    /// The rules this scheduler's node fails in its final state (must be none).
+    /// The rules this scheduler's node fails in its final state under the current rules (must be none).
     pub ours_breaks: BTreeSet<Rule>,
 }
 
@@ -78,9 +82,19 @@ pub enum Disagreement {
     Undecided,
     /// The two sides did not see the same state (a test fault).
     StateDiffers,
+    /// v1.20.2 and the current releases count a spread domain differently here, so their feasible
+    /// nodes differ: this scheduler is held to the current rules, and a different outcome from
+    /// kube-scheduler is no fault (for information).
+    SpreadCountedAsInV1_20,
 }
 
 impl Disagreement {
+    /// Whether it fails the test (all but [`Disagreement::SpreadCountedAsInV1_20`]).
+    #[must_use]
+    pub fn fails(self) -> bool {
+        self != Disagreement::SpreadCountedAsInV1_20
+    }
+
     /// Whether it says the checker or the harness, not this scheduler, is wrong.
     #[must_use]
     pub fn is_test_fault(self) -> bool {
@@ -94,28 +108,49 @@ impl Disagreement {
 }
 
 impl ProbeResult {
-    /// Every disagreement on this probe.
+    /// Every disagreement on this probe. Where v1.20.2 and the current releases find the same feasible
+    /// nodes (all but a few probes), the two schedulers are compared directly: bound by both or neither,
+    /// and, with one feasible node, bound to it. Where they differ, this scheduler is compared with the
+    /// current rules instead and the difference is noted.
     #[must_use]
     pub fn disagreements(&self) -> BTreeSet<Disagreement> {
         let mut out = BTreeSet::new();
         let feasible = self.verdict.feasible();
-        match (&self.kube, &self.ours) {
-            (Outcome::Undecided, _) | (_, Outcome::Undecided) => {
-                out.insert(Disagreement::Undecided);
+        let current = self.current.feasible();
+        if feasible == current {
+            match (&self.kube, &self.ours) {
+                (Outcome::Undecided, _) | (_, Outcome::Undecided) => {
+                    out.insert(Disagreement::Undecided);
+                }
+                (Outcome::Bound(_), Outcome::Unschedulable(_)) => {
+                    out.insert(Disagreement::BoundByKubeOnly);
+                }
+                (Outcome::Unschedulable(_), Outcome::Bound(_)) => {
+                    out.insert(Disagreement::BoundByOursOnly);
+                }
+                _ => {}
             }
-            (Outcome::Bound(_), Outcome::Unschedulable(_)) => {
-                out.insert(Disagreement::BoundByKubeOnly);
+        } else {
+            out.insert(Disagreement::SpreadCountedAsInV1_20);
+            match (&self.ours, current.is_empty()) {
+                (Outcome::Undecided, _) => {
+                    out.insert(Disagreement::Undecided);
+                }
+                (Outcome::Unschedulable(_), false) => {
+                    out.insert(Disagreement::BoundByKubeOnly);
+                }
+                (Outcome::Bound(_), true) => {
+                    out.insert(Disagreement::BoundByOursOnly);
+                }
+                _ => {}
             }
-            (Outcome::Unschedulable(_), Outcome::Bound(_)) => {
-                out.insert(Disagreement::BoundByOursOnly);
-            }
-            _ => {}
         }
-        if let [only] = feasible.as_slice() {
-            let elsewhere = |o: &Outcome| o.node().is_some_and(|n| n != *only);
-            if elsewhere(&self.kube) || elsewhere(&self.ours) {
-                out.insert(Disagreement::SingleNodeDiffers);
-            }
+        let single = |nodes: &[&str], o: &Outcome| match nodes {
+            [only] => o.node().is_some_and(|n| n != *only),
+            _ => false,
+        };
+        if single(&feasible, &self.kube) || single(&current, &self.ours) {
+            out.insert(Disagreement::SingleNodeDiffers);
         }
         if !self.ours_breaks.is_empty() {
             out.insert(Disagreement::OursBreaksRule);
@@ -139,17 +174,20 @@ impl ProbeResult {
     }
 
     /// The rules a disagreement on this probe is put down to: those this scheduler's node fails, and,
-    /// when it left pending a pod kube-scheduler bound, every filter rule the pod carries.
+    /// when it left pending a pod that had a feasible node, every filter rule in play.
     #[must_use]
     pub fn blamed(&self) -> BTreeSet<Rule> {
         let mut rules = self.ours_breaks.clone();
-        if matches!(
-            (&self.kube, &self.ours),
-            (Outcome::Bound(_), Outcome::Unschedulable(_) | Outcome::Undecided)
-        ) {
+        if self.ours.node().is_none() && !self.current.feasible().is_empty() {
             rules.extend(self.carries.iter().filter(|r| r.filters()));
         }
         rules
+    }
+
+    /// The disagreements that fail the test.
+    #[must_use]
+    pub fn failures(&self) -> BTreeSet<Disagreement> {
+        self.disagreements().into_iter().filter(|d| d.fails()).collect()
     }
 }
 
@@ -162,7 +200,7 @@ pub struct RuleTally {
     pub excluded: usize,
     /// Probes for which it was the only reason at least one node was infeasible (checker).
     pub decisive: usize,
-    /// Probes carrying it on which the schedulers fully agree.
+    /// Probes with it in play and no disagreement that fails the test.
     pub agreed: usize,
     /// Disagreements put down to it ([`ProbeResult::blamed`]).
     pub blamed: usize,
@@ -181,7 +219,7 @@ pub struct Summary {
     pub ours_bound: usize,
     /// Bound by both or by neither.
     pub same_bound: usize,
-    /// Probes with exactly one feasible node (checker).
+    /// Probes with exactly one feasible node (checker, the same under both releases' rules).
     pub single_feasible: usize,
     /// Of those, bound by kube-scheduler to that node.
     pub single_kube_on_it: usize,
@@ -197,12 +235,12 @@ pub struct Summary {
     pub kube_valid: usize,
     /// Probes where the checker's "some node is feasible" equals kube-scheduler's "bound".
     pub checker_agrees_with_kube: usize,
-    /// Probes with no disagreement at all.
+    /// Probes with no disagreement that fails the test.
     pub agreed: usize,
-    /// Probes whose spread verdict differs under later releases' counting (eligible nodes only).
-    pub spread_version_sensitive: usize,
-    /// Of those, probes with a disagreement.
-    pub spread_version_sensitive_disagreeing: usize,
+    /// Probes whose feasible nodes differ between v1.20.2's and the current spread counting.
+    pub spread_v1_20: usize,
+    /// Of those, probes the two schedulers placed differently (bound or not, or the node).
+    pub spread_v1_20_outcomes_differ: usize,
     /// Per rule.
     pub rules: BTreeMap<Rule, RuleTally>,
     /// Per kind of disagreement.
@@ -228,13 +266,24 @@ impl Summary {
             s.ours_bound += usize::from(ours.is_some());
             s.same_bound += usize::from(kube.is_some() == ours.is_some());
             let feasible = r.verdict.feasible();
-            if let [only] = feasible.as_slice() {
-                s.single_feasible += 1;
-                s.single_kube_on_it += usize::from(kube == Some(*only));
-                s.single_ours_on_it += usize::from(ours == Some(*only));
-            } else if let (Some(k), Some(o)) = (kube, ours) {
-                s.multi_both_bound += 1;
-                s.multi_same_node += usize::from(k == o);
+            let same_rules = feasible == r.current.feasible();
+            match feasible.as_slice() {
+                [only] if same_rules => {
+                    s.single_feasible += 1;
+                    s.single_kube_on_it += usize::from(kube == Some(*only));
+                    s.single_ours_on_it += usize::from(ours == Some(*only));
+                }
+                [_] => {}
+                _ => {
+                    if let (Some(k), Some(o)) = (kube, ours) {
+                        s.multi_both_bound += 1;
+                        s.multi_same_node += usize::from(k == o);
+                    }
+                }
+            }
+            if !same_rules {
+                s.spread_v1_20 += 1;
+                s.spread_v1_20_outcomes_differ += usize::from(kube != ours);
             }
             s.ours_valid += usize::from(ours.is_some() && r.ours_breaks.is_empty());
             s.kube_valid += usize::from(kube.is_some() && r.kube_breaks.is_empty());
@@ -242,25 +291,18 @@ impl Summary {
                 !disagreements.contains(&Disagreement::CheckerDisagreesWithKube)
                     && r.kube != Outcome::Undecided,
             );
-            s.agreed += usize::from(disagreements.is_empty());
-            if r.verdict.spread_differs_after_1_20 {
-                s.spread_version_sensitive += 1;
-                s.spread_version_sensitive_disagreeing += usize::from(!disagreements.is_empty());
-            }
+            let failing = disagreements.iter().any(|d| d.fails());
+            s.agreed += usize::from(!failing);
             for d in &disagreements {
                 *s.disagreements.entry(*d).or_default() += 1;
             }
             let excluding = r.verdict.excluding();
             let decisive = r.verdict.decisive();
-            let blamed = if disagreements.is_empty() {
-                BTreeSet::new()
-            } else {
-                r.blamed()
-            };
+            let blamed = if !failing { BTreeSet::new() } else { r.blamed() };
             for (rule, t) in &mut s.rules {
                 let carried = r.carries.contains(rule);
                 t.carried += usize::from(carried);
-                t.agreed += usize::from(carried && disagreements.is_empty());
+                t.agreed += usize::from(carried && !failing);
                 t.excluded += usize::from(carried && excluding.contains(rule));
                 t.decisive += usize::from(carried && decisive.contains(rule));
                 t.blamed += usize::from(blamed.contains(rule));
@@ -300,7 +342,7 @@ impl Summary {
                 format!("{} ({})", self.same_bound, pct(self.same_bound, self.probes)),
             ),
             (
-                "exactly one feasible node (checker)".to_owned(),
+                "exactly one feasible node (checker, both releases)".to_owned(),
                 self.single_feasible.to_string(),
             ),
             (
@@ -329,11 +371,11 @@ impl Summary {
                 ),
             ),
             (
-                "kai-scheduler placements passing the checker".to_owned(),
+                "kai-scheduler placements passing the checker (current rules)".to_owned(),
                 format!("{} of {}", self.ours_valid, self.ours_bound),
             ),
             (
-                "kube-scheduler placements passing the checker".to_owned(),
+                "kube-scheduler placements passing the checker (v1.20 rules)".to_owned(),
                 format!("{} of {}", self.kube_valid, self.kube_bound),
             ),
             (
@@ -345,15 +387,15 @@ impl Summary {
                 ),
             ),
             (
-                "spread verdict depends on v1.20 counting pods of nodes outside the pod's node selector"
+                "feasible nodes differ between v1.20's spread counting and the current one (kai held to the current)"
                     .to_owned(),
                 format!(
-                    "{} ({} of them disagree)",
-                    self.spread_version_sensitive, self.spread_version_sensitive_disagreeing
+                    "{} (placed differently: {})",
+                    self.spread_v1_20, self.spread_v1_20_outcomes_differ
                 ),
             ),
             (
-                "probes with full agreement".to_owned(),
+                "probes in full agreement".to_owned(),
                 format!("{} ({})", self.agreed, pct(self.agreed, self.probes)),
             ),
         ];
@@ -458,6 +500,7 @@ mod tests {
             world: 0,
             carries: BTreeSet::from([Rule::Resources, Rule::PodAffinity, Rule::PreferredPodAffinity]),
             pod: Value::Null,
+            current: verdict.clone(),
             verdict,
             same_state: true,
             kube,
@@ -502,6 +545,21 @@ mod tests {
             [Disagreement::CheckerDisagreesWithKube].into()
         );
         assert!(Disagreement::CheckerDisagreesWithKube.is_test_fault());
+    }
+
+    #[test]
+    fn where_v1_20_counts_spread_differently_ours_is_held_to_the_current_rules() {
+        let mut r = result(pending(), bound("b"), &[], &[("b", Rule::TopologySpread)]);
+        r.current.nodes.insert("b".into(), BTreeSet::new());
+        assert_eq!(r.disagreements(), [Disagreement::SpreadCountedAsInV1_20].into());
+        assert!(r.failures().is_empty());
+        r.ours = pending();
+        assert_eq!(r.failures(), [Disagreement::BoundByKubeOnly].into());
+        let s = Summary::of(&[r]);
+        assert_eq!(
+            (s.spread_v1_20, s.spread_v1_20_outcomes_differ, s.agreed),
+            (1, 0, 0)
+        );
     }
 
     #[test]

@@ -38,6 +38,6 @@ pub mod check;
 pub mod compare;
 pub mod generate;
 
-pub use check::{Rule, State, Verdict, evaluate};
+pub use check::{Release, Rule, State, Verdict, evaluate};
 pub use compare::{Outcome, ProbeResult, Summary};
 pub use generate::{Config, Names, Probe, Rules, Scenario, Side, generate};

@@ -45,7 +45,7 @@ fn merge(into: &mut Value, from: Value) {
 
 /// The failing rules per node for `incoming` on `nodes` with `bound` pods.
 fn verdict(incoming: &Pod, nodes: &[Node], bound: &[Pod]) -> Verdict {
-    evaluate(incoming, &State::new(nodes, bound, None)).expect("evaluates")
+    evaluate(incoming, &State::new(nodes, bound, None), Release::V1_20).expect("evaluates")
 }
 
 fn feasible(incoming: &Pod, nodes: &[Node], bound: &[Pod]) -> Vec<String> {
@@ -452,7 +452,7 @@ fn spread_skew_counts_matching_pods_of_the_namespace_per_domain() {
 }
 
 #[test]
-fn spread_domains_come_from_eligible_nodes_but_v1_20_counts_every_node_in_them() {
+fn spread_domains_come_from_eligible_nodes_but_v1_20_counts_every_node_in_them_and_later_releases_do_not() {
     let nodes = vec![
         node("g1", json!({ ZONE: "z1", "tier": "gold" }), json!({})),
         node("s1", json!({ ZONE: "z1" }), json!({})),
@@ -465,11 +465,13 @@ fn spread_domains_come_from_eligible_nodes_but_v1_20_counts_every_node_in_them()
         pod("a", "ns", json!({ "app": "web" }), Some("s1"), json!({})),
         pod("b", "ns", json!({ "app": "web" }), Some("s1"), json!({})),
     ];
-    let v = verdict(&spread(ZONE, 1, "DoNotSchedule", gold.clone()), &nodes, &bound);
-    assert_eq!(v.feasible(), ["g2"]);
-    assert!(
-        v.spread_differs_after_1_20,
-        "eligible-only counting would allow g1 too"
+    let pod = spread(ZONE, 1, "DoNotSchedule", gold);
+    assert_eq!(feasible(&pod, &nodes, &bound), ["g2"]);
+    let current = evaluate(&pod, &State::new(&nodes, &bound, None), Release::Current).expect("evaluates");
+    assert_eq!(
+        current.feasible(),
+        ["g1", "g2"],
+        "later releases count the eligible nodes' pods only"
     );
     // No eligible domain at all: the minimum stays unset and spread lets every node with the key pass.
     let nowhere = spread(
@@ -515,7 +517,7 @@ fn verdicts_name_every_failing_rule_and_the_decisive_ones() {
     );
     let state = State::new(&nodes, std::slice::from_ref(&bound), Some(("ns", "p")));
     assert!(
-        evaluate(&bound, &state)
+        evaluate(&bound, &state, Release::V1_20)
             .expect("evaluates")
             .feasible()
             .contains(&"b")
