@@ -3,7 +3,8 @@
 //! Owns: finding the cluster ([`connect`]), installing what the project needs ([`install`]), applying
 //! YAML ([`apply`]), the chart's RBAC and the components' credentials ([`chart_rbac`]), fake nodes
 //! ([`nodes`]), the node agent that plays the kubelet ([`agent`]), the per-test environment
-//! ([`harness::TestEnv`]), failure reports ([`report`]), the project's kubectl ([`kubectl`]), binaries
+//! ([`harness::TestEnv`]), failure reports ([`report`]), the differential test's generator and independent
+//! feasibility checker ([`differential`]), the project's kubectl ([`kubectl`]), binaries
 //! ([`component`]), the scheduler tests' workloads ([`workloads`]), the end-to-end binding benchmark
 //! ([`bench`]) and faults injected into the local control plane ([`controlplane`]). `cargo xtask` uses the
 //! same code for the local control plane, so the tests and the developer's cluster are set up alike.
@@ -30,6 +31,7 @@ pub mod chart_rbac;
 pub mod component;
 pub mod connect;
 pub mod controlplane;
+pub mod differential;
 pub mod harness;
 pub mod helm;
 pub mod install;

@@ -1,0 +1,530 @@
+//! The differential test against kube-scheduler v1.20.2 (issue 13): the same seeded pods, on the same
+//! cluster state, go to kube-scheduler and to this scheduler; the pods bound must be the same, where one
+//! node is feasible it must be the node chosen, and every placement must pass the independent checker.
+//! Why the comparison is exact: `e2e::differential` (module doc).
+//!
+//! Environment:
+//! - `KAI_DIFF_SEED`: the seed (decimal); without it a fresh one, printed, so a run can be repeated.
+//! - `KAI_DIFF_PODS`: probes per scheduler (default 500; the larger local mode, e.g. 5000, also doubles
+//!   the worlds to 50).
+//! - `KAI_DIFF_WORLDS`: independent worlds, i.e. probes per round (default 25, or 50 above 500 pods).
+//! - `KAI_DIFF_RULES`: `all` (default) or `supported` (only the rules honoured before issue 13: resources,
+//!   node selector, required node affinity, taints, cordons).
+//!
+//! Run: `cargo test -p e2e --test differential -- --nocapture` (the figures are printed).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use api::keys;
+use e2e::TestEnv;
+use e2e::differential::compare::describe;
+use e2e::differential::generate::{PHASE_LABEL, WORLD_LABEL};
+use e2e::differential::{
+    Config, Names, Outcome, ProbeResult, Release, Rules, Scenario, Side, State, Summary, evaluate, generate,
+};
+use e2e::harness::{PID_LABEL, TEST_LABEL};
+use e2e::kube_scheduler::KubeScheduler;
+use e2e::workloads::{build, start_scheduler};
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const ENV_SEED: &str = "KAI_DIFF_SEED";
+const ENV_PODS: &str = "KAI_DIFF_PODS";
+const ENV_WORLDS: &str = "KAI_DIFF_WORLDS";
+const ENV_RULES: &str = "KAI_DIFF_RULES";
+/// How long a phase may take before its undecided probes are recorded as such.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Concurrent API writes of the test.
+const WRITERS: usize = 16;
+/// Disagreeing probes printed in full (all are written to the JSON file).
+const PRINTED: usize = 25;
+
+fn config() -> anyhow::Result<Config> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let seed = match var(ENV_SEED) {
+        Some(s) => s.parse().with_context(|| format!("{ENV_SEED}={s}"))?,
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64 ^ u64::from(std::process::id()))
+            .unwrap_or(1),
+    };
+    let probes: usize = match var(ENV_PODS) {
+        Some(s) => s.parse().with_context(|| format!("{ENV_PODS}={s}"))?,
+        None => 500,
+    };
+    let worlds = match var(ENV_WORLDS) {
+        Some(s) => s.parse().with_context(|| format!("{ENV_WORLDS}={s}"))?,
+        None if probes > 500 => 50,
+        None => 25,
+    };
+    let rules = Rules::parse(var(ENV_RULES).as_deref().unwrap_or("all"))?;
+    Ok(Config {
+        seed,
+        probes,
+        worlds,
+        rules,
+    })
+}
+
+/// Both schedulers agree with each other and with the checker on every probe.
+#[tokio::test]
+async fn kai_scheduler_binds_what_kube_scheduler_binds_under_every_constraint() -> anyhow::Result<()> {
+    let config = config()?;
+    let reproduce = format!(
+        "{ENV_SEED}={} {ENV_PODS}={} {ENV_WORLDS}={} {ENV_RULES}={} cargo test -p e2e --test differential -- --nocapture",
+        config.seed,
+        config.probes,
+        config.worlds,
+        match config.rules {
+            Rules::All => "all",
+            Rules::Supported => "supported",
+        }
+    );
+    println!("differential run: {reproduce}");
+    build().await?;
+    let t = TestEnv::start("differential").await?;
+    let second = format!("{}-b", t.namespace());
+    let outcome = async {
+        create_namespace(&t, &second).await?;
+        run(&t, &second, &config).await
+    }
+    .await;
+    // Cleaned up before any assertion: the second namespace is the test's own to remove.
+    let removed = e2e::harness::teardown(t.client(), &second).await;
+    let finished = t.finish().await;
+    let (summary, report) = outcome?;
+    removed?;
+    finished?;
+    println!("{report}");
+    assert!(
+        summary.all_agree(),
+        "{} of {} probes disagree (figures and pods above); reproduce with: {reproduce}",
+        summary.probes - summary.agreed,
+        summary.probes
+    );
+    Ok(())
+}
+
+/// A second namespace, labelled as test namespaces are (so `cargo xtask e2e-clean` finds leftovers).
+async fn create_namespace(t: &TestEnv, name: &str) -> anyhow::Result<()> {
+    let labels = BTreeMap::from([
+        (TEST_LABEL.to_owned(), "differential".to_owned()),
+        (PID_LABEL.to_owned(), std::process::id().to_string()),
+    ]);
+    let object = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(t.client().clone())
+        .create(&PostParams::default(), &object)
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
+    // Pods need the namespace's default ServiceAccount (and, before 1.24, its token).
+    let needs_secret = !t.server_version().at_least(24);
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(t.client().clone(), name);
+    t.wait_until(
+        "the second namespace's ServiceAccount",
+        Duration::from_secs(60),
+        async || {
+            Ok(accounts
+                .get_opt("default")
+                .await?
+                .filter(|sa| !needs_secret || sa.secrets.as_ref().is_some_and(|s| !s.is_empty())))
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Timing of a run.
+#[derive(Default)]
+struct Clock {
+    setup: Duration,
+    prebound: Duration,
+    kube: Duration,
+    ours: Duration,
+}
+
+async fn run(t: &TestEnv, second: &str, config: &Config) -> anyhow::Result<(Summary, String)> {
+    let started = Instant::now();
+    let mut clock = Clock::default();
+    let ns = t.namespace().to_owned();
+    let names = Names {
+        namespaces: [ns.clone(), second.to_owned()],
+        prefix: ns.clone(),
+    };
+    let scenario = generate(config, &names);
+    let pool = BTreeMap::from([(keys::NODE_POOL.to_owned(), ns.clone())]);
+    let nodes = create_nodes(t, &scenario).await?;
+    let kube_name = format!("kube-{ns}");
+    let log_dir = e2e::paths::target_dir().join("e2e-logs").join(&ns);
+    let kubeconfig: PathBuf = t.kubeconfig_env().into();
+    let _kube_scheduler =
+        KubeScheduler::start(&kubeconfig, &kube_name, 500, &log_dir.join("kube-scheduler"))?;
+    start_scheduler(t, "scheduler", &[])?;
+    clock.setup = started.elapsed();
+
+    let mut results = Vec::new();
+    for (r, round) in scenario.rounds.iter().enumerate() {
+        let step = Instant::now();
+        prebind(t, round).await?;
+        clock.prebound += step.elapsed();
+        let step = Instant::now();
+        let kube = phase(t, &names, round, r, Side::Kube, &kube_name, &pool).await?;
+        clock.kube += step.elapsed();
+        let step = Instant::now();
+        let ours = phase(t, &names, round, r, Side::Ours, keys::SCHEDULER_NAME, &pool).await?;
+        clock.ours += step.elapsed();
+        for probe in &round.probes {
+            results.push(judge(probe, &nodes, &kube, &ours)?);
+        }
+    }
+    let summary = Summary::of(&results);
+    let report = report(
+        config,
+        &scenario,
+        &names,
+        &results,
+        &summary,
+        &clock,
+        started.elapsed(),
+        &log_dir,
+    )?;
+    Ok((summary, report))
+}
+
+/// Creates every world's nodes (with our scheduler's node-pool label), cordons some, and returns them
+/// as the server has them.
+async fn create_nodes(t: &TestEnv, scenario: &Scenario) -> anyhow::Result<Vec<Node>> {
+    let client = t.client().clone();
+    let api: Api<Node> = Api::all(client.clone());
+    futures::stream::iter(&scenario.nodes)
+        .map(|plan| {
+            let client = client.clone();
+            let api = api.clone();
+            let fake = plan.nodes.clone().label(keys::NODE_POOL, t.namespace());
+            async move {
+                e2e::nodes::create(&client, &fake).await?;
+                if plan.unschedulable {
+                    api.patch(
+                        &plan.name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "spec": { "unschedulable": true } })),
+                    )
+                    .await
+                    .with_context(|| format!("cordoning {}", plan.name))?;
+                }
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(WRITERS)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let nodes = api
+        .list(&ListParams::default().labels(&t.node_selector()))
+        .await?
+        .items;
+    anyhow::ensure!(
+        nodes.len() == scenario.nodes.len(),
+        "{} nodes created, {} listed",
+        scenario.nodes.len(),
+        nodes.len()
+    );
+    Ok(nodes)
+}
+
+fn pods_api(t: &TestEnv, namespace: &str) -> Api<Pod> {
+    Api::namespaced(t.client().clone(), namespace)
+}
+
+/// Deletes the round's departing pre-bound pods and creates its new ones, bound.
+async fn prebind(t: &TestEnv, round: &e2e::differential::generate::Round) -> anyhow::Result<()> {
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    futures::stream::iter(&round.remove)
+        .map(|(namespace, name)| {
+            let api = pods_api(t, namespace);
+            let force = force.clone();
+            async move {
+                api.delete(name, &force)
+                    .await
+                    .with_context(|| format!("deleting {namespace}/{name}"))?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(WRITERS)
+        .try_collect::<Vec<()>>()
+        .await?;
+    futures::stream::iter(&round.add)
+        .map(|pod| create_pod(t, pod))
+        .buffer_unordered(WRITERS)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+async fn create_pod(t: &TestEnv, pod: &Value) -> anyhow::Result<()> {
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let typed: Pod = serde_json::from_value(pod.clone())?;
+    pods_api(t, namespace)
+        .create(&PostParams::default(), &typed)
+        .await
+        .with_context(|| format!("creating pod {namespace}/{name}: {pod}"))?;
+    Ok(())
+}
+
+/// What one side did with a round's probes, and every pod of the test's namespaces at the end.
+struct PhaseResult {
+    outcomes: HashMap<String, Outcome>,
+    pods: Vec<Pod>,
+}
+
+/// Gives the round's probes to one scheduler, waits until each is bound or unschedulable, reads the
+/// state, and deletes the probes (and their PodGroups).
+async fn phase(
+    t: &TestEnv,
+    names: &Names,
+    round: &e2e::differential::generate::Round,
+    index: usize,
+    side: Side,
+    scheduler_name: &str,
+    pool: &BTreeMap<String, String>,
+) -> anyhow::Result<PhaseResult> {
+    let label = format!(
+        "{PHASE_LABEL}={}",
+        e2e::differential::generate::phase(index, side)
+    );
+    if side == Side::Ours {
+        futures::stream::iter(&round.probes)
+            .map(|probe| {
+                let group: api::PodGroup = serde_json::from_value(probe.pod_group(pool))?;
+                let api: Api<api::PodGroup> = Api::namespaced(t.client().clone(), &probe.namespace);
+                Ok(async move {
+                    api.create(&PostParams::default(), &group)
+                        .await
+                        .context("creating a PodGroup")?;
+                    anyhow::Ok(())
+                })
+            })
+            .try_buffer_unordered(WRITERS)
+            .try_collect::<Vec<()>>()
+            .await?;
+    }
+    let pods: Vec<Value> = round
+        .probes
+        .iter()
+        .map(|p| p.pod(side, scheduler_name, pool))
+        .collect();
+    futures::stream::iter(&pods)
+        .map(|pod| create_pod(t, pod))
+        .buffer_unordered(WRITERS)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    loop {
+        let mut decided_count = 0;
+        for namespace in &names.namespaces {
+            let listed = pods_api(t, namespace)
+                .list(&ListParams::default().labels(&label))
+                .await?;
+            decided_count += listed.items.iter().filter(|p| decided(p).is_some()).count();
+        }
+        if decided_count == round.probes.len() || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The outcomes are read from the final state itself, which the checker judges.
+    let mut state = Vec::new();
+    for namespace in &names.namespaces {
+        state.extend(pods_api(t, namespace).list(&ListParams::default()).await?.items);
+    }
+    let outcomes: HashMap<String, Outcome> = round
+        .probes
+        .iter()
+        .map(|probe| {
+            let name = probe.name(side);
+            let outcome = state
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+                .and_then(decided)
+                .unwrap_or(Outcome::Undecided);
+            (name, outcome)
+        })
+        .collect();
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    let by_label = ListParams::default().labels(&label);
+    for namespace in &names.namespaces {
+        pods_api(t, namespace)
+            .delete_collection(&force, &by_label)
+            .await?;
+        if side == Side::Ours {
+            Api::<api::PodGroup>::namespaced(t.client().clone(), namespace)
+                .delete_collection(&DeleteParams::default(), &by_label)
+                .await?;
+        }
+    }
+    t.wait_until(
+        "the phase's probes deleted",
+        Duration::from_secs(30),
+        async || {
+            let mut left = 0;
+            for namespace in &names.namespaces {
+                left += pods_api(t, namespace).list_metadata(&by_label).await?.items.len();
+            }
+            Ok((left == 0).then_some(()))
+        },
+    )
+    .await?;
+    Ok(PhaseResult {
+        outcomes,
+        pods: state,
+    })
+}
+
+/// Bound, or marked unschedulable by its scheduler; `None` while neither.
+fn decided(pod: &Pod) -> Option<Outcome> {
+    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+        return Some(Outcome::Bound(node));
+    }
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| {
+            c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+        })
+        .map(|c| Outcome::Unschedulable(c.message.clone().unwrap_or_default()))
+}
+
+/// The checker's verdict under `release`'s rules on a probe in a side's final state (the probe left
+/// out), and the rules the side's placement breaks.
+fn verdict_of(
+    probe: &e2e::differential::Probe,
+    side: Side,
+    release: Release,
+    nodes: &[Node],
+    phase: &PhaseResult,
+) -> anyhow::Result<(
+    e2e::differential::Verdict,
+    std::collections::BTreeSet<e2e::differential::Rule>,
+)> {
+    let name = probe.name(side);
+    let pod = phase
+        .pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+        .with_context(|| format!("probe {name} missing from the final state"))?;
+    let state = State::new(nodes, &phase.pods, Some((&probe.namespace, &name)));
+    let verdict = evaluate(pod, &state, release)?;
+    let breaks = phase.outcomes[&name]
+        .node()
+        .map(|n| verdict.failures(n).cloned().unwrap_or_default())
+        .unwrap_or_default();
+    Ok((verdict, breaks))
+}
+
+fn judge(
+    probe: &e2e::differential::Probe,
+    nodes: &[Node],
+    kube: &PhaseResult,
+    ours: &PhaseResult,
+) -> anyhow::Result<ProbeResult> {
+    let (mut verdict, kube_breaks) = verdict_of(probe, Side::Kube, Release::V1_20, nodes, kube)?;
+    let (same_rules_ours, _) = verdict_of(probe, Side::Ours, Release::V1_20, nodes, ours)?;
+    let (mut current, ours_breaks) = verdict_of(probe, Side::Ours, Release::Current, nodes, ours)?;
+    // The other worlds' nodes fail the probe's world selector and tell nothing about the rules.
+    let world = format!("w{}", probe.world);
+    let of_world: std::collections::HashSet<&str> = nodes
+        .iter()
+        .filter(|n| n.metadata.labels.as_ref().and_then(|l| l.get(WORLD_LABEL)) == Some(&world))
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    verdict.nodes.retain(|n, _| of_world.contains(n.as_str()));
+    current.nodes.retain(|n, _| of_world.contains(n.as_str()));
+    Ok(ProbeResult {
+        id: probe.id(),
+        world: probe.world,
+        carries: probe.carries.clone(),
+        pod: json!({ "metadata": { "namespace": probe.namespace, "labels": probe.labels }, "spec": probe.spec }),
+        same_state: verdict.feasible() == same_rules_ours.feasible(),
+        verdict,
+        current,
+        kube: kube.outcomes[&probe.name(Side::Kube)].clone(),
+        ours: ours.outcomes[&probe.name(Side::Ours)].clone(),
+        kube_breaks,
+        ours_breaks,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    config: &Config,
+    scenario: &Scenario,
+    names: &Names,
+    results: &[ProbeResult],
+    summary: &Summary,
+    clock: &Clock,
+    took: Duration,
+    log_dir: &std::path::Path,
+) -> anyhow::Result<String> {
+    let prebound: usize = scenario.rounds.iter().map(|r| r.add.len()).sum();
+    let mut out = format!(
+        "\n==== differential test: seed {}, rules {:?}, {} worlds, {} nodes, {} rounds, {} probes per scheduler, {} pods pre-bound\n\
+         time: {:.1} s in all (setup {:.1} s, pre-binding {:.1} s, kube-scheduler phases {:.1} s, kai-scheduler phases {:.1} s)\n\n",
+        config.seed,
+        config.rules,
+        config.worlds,
+        scenario.nodes.len(),
+        scenario.rounds.len(),
+        scenario.probes(),
+        prebound,
+        took.as_secs_f64(),
+        clock.setup.as_secs_f64(),
+        clock.prebound.as_secs_f64(),
+        clock.kube.as_secs_f64(),
+        clock.ours.as_secs_f64(),
+    );
+    out.push_str(&summary.render());
+    let noted: Vec<&ProbeResult> = results.iter().filter(|r| !r.disagreements().is_empty()).collect();
+    let failing: Vec<&ProbeResult> = noted
+        .iter()
+        .copied()
+        .filter(|r| !r.failures().is_empty())
+        .collect();
+    if !noted.is_empty() {
+        std::fs::create_dir_all(log_dir)?;
+        let file = log_dir.join("differential.json");
+        std::fs::write(&file, serde_json::to_string_pretty(&noted)?)?;
+        out.push_str(&format!(
+            "\n{} probes with a difference ({} failing), all written to {}",
+            noted.len(),
+            failing.len(),
+            file.display(),
+        ));
+        if !failing.is_empty() {
+            out.push_str(&format!("; the first {} failing:", PRINTED.min(failing.len())));
+        }
+        out.push('\n');
+        for r in failing.iter().take(PRINTED) {
+            out.push_str(&describe(r, &names.prefix));
+        }
+    }
+    Ok(out)
+}
