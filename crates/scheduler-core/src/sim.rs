@@ -905,10 +905,12 @@ impl Synthetic {
 /// The rules of a synthetic gang's pods about each other: required hostname anti-affinity, or a
 /// `DoNotSchedule` zone spread with maxSkew 1.
 fn synthetic_rules(job: &str, namespace: &str, anti_affinity: bool) -> RulesSpec {
-    let term = |key: &str| PodTerm {
-        selector: Some(LabelSelector::new(vec![SelectorRequirement::equals("job", job)])),
-        namespaces: NamespaceScope::only(namespace),
-        topology_key: key.to_owned(),
+    let term = |key: &str| {
+        PodTerm::new(
+            Some(LabelSelector::new(vec![SelectorRequirement::equals("job", job)])),
+            NamespaceScope::only(namespace),
+            key,
+        )
     };
     if anti_affinity {
         RulesSpec {

@@ -6,7 +6,7 @@
 use kai_scheduler_core::model::TaskStatus;
 use kai_scheduler_core::model::pod_rules::{
     HOSTNAME_KEY, HostPort, Inclusion, LabelSelector, NamespaceScope, PodTerm, Protocol, RulesSpec,
-    SelectorRequirement, Spread,
+    SelectorRequirement, Spread, conjoin,
 };
 use kai_scheduler_core::sim::{GangSpec, Sim};
 
@@ -23,11 +23,11 @@ fn pods(name: &str, n: u32) -> GangSpec {
 }
 
 fn select(app: &str, key: &str) -> PodTerm {
-    PodTerm {
-        selector: Some(LabelSelector::new(vec![SelectorRequirement::equals("app", app)])),
-        namespaces: NamespaceScope::only("ns"),
-        topology_key: key.to_owned(),
-    }
+    PodTerm::new(
+        Some(LabelSelector::new(vec![SelectorRequirement::equals("app", app)])),
+        NamespaceScope::only("ns"),
+        key,
+    )
 }
 
 fn anti(app: &str, key: &str) -> RulesSpec {
@@ -465,5 +465,58 @@ fn consolidation_moves_no_pod_to_where_a_rule_forbids_it() {
     assert_eq!(
         s.count("a", TaskStatus::Running) + s.count("b", TaskStatus::Running),
         2
+    );
+}
+
+/// Two required affinity terms: a pod counts only where it matches both (kube-scheduler's rule), and
+/// every node must carry every term's topology key, even for the first pod of a group.
+#[test]
+fn required_affinity_terms_are_met_by_pods_matching_all_of_them() {
+    let both = RulesSpec {
+        affinity: vec![select("db", "zone"), {
+            let mut cache = select("cache", "zone");
+            cache.selector = Some(LabelSelector::new(vec![SelectorRequirement::equals(
+                "tier", "cache",
+            )]));
+            cache
+        }],
+        ..RulesSpec::default()
+    };
+    // As the conversion from the pod spec does.
+    let mut both = both;
+    conjoin(&mut both.affinity);
+    let mut s = sim();
+    zones(&mut s, &[("a", 2), ("b", 2)]);
+    // Zone a holds a db pod and a cache pod, but no pod that is both.
+    s.gang(pods("db", 1).labels(&[("app", "db")]).running_on(&["a-0"]));
+    s.gang(pods("cache", 1).labels(&[("tier", "cache")]).running_on(&["a-1"]));
+    s.gang(pods("app", 1).rules(both.clone()));
+    settle(&mut s, 2);
+    assert_eq!(s.count("app", TaskStatus::Running), 0, "{:?}", s.placement("app"));
+    // A pod that is both arrives in zone b: the waiting pod follows it there.
+    s.gang(
+        pods("dbcache", 1)
+            .labels(&[("app", "db"), ("tier", "cache")])
+            .running_on(&["b-0"]),
+    );
+    settle(&mut s, 2);
+    assert_eq!(zone_counts(&s, "app"), vec![("b".to_owned(), 1)]);
+
+    // The first of a group that selects itself needs a node with the topology key.
+    let mut s = sim();
+    zones(&mut s, &[("a", 1)]);
+    s.node("bare", 8_000, 32, 0);
+    s.gang(pods("filler", 1).running_on(&["bare"]));
+    let together = RulesSpec {
+        affinity: vec![select("team", "zone")],
+        ..RulesSpec::default()
+    };
+    s.gang(pods("team", 1).labels(&[("app", "team")]).rules(together));
+    settle(&mut s, 2);
+    assert_eq!(
+        s.placement("team").get("a-0"),
+        Some(&1),
+        "{:?}",
+        s.placement("team")
     );
 }

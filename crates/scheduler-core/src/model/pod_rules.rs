@@ -133,6 +133,22 @@ impl NamespaceScope {
     }
 }
 
+/// A selection of pods: by labels, in namespaces.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Selection {
+    /// Pod selector; `None` (a term without `labelSelector`) selects no pod.
+    pub selector: Option<LabelSelector>,
+    /// Namespaces of the selected pods.
+    pub namespaces: NamespaceScope,
+}
+
+impl Selection {
+    fn selects(&self, namespace: &str, labels: &Labels, namespace_labels: Option<&Labels>) -> bool {
+        self.selector.as_ref().is_some_and(|s| s.matches(labels))
+            && self.namespaces.contains(namespace, namespace_labels)
+    }
+}
+
 /// Which pods a term selects and how it groups nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodTerm {
@@ -142,14 +158,57 @@ pub struct PodTerm {
     pub namespaces: NamespaceScope,
     /// Node label whose value is the domain.
     pub topology_key: String,
+    /// Selections a pod must also be in to count: the other terms of a pod's required affinity
+    /// (kube-scheduler counts a pod for required affinity only where it matches every term).
+    pub also: Vec<Selection>,
 }
 
 impl PodTerm {
+    /// A term of one selection.
+    #[must_use]
+    pub fn new(selector: Option<LabelSelector>, namespaces: NamespaceScope, topology_key: &str) -> Self {
+        Self {
+            selector,
+            namespaces,
+            topology_key: topology_key.to_owned(),
+            also: Vec::new(),
+        }
+    }
+
     /// Whether a pod with these labels in this namespace is selected.
     #[must_use]
     pub fn selects(&self, namespace: &str, labels: &Labels, namespace_labels: Option<&Labels>) -> bool {
         self.selector.as_ref().is_some_and(|s| s.matches(labels))
             && self.namespaces.contains(namespace, namespace_labels)
+            && self
+                .also
+                .iter()
+                .all(|a| a.selects(namespace, labels, namespace_labels))
+    }
+
+    /// Whether some selection of the term selects namespaces by label.
+    fn selects_namespaces_by_label(&self) -> bool {
+        self.namespaces.selector.is_some() || self.also.iter().any(|a| a.namespaces.selector.is_some())
+    }
+}
+
+/// Makes a pod's required affinity terms count only pods that match all of them, as kube-scheduler
+/// counts them: each term carries the others' selections.
+pub fn conjoin(terms: &mut [PodTerm]) {
+    let selections: Vec<Selection> = terms
+        .iter()
+        .map(|t| Selection {
+            selector: t.selector.clone(),
+            namespaces: t.namespaces.clone(),
+        })
+        .collect();
+    for (i, t) in terms.iter_mut().enumerate() {
+        t.also = selections
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, s)| s.clone())
+            .collect();
     }
 }
 
@@ -685,7 +744,7 @@ impl RuleBook {
                 .push(id),
             None => self.unindexed.push(id),
         }
-        if term.namespaces.selector.is_some() {
+        if term.selects_namespaces_by_label() {
             self.namespace_selecting += 1;
         }
         self.term_index.insert(term, id);
@@ -719,7 +778,7 @@ impl RuleBook {
             }
             None => self.unindexed.retain(|t| *t != id),
         }
-        if entry.term.namespaces.selector.is_some() {
+        if entry.term.selects_namespaces_by_label() {
             self.namespace_selecting -= 1;
         }
         self.term_index.remove(&entry.term);
@@ -864,11 +923,11 @@ mod tests {
     }
 
     fn term(app: &str, key: &str) -> PodTerm {
-        PodTerm {
-            selector: Some(LabelSelector::new(vec![SelectorRequirement::equals("app", app)])),
-            namespaces: NamespaceScope::only("ns"),
-            topology_key: key.to_owned(),
-        }
+        PodTerm::new(
+            Some(LabelSelector::new(vec![SelectorRequirement::equals("app", app)])),
+            NamespaceScope::only("ns"),
+            key,
+        )
     }
 
     #[test]

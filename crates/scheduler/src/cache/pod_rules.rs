@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as ApiSelector
 
 use scheduler_core::model::pod_rules::{
     HostPort, Inclusion, LabelSelector, Labels, NamespaceScope, PodTerm, Protocol, RulesSpec, SelectorOp,
-    SelectorRequirement, Spread,
+    SelectorRequirement, Spread, conjoin,
 };
 
 /// Reads a pod's rules; problems are appended to `problems`.
@@ -27,6 +27,8 @@ pub fn rules(spec: &PodSpec, namespace: &str, labels: &Labels, problems: &mut Ve
         {
             rules.affinity.extend(term(t, problems));
         }
+        // kube-scheduler counts a pod for required affinity only where it matches every term.
+        conjoin(&mut rules.affinity);
         for w in pa
             .preferred_during_scheduling_ignored_during_execution
             .iter()
@@ -176,14 +178,14 @@ fn affinity_term(
     }
     names.sort();
     names.dedup();
-    Some(PodTerm {
+    Some(PodTerm::new(
         selector,
-        namespaces: NamespaceScope {
+        NamespaceScope {
             names,
             selector: namespace_selector,
         },
-        topology_key: t.topology_key.clone(),
-    })
+        &t.topology_key,
+    ))
 }
 
 fn selector_of_namespaces(t: &PodAffinityTerm, problems: &mut Vec<String>) -> Option<LabelSelector> {
@@ -251,11 +253,7 @@ fn spread(
         &[],
     );
     Some(Spread {
-        term: PodTerm {
-            selector,
-            namespaces: NamespaceScope::only(namespace),
-            topology_key: c.topology_key.clone(),
-        },
+        term: PodTerm::new(selector, NamespaceScope::only(namespace), &c.topology_key),
         max_skew,
         hard,
         min_domains,
@@ -313,6 +311,11 @@ affinity:
         );
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(r.affinity.len(), 2);
+        assert_eq!(
+            r.affinity[0].also[0].namespaces.names,
+            vec!["a".to_owned(), "b".to_owned()],
+            "each required term counts only pods matching the other too"
+        );
         assert_eq!(r.affinity[0].namespaces, NamespaceScope::only("ns"));
         assert_eq!(
             r.affinity[1].namespaces.names,

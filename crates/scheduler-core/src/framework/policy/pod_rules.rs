@@ -380,20 +380,23 @@ impl RuleLookups {
                 later |= count.present > 0;
             }
         }
-        // Required affinity: every term met in the node's domain, unless no pod anywhere matches any
-        // term and the pod matches them all itself (the first of a group that wants to be together).
+        // Required affinity: the node has every term's topology key, and each term has a pod in the
+        // node's domain that matches all the terms; unless no such pod runs anywhere and the pod matches
+        // them all itself (the first of a group that wants to be together).
         if !rules.affinity.is_empty() {
-            let met = rules.affinity.iter().all(|t| {
+            let mut met = true;
+            for t in &rules.affinity {
                 let term = book.term(*t);
-                node.labels
-                    .get(&term.term.topology_key)
-                    .is_some_and(|d| term.selected.in_domain(d).staying() > 0)
-            });
+                let Some(domain) = node.labels.get(&term.term.topology_key) else {
+                    return RuleFit::No(RuleMiss::PodAffinity);
+                };
+                met &= term.selected.in_domain(domain).staying() > 0;
+            }
             if !met {
                 let none_anywhere = rules
                     .affinity
                     .iter()
-                    .all(|t| book.term(*t).selected.in_domains.staying() == 0);
+                    .all(|t| book.term(*t).selected.in_domains.present == 0);
                 let selects_itself = rules
                     .affinity
                     .iter()
