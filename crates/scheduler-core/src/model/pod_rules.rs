@@ -892,23 +892,6 @@ impl RuleBook {
             entry.generation += 1;
         }
     }
-
-    /// Whether some placed pod carries a required anti-affinity term whose domain is wider than one
-    /// node (its arrival changes the answer on other nodes than its own).
-    #[must_use]
-    pub fn has_wide_carriers(&self) -> bool {
-        self.terms
-            .iter()
-            .flatten()
-            .any(|t| t.carriers.in_domains.present > 0 && t.term.topology_key != HOSTNAME_KEY)
-    }
-
-    /// Live terms carried as required anti-affinity by some placed pod.
-    pub fn carried_terms(&self) -> impl Iterator<Item = TermId> + '_ {
-        self.live_terms()
-            .filter(|(_, t)| !t.carriers.per_node.is_empty())
-            .map(|(id, _)| id)
-    }
 }
 
 #[cfg(test)]
@@ -1054,7 +1037,6 @@ mod tests {
                 releasing: 1
             }
         );
-        assert!(book.has_wide_carriers());
         let other = labels(&[("app", "db")]);
         let db = PodFacts {
             namespace: "ns",
@@ -1067,6 +1049,5 @@ mod tests {
         let t = book.term(book.rules(carrier).anti_affinity[0]);
         assert_eq!(t.selected.in_domains, Count::default());
         assert!(t.selected.per_node.is_empty() && t.selected.per_domain.is_empty());
-        assert!(!book.has_wide_carriers());
     }
 }

@@ -18,7 +18,6 @@ use std::sync::Arc;
 use super::pod_rules::{RuleFit, RuleLookups, RuleMiss};
 use crate::config::PlacementStrategy;
 use crate::model::constraints::{ConstraintsId, StaticMiss};
-use crate::model::pod_rules::{PodRulesId, TermId};
 use crate::model::resources::{CPU, GPU, MAX_RESOURCES};
 use crate::model::{Cluster, GpuRequest, Node, NodeId, Resources, Task, TaskId};
 
@@ -137,10 +136,9 @@ impl Eligibility {
     }
 }
 
-/// What a pod shape's answer depends on besides the node: request, GPU request, constraints, and the
-/// placed pods' anti-affinity terms that select it (the placement policy is fixed for a session). Pods
-/// with rules of their own are not summarised incrementally: their answer on one node depends on others.
-type Shape = (Resources, GpuRequest, ConstraintsId, Vec<TermId>);
+/// What a pod shape's node rules and room depend on besides the node: request, GPU request,
+/// constraints (the placement policy is fixed for a session).
+type Shape = (Resources, GpuRequest, ConstraintsId);
 
 /// One node's answer for a shape, as counted in explanations: `None` when it fits now, else why not
 /// (fitting only once releasing pods are gone counts as insufficient room of the pod's main resource).
@@ -414,35 +412,17 @@ impl NodeIndex {
         task: &Task,
         policy: &PlacementPolicy,
     ) -> (usize, BTreeMap<NodeMiss, usize>) {
-        let verdict = |c: &mut Caches<'_>, n: NodeId| -> Verdict {
-            match check(c, cluster, task, policy, n) {
+        // Node rules and room, summarised incrementally per pod shape; the rules about other pods (whose
+        // answer on one node depends on pods elsewhere) are then asked only of the nodes with room.
+        let verdict = |elig: &mut Eligibility, n: NodeId| -> Verdict {
+            match check_room(elig, cluster, task, policy, n) {
                 Ok(p) if p.mode == Mode::Allocate => None,
                 Ok(_) => Some(NodeMiss::Insufficient(main_slot(task.gpu))),
                 Err(miss) => Some(miss),
             }
         };
-        let subject = rule_subject(&self.rules, cluster, task);
-        let mut caches = Caches {
-            eligibility: &mut self.eligibility,
-            rules: &mut self.rules,
-            task: subject,
-        };
-        let elig = &mut caches;
-        if task.rules != PodRulesId(0) || cluster.rules.has_wide_carriers() {
-            // The answer on one node depends on pods elsewhere: count afresh.
-            let mut misses = BTreeMap::new();
-            let mut nodes = 0;
-            for (i, _) in cluster.nodes.iter() {
-                nodes += 1;
-                count_in(&mut misses, &verdict(elig, NodeId(i)), 1);
-            }
-            return (nodes, misses);
-        }
-        let selecting = elig
-            .task
-            .map(|id| elig.rules.selecting_terms(cluster, id, task))
-            .unwrap_or_default();
-        let shape = (task.request, task.gpu, task.constraints, selecting);
+        let elig = &mut self.eligibility;
+        let shape = (task.request, task.gpu, task.constraints);
         let log = &self.summaries.changes;
         let summary = match self.summaries.misses.entry(shape) {
             std::collections::hash_map::Entry::Occupied(e) => {
@@ -483,8 +463,29 @@ impl NodeIndex {
                 e.insert(summary)
             }
         };
-        let misses = summary.misses.clone();
+        let mut misses = summary.misses.clone();
         let nodes = summary.nodes;
+        let with_room = nodes - misses.values().sum::<usize>().min(nodes);
+        let subject = rule_subject(&self.rules, cluster, task);
+        if with_room > 0
+            && let Some(id) = subject.filter(|_| self.rules.relevant(task))
+        {
+            let roomy: Vec<NodeId> = summary
+                .verdicts
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| matches!(v, Some(None)))
+                .filter_map(|(i, _)| u32::try_from(i).ok().map(NodeId))
+                .collect();
+            for n in roomy {
+                let miss = match self.rules.check(cluster, id, task, n) {
+                    RuleFit::Now => continue,
+                    RuleFit::Later => NodeMiss::Insufficient(main_slot(task.gpu)),
+                    RuleFit::No(miss) => NodeMiss::Rule(miss),
+                };
+                count_in(&mut misses, &Some(miss), 1);
+            }
+        }
         self.summaries.compact();
         (nodes, misses)
     }

@@ -220,11 +220,6 @@ impl RuleLookups {
         task.rules != PodRulesId(0) || !self.anti_terms.is_empty()
     }
 
-    /// The anti-affinity terms of placed pods that select this pod (what the symmetric rule checks).
-    pub fn selecting_terms(&mut self, cluster: &Cluster, id: TaskId, task: &Task) -> Vec<TermId> {
-        self.context(cluster, id, task).selecting.clone()
-    }
-
     fn context(&mut self, cluster: &Cluster, id: TaskId, task: &Task) -> Rc<PodContext> {
         if let Some(c) = self.contexts.get(&id) {
             return Rc::clone(c);
