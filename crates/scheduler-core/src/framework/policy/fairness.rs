@@ -9,8 +9,8 @@ use std::cmp::Ordering;
 
 use crate::config::ProportionArgs;
 use crate::fairshare::{
-    self, Accounting, CapacityViolation, FairShareConfig, Preemptibility, QueueCandidate, QueueReport,
-    QueueSpec, QueueTree, ReclaimRejection, ReclaimScratch, Reclaimer, VictimChunk,
+    self, Accounting, CapacityViolation, FairShareConfig, OrderKey, Preemptibility, QueueCandidate,
+    QueueReport, QueueSpec, QueueTree, ReclaimRejection, ReclaimScratch, Reclaimer, VictimChunk,
 };
 use crate::model::{Cluster, QueueId, Resources};
 
@@ -153,6 +153,30 @@ impl Fairness {
                 &QueueCandidate::pending(x, a_req),
                 &QueueCandidate::pending(y, b_req),
             ),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => a.cmp(&b),
+        }
+    }
+
+    /// One side of [`Self::compare`], evaluated once (`None` for a queue outside the tree). Valid while
+    /// the queue's [`Self::version`] and the request stay the same.
+    #[must_use]
+    pub fn order_key(&self, queue: QueueId, request: &Resources) -> Option<OrderKey> {
+        self.id(queue).map(|q| self.tree.order_key(q, request))
+    }
+
+    /// [`Self::compare`] over two keys from [`Self::order_key`].
+    #[must_use]
+    pub fn compare_keys(
+        &self,
+        a: QueueId,
+        a_key: Option<&OrderKey>,
+        b: QueueId,
+        b_key: Option<&OrderKey>,
+    ) -> Ordering {
+        match (a_key, b_key) {
+            (Some(x), Some(y)) => self.tree.compare_keys(x, y),
             (Some(_), None) => Ordering::Less,
             (None, Some(_)) => Ordering::Greater,
             (None, None) => a.cmp(&b),

@@ -8,11 +8,11 @@ use api::podgroup::{PodGroupCondition, SchedulingCondition, UnschedulableExplana
 use api::{PodGroupPhase, PodGroupStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::framework::Session;
 use crate::framework::decisions::{
     Decisions, Event, EventObject, EventType, GroupAnnotations, GroupStatus, PodCondition, QueueStatus,
 };
 use crate::framework::report::explain::Why;
+use crate::framework::{GangOutcome, Session};
 use crate::model::resources::{GPU, PODS};
 use crate::model::{Cluster, Group, GroupId, GroupKind, Millis, Resources, TaskStatus};
 
@@ -175,12 +175,12 @@ fn condition(
     status: &str,
     reason: &str,
     message: String,
-    now: Millis,
+    stamp: &str,
 ) -> PodGroupCondition {
     let old = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == type_));
     let time = match old {
         Some(o) if o.status == status => o.last_transition_time.clone(),
-        _ => Some(rfc3339(now)),
+        _ => Some(stamp.to_owned()),
     };
     PodGroupCondition {
         type_: type_.to_owned(),
@@ -237,8 +237,10 @@ pub fn timeouts(ssn: &mut Session<'_>) {
 pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     let now = ssn.now;
     let group_ids: Vec<GroupId> = ssn.cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
+    // Every new transition of this cycle carries the same time: format it once.
+    let stamp = rfc3339(now);
     for id in group_ids {
-        report_group(ssn, id, now, decisions);
+        report_group(ssn, id, now, &stamp, decisions);
     }
     report_queues(ssn, decisions);
     report_pods_without_gang(ssn, decisions);
@@ -316,7 +318,7 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     }
 }
 
-fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut Decisions) {
+fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, decisions: &mut Decisions) {
     let gang_index = ssn.gang_of.get(&id).copied();
     let cluster = &*ssn.cluster;
     let group = cluster.group(id);
@@ -336,12 +338,11 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
         }
         None => (false, true, false),
     };
+    let no_outcome = GangOutcome::default();
     let outcome = gang_index
         .and_then(|g| ssn.outcomes.get(&g))
-        .cloned()
-        .unwrap_or_default();
+        .unwrap_or(&no_outcome);
     let phase = phase(c, group.min_member, satisfied, group.timed_out, has_children);
-    let previous = group.observed.status.clone();
     let mut status = PodGroupStatus {
         phase: Some(phase),
         running: Some(i32::try_from(c.running).unwrap_or(i32::MAX)),
@@ -372,7 +373,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
         },
         requested: quantities(cluster, &requested),
     });
-    let prev = previous.as_ref();
+    let prev = group.observed.status.as_ref();
     let scheduled = matches!(
         phase,
         PodGroupPhase::Scheduled | PodGroupPhase::Running | PodGroupPhase::Finished
@@ -395,7 +396,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
                 group.min_member
             )
         },
-        now,
+        stamp,
     ));
     for p in &group.problems {
         let type_ = if p.is_blocking() {
@@ -408,7 +409,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
         }
         status
             .conditions
-            .push(condition(prev, type_, "True", p.reason(), p.to_string(), now));
+            .push(condition(prev, type_, "True", p.reason(), p.to_string(), stamp));
     }
     // Why it waits: the outcome of this cycle (root) or of its gang (child groups).
     let gang_waiting = is_root
@@ -425,7 +426,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
             "True",
             why.reason(),
             message.clone(),
-            now,
+            stamp,
         ));
         if c.running + c.bound == 0 {
             status.scheduling_conditions.push(SchedulingCondition {
@@ -446,7 +447,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
                     .and_then(|p| p.scheduling_conditions.first())
                     .filter(|s| s.message.as_ref() == Some(message))
                     .and_then(|s| s.last_transition_time.clone())
-                    .or_else(|| Some(rfc3339(now))),
+                    .or_else(|| Some(stamp.to_owned())),
                 status: Some("True".to_owned()),
             });
         }
@@ -459,7 +460,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
             "True",
             "ScheduleTimeout",
             format!("not placed within scheduleTimeoutSeconds ({secs}s); still retried, and placed if room appears"),
-            now,
+            stamp,
         ));
     }
     // Conditions other components own (the podgrouper's warnings) are kept as they are: the status
