@@ -342,6 +342,31 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
     let outcome = gang_index
         .and_then(|g| ssn.outcomes.get(&g))
         .unwrap_or(&no_outcome);
+    let gang_waiting = is_root
+        && gang_index.is_some_and(|g| {
+            !ssn.gangs[g].is_satisfied(cluster) && ssn.gangs[g].pending(cluster).next().is_some()
+        });
+    let derived = Derived {
+        gang: gang_index.is_some(),
+        satisfied,
+        is_root,
+        has_children,
+        gang_waiting,
+    };
+    // Nothing it reads changed since its last report, which left the model as that report wanted:
+    // the same report again would write, emit and mark nothing. A gang placed in this cycle always
+    // reports (its event and start annotation are news even when the rest is the same).
+    if outcome.placed_by.is_none()
+        && group.report_inputs != 0
+        && group
+            .report_why
+            .as_ref()
+            .and_then(|w| w.downcast_ref::<Vec<Why>>())
+            .is_some_and(|w| *w == outcome.why)
+        && group.report_inputs == report_inputs(cluster, group, derived)
+    {
+        return;
+    }
     let phase = phase(c, group.min_member, satisfied, group.timed_out, has_children);
     let mut status = PodGroupStatus {
         phase: Some(phase),
@@ -412,10 +437,6 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
             .push(condition(prev, type_, "True", p.reason(), p.to_string(), stamp));
     }
     // Why it waits: the outcome of this cycle (root) or of its gang (child groups).
-    let gang_waiting = is_root
-        && gang_index.is_some_and(|g| {
-            !ssn.gangs[g].is_satisfied(cluster) && ssn.gangs[g].pending(cluster).next().is_some()
-        });
     let waiting = !scheduled && (c.pending + c.pipelined > 0 || gang_waiting);
     let whys: Vec<&Why> = outcome.why.iter().collect();
     let message = whys.first().map(|w| w.message(&cluster.names));
@@ -586,6 +607,78 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
             task.condition_fingerprint = print;
         }
     }
+    let cluster = &*ssn.cluster;
+    let group = cluster.group(id);
+    let memo = if outcome.placed_by.is_none() {
+        report_inputs(cluster, group, derived)
+    } else {
+        0
+    };
+    let why: Option<std::sync::Arc<dyn std::any::Any + Send + Sync>> =
+        (memo != 0).then(|| std::sync::Arc::new(outcome.why.clone()) as _);
+    let group = ssn.cluster.group_mut(id);
+    group.report_inputs = memo;
+    group.report_why = why;
+}
+
+/// What a group's report reads from its gang, computed once per report.
+#[derive(Clone, Copy, Hash)]
+struct Derived {
+    gang: bool,
+    satisfied: bool,
+    is_root: bool,
+    has_children: bool,
+    gang_waiting: bool,
+}
+
+/// Fingerprint of everything `report_group` reads for a group not placed in this cycle, but why it
+/// waits (compared apart): the group's own fields, its pods' state, what its gang says about it.
+/// Never 0.
+fn report_inputs(cluster: &Cluster, group: &Group, derived: Derived) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    derived.hash(&mut h);
+    (
+        &group.key,
+        &group.uid,
+        group.version,
+        group.min_member,
+        group.timed_out,
+    )
+        .hash(&mut h);
+    (
+        group.schedule_timeout_secs,
+        group.mark_unschedulable,
+        group.preemptible,
+    )
+        .hash(&mut h);
+    (group.last_start, group.stale_since, &group.problems).hash(&mut h);
+    (group.observed.fingerprint, group.observed.event_fingerprint).hash(&mut h);
+    group.tasks.len().hash(&mut h);
+    for t in &group.tasks {
+        let task = cluster.task(*t);
+        // The uid names the pod (its name and namespace never change under one uid).
+        (
+            t.0,
+            &task.uid,
+            task.status,
+            task.node,
+            task.ours,
+            task.problem.is_some(),
+        )
+            .hash(&mut h);
+        (task.condition_fingerprint, task.gpu).hash(&mut h);
+        task.request.nonzero().count().hash(&mut h);
+        for (slot, value) in task.request.nonzero() {
+            (slot, value).hash(&mut h);
+        }
+        // A GPU-memory request's share depends on its node's devices.
+        if matches!(task.gpu, crate::model::GpuRequest::Memory { .. })
+            && let Some(n) = task.node
+        {
+            cluster.node(n).gpu_memory_mib.hash(&mut h);
+        }
+    }
+    h.finish() | 1
 }
 
 /// The queues the model's gangs name, with their ancestors.
