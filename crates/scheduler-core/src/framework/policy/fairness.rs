@@ -61,14 +61,36 @@ impl Fairness {
                 continue;
             };
             let pre = preemptibility(gang.preemptible);
+            // Summed over the gang first, then recorded up the tree once: the same totals, since
+            // saturating sums of amounts that are never negative do not depend on their order (a
+            // negative amount, which no request has, is recorded on its own).
+            let (mut running, mut pending) = (Resources::ZERO, Resources::ZERO);
+            let (mut any_running, mut any_pending) = (false, false);
             for t in gang.tasks() {
                 let task = cluster.task(t);
                 let share = share_request(cluster, t);
+                let summable = share.0.iter().all(|v| *v >= 0);
                 if task.status.is_allocated() {
-                    tree.record_running(q, &share, pre);
+                    if summable {
+                        running.add(&share);
+                        any_running = true;
+                    } else {
+                        tree.record_running(q, &share, pre);
+                    }
                 } else if task.status.is_pending() || task.status == crate::model::TaskStatus::Pipelined {
-                    tree.record_pending(q, &share);
+                    if summable {
+                        pending.add(&share);
+                        any_pending = true;
+                    } else {
+                        tree.record_pending(q, &share);
+                    }
                 }
+            }
+            if any_running {
+                tree.record_running(q, &running, pre);
+            }
+            if any_pending {
+                tree.record_pending(q, &pending);
             }
         }
         tree.divide(&capacity(cluster));
