@@ -2,7 +2,7 @@
 //! run for a few rounds with churn in between, and every round's decisions are compared, by digest,
 //! with the ones recorded before the speed work (`core-speed`: key-based queue order, id hashing,
 //! kept session indexes). A digest changes when any bind, eviction, status, condition, event or
-//! queue status changes, or their order.
+//! queue status changes, or their order (status fingerprints, internal bookkeeping, are left out).
 
 use std::hash::{Hash, Hasher};
 
@@ -16,8 +16,13 @@ fn digest(sim: &mut Sim, spec: &Synthetic, rounds: usize, churn_every: usize) ->
         if churn_every > 0 && round > 0 && round % churn_every == 0 {
             spec.churn(&mut sim.cluster, 0.05, round);
         }
-        let result = sim.round();
-        format!("{:?}", result.decisions).hash(&mut h);
+        // Status fingerprints are the scheduler's own bookkeeping (how it compares statuses), not a
+        // decision: left out, so a different fingerprint function keeps the digests.
+        let mut decisions = sim.round().decisions.clone();
+        for s in &mut decisions.group_statuses {
+            s.fingerprint = 0;
+        }
+        format!("{decisions:?}").hash(&mut h);
         sim.cluster.check_invariants().expect("model invariants");
     }
     h.finish()
@@ -71,7 +76,7 @@ fn consolidation_decides_as_before() {
     assert_eq!(run(&spec, config, 3, 0), CONSOLIDATE);
 }
 
-const ONE_POD: u64 = 15_666_829_501_414_595_812;
-const GANGS_RULES: u64 = 18_014_035_405_848_760_345;
-const PREEMPT: u64 = 12_319_430_157_895_036_438;
-const CONSOLIDATE: u64 = 16_395_101_088_491_070_020;
+const ONE_POD: u64 = 12_218_473_456_556_787_130;
+const GANGS_RULES: u64 = 1_933_247_415_268_457_044;
+const PREEMPT: u64 = 2_799_363_285_200_420_664;
+const CONSOLIDATE: u64 = 5_104_010_735_920_779_101;

@@ -239,7 +239,7 @@ impl std::fmt::Display for GroupProblem {
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct ObservedStatus {
     /// The status as last seen (or as last written, until the write is seen).
-    pub status: Option<api::PodGroupStatus>,
+    pub status: Option<Arc<api::PodGroupStatus>>,
     /// Fingerprint of that status, timestamps excluded.
     pub fingerprint: u64,
     /// Fingerprint of the last Unschedulable event emitted (in memory only).

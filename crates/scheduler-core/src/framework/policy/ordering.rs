@@ -24,19 +24,42 @@ pub struct JobQueues {
     /// Reverse order (victim selection): worst gangs of the most over-served queues first.
     reverse: bool,
     /// Per queue, bumped when the front gang of a leaf under it changes (pop, push).
-    fronts: IdMap<QueueId, u64>,
+    fronts: PerQueue<u64>,
     /// The best (leaf, gang) under each inner queue, with the (fairness version, fronts version) it was
     /// found at: siblings compare only their own accounting and candidates, so a subtree where neither
     /// changed still has the same best, and a pop re-compares only along the path that changed.
-    best_under: IdMap<QueueId, (Seen, Pick)>,
+    best_under: PerQueue<(Seen, Pick)>,
     /// Each queue's order key with its best gang, at the (fairness version, fronts version) it was
     /// computed at.
-    keys: IdMap<QueueId, (Seen, Option<OrderKey>)>,
+    keys: PerQueue<(Seen, Option<OrderKey>)>,
     /// The top-level queues without problems, listed at the first pop.
     roots: Option<Vec<QueueId>>,
     /// Tests compare against the uncached order.
     #[cfg(test)]
     uncached: bool,
+}
+
+/// Values per queue, in a vector by the queue's arena index (looked up on every comparison of a pop).
+#[derive(Clone, Debug)]
+struct PerQueue<T>(Vec<Option<T>>);
+
+impl<T> Default for PerQueue<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<T> PerQueue<T> {
+    fn get(&self, q: &QueueId) -> Option<&T> {
+        self.0.get(q.index()).and_then(Option::as_ref)
+    }
+
+    fn insert(&mut self, q: QueueId, value: T) {
+        if self.0.len() <= q.index() {
+            self.0.resize_with(q.index() + 1, || None);
+        }
+        self.0[q.index()] = Some(value);
+    }
 }
 
 /// KAI's job order inside a queue: higher priority, then gangs below their minimum before those at it
@@ -144,7 +167,8 @@ impl JobQueues {
         // Bounded: a parent cycle is a reported queue problem.
         for _ in 0..=ssn.cluster.queues.len() {
             let Some(q) = next else { break };
-            *self.fronts.entry(q).or_default() += 1;
+            let v = self.fronts.get(&q).copied().unwrap_or(0);
+            self.fronts.insert(q, v + 1);
             next = ssn.cluster.queues.get(q.0).and_then(|queue| queue.parent);
         }
     }

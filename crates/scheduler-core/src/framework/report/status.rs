@@ -60,7 +60,7 @@ pub fn rfc3339(ms: Millis) -> String {
 /// Fingerprint of a status, timestamps and transition ids excluded.
 #[must_use]
 pub fn status_fingerprint(s: &PodGroupStatus) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = WordHasher::default();
     s.phase.map(PodGroupPhase::as_str).hash(&mut h);
     (s.running, s.succeeded, s.failed, s.pending).hash(&mut h);
     for c in &s.conditions {
@@ -398,7 +398,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
         },
         requested: quantities(cluster, &requested),
     });
-    let prev = group.observed.status.as_ref();
+    let prev = group.observed.status.as_deref();
     let scheduled = matches!(
         phase,
         PodGroupPhase::Scheduled | PodGroupPhase::Running | PodGroupPhase::Finished
@@ -457,9 +457,15 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
                 message: Some(message.clone()),
                 reasons: whys
                     .iter()
-                    .map(|w| UnschedulableExplanation {
+                    .enumerate()
+                    .map(|(i, w)| UnschedulableExplanation {
                         reason: Some(w.reason().to_owned()),
-                        message: Some(w.message(&cluster.names)),
+                        // The first one's message is the condition's, made above.
+                        message: Some(if i == 0 {
+                            message.clone()
+                        } else {
+                            w.message(&cluster.names)
+                        }),
                         details: None,
                     })
                     .collect(),
@@ -581,9 +587,11 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
         stale_since: group.stale_since,
     });
     let changed = fingerprint != group.observed.fingerprint;
+    // One status, shared by the decision and the model (it is large, and a full cycle writes many).
+    let status = std::sync::Arc::new(status);
     let status_update = changed.then(|| GroupStatus {
         key: key.clone(),
-        status: status.clone(),
+        status: std::sync::Arc::clone(&status),
         fingerprint,
     });
     // Remember what is being written so the next cycle does not write it again before the echo.
