@@ -654,7 +654,7 @@ impl Sim {
     #[must_use]
     pub fn status(&self, gang: &str) -> Option<api::PodGroupStatus> {
         let (_, g) = self.cluster.groups.iter().find(|(_, g)| &*g.key.name == gang)?;
-        g.observed.status.clone()
+        g.observed.status.as_deref().cloned()
     }
 
     /// The message of the gang's Unschedulable condition.

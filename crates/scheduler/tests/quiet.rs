@@ -1,7 +1,8 @@
 //! Quiet cycles: after a cycle that placed, evicted and reserved nothing, the next one is skipped until
 //! the model changes or a time-based rule falls due. Skipping must never change a decision: each
 //! scenario runs twice, once as the scheduler runs and once with every cycle forced, and the two must
-//! decide exactly the same thing round by round, while the first skips rounds.
+//! decide exactly the same thing round by round, while the first skips rounds. The forced one also
+//! forgets every status report memo (`Group::report_inputs`) before each round.
 
 use std::time::Duration;
 
@@ -28,6 +29,14 @@ fn same_decisions_with_skips(
             skipped += 1;
         }
         forced.cluster.quiet = None;
+        // And every status report made from scratch: the report memo must not change a decision either.
+        let groups: Vec<_> = forced.cluster.groups.iter().map(|(i, _)| i).collect();
+        for i in groups {
+            forced
+                .cluster
+                .group_mut(scheduler_core::model::GroupId(i))
+                .report_inputs = 0;
+        }
         assert!(!forced.round().skipped);
         assert_eq!(
             quiet.history.last(),

@@ -16,7 +16,7 @@ pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
         .filter(|(_, o)| !o.placed() && matches!(o.why.first(), Some(Why::NoFit(_))))
         .map(|(g, _)| *g)
         .collect();
-    gangs.sort_by_key(|g| crate::framework::policy::ordering::job_key(ssn, *g));
+    gangs.sort_by_cached_key(|g| crate::framework::policy::ordering::job_key(ssn, *g));
     gangs
 }
 

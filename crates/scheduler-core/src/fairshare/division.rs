@@ -285,6 +285,7 @@ impl QueueTree {
     pub fn divide_total(&mut self, total: ShareVec) {
         self.total = total;
         self.mask = self.tracked_slots();
+        self.allocatable_order.get_mut().clear();
         for node in &mut self.nodes {
             node.fair_share = ShareVec::ZERO;
         }

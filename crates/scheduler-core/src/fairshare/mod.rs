@@ -43,7 +43,7 @@ pub mod units;
 mod tests;
 
 pub use capacity::{Bound, CapacityViolation, Shortfall};
-pub use order::{OrderStep, OverUtilizedRule, QueueCandidate};
+pub use order::{OrderKey, OrderStep, OverUtilizedRule, QueueCandidate};
 pub use reclaim::{
     ReclaimRejection, ReclaimScratch, Reclaimer, VictimChunk, VictimPodSet, VictimTask, push_victim_chunks,
 };

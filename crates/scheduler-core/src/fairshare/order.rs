@@ -107,6 +107,20 @@ fn prefer(left: bool, right: bool) -> Ordering {
     }
 }
 
+/// One side of an allocate-mode comparison (a queue with its best pending job), evaluated once: every
+/// step of the chain reads one side at a time, so comparing two keys with [`QueueTree::compare_keys`]
+/// decides exactly as [`QueueTree::compare_queues`] on the two candidates, without recomputing shares
+/// for each pair. Valid while the queue's accounting and job stay the same.
+#[derive(Clone, Copy, Debug)]
+pub struct OrderKey {
+    queue: QueueId,
+    over_utilized: bool,
+    starved: bool,
+    zero_share: bool,
+    share_with_job: f64,
+    share: f64,
+}
+
 impl QueueTree {
     /// KAI's queue order: `Less` means `l` is served first.
     #[must_use]
@@ -175,6 +189,55 @@ impl QueueTree {
             }
         }
         (Ordering::Equal, OrderStep::Age)
+    }
+
+    /// The key of a queue with its best pending job (allocate mode, no victims).
+    #[must_use]
+    pub fn order_key(&self, q: QueueId, job: &Resources) -> OrderKey {
+        let zero = Resources::ZERO;
+        OrderKey {
+            queue: q,
+            over_utilized: self.is_over_utilized(q),
+            starved: self.within_deserved_with(q, job),
+            zero_share: self.uses_zero_share(q, job),
+            share_with_job: self.dominant_share(q, job, &zero),
+            share: self.dominant_share(q, &zero, &zero),
+        }
+    }
+
+    /// [`Self::compare_queues`] over two keys from [`Self::order_key`]: the same chain, step by step.
+    #[must_use]
+    pub fn compare_keys(&self, l: &OrderKey, r: &OrderKey) -> Ordering {
+        let (lq, rq) = (l.queue, r.queue);
+        if self.config.queue_priority_in_quota_reclaim && l.starved && r.starved {
+            let by_priority = self.priority(rq).cmp(&self.priority(lq));
+            if by_priority.is_ne() {
+                return by_priority;
+            }
+        }
+        prefer(!l.over_utilized, !r.over_utilized)
+            .then_with(|| prefer(l.starved, r.starved))
+            .then_with(|| self.priority(rq).cmp(&self.priority(lq)))
+            .then_with(|| prefer(!l.zero_share, !r.zero_share))
+            .then_with(|| {
+                l.share_with_job
+                    .partial_cmp(&r.share_with_job)
+                    .unwrap_or(Ordering::Equal)
+            })
+            .then_with(|| l.share.partial_cmp(&r.share).unwrap_or(Ordering::Equal))
+            .then_with(|| {
+                *self
+                    .allocatable_order
+                    .borrow_mut()
+                    .entry((lq, rq))
+                    .or_insert_with(|| {
+                        prefer(
+                            self.allocatable_strictly_smaller(lq, rq),
+                            self.allocatable_strictly_smaller(rq, lq),
+                        )
+                    })
+            })
+            .then_with(|| self.nodes[lq.index()].rank.cmp(&self.nodes[rq.index()].rank))
     }
 
     /// Step 1: over-utilised under the configured [`OverUtilizedRule`].

@@ -7,10 +7,12 @@
 //! `deallocate` are exact inverses and a rollback by replaying inverses restores the state bit for
 //! bit; it is converted to fair-share units only when compared.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::FairShareConfig;
 use super::units::{BYTES_PER_MEGABYTE, ShareVec, SlotMask, UNLIMITED};
+use crate::model::IdMap;
 use crate::model::resources::{CPU, GPU, MEMORY, PODS, ResourceNames, Resources};
 
 /// KAI's default queue priority.
@@ -244,6 +246,9 @@ pub struct QueueTree {
     pub(crate) total: ShareVec,
     pub(crate) mask: SlotMask,
     pub(crate) accounting: Accounting,
+    /// Step 7 of the queue order per ordered pair (fixed once the fair shares are divided), filled
+    /// as pairs are compared through order keys; cleared when fair shares change.
+    pub(crate) allocatable_order: RefCell<IdMap<(QueueId, QueueId), std::cmp::Ordering>>,
 }
 
 /// Numbers for a queue's status and metrics.
@@ -362,6 +367,7 @@ impl QueueTree {
             total: ShareVec::ZERO,
             mask: SlotMask::CORE,
             accounting,
+            allocatable_order: RefCell::default(),
         }
     }
 
@@ -613,6 +619,7 @@ impl QueueTree {
     #[cfg(test)]
     pub(crate) fn set_fair_share(&mut self, q: QueueId, fair_share: ShareVec) {
         self.nodes[q.index()].fair_share = fair_share;
+        self.allocatable_order.get_mut().clear();
     }
 
     /// Test hook: overwrite one queue's accounting without rolling it up.

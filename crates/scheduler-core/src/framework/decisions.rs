@@ -127,8 +127,8 @@ pub struct Event {
 pub struct GroupStatus {
     /// Gang.
     pub key: GroupKey,
-    /// The full status to apply.
-    pub status: api::PodGroupStatus,
+    /// The full status to apply (shared with the model's observed status).
+    pub status: std::sync::Arc<api::PodGroupStatus>,
     /// Fingerprint to remember once written.
     pub fingerprint: u64,
 }

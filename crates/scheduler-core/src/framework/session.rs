@@ -7,7 +7,6 @@
 //! What survives the cycle is the model's assumed placements; [`Session::close`] turns the difference from
 //! the start of the cycle into [`Decisions`]. Nothing here does I/O or reads a clock.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::decisions::{Bind, Decisions, Evict, EvictionCause};
@@ -18,7 +17,9 @@ use super::report::explain::Why;
 use super::report::status;
 use super::reservations;
 use crate::config::{ActionKind, Config};
-use crate::model::{Assumed, Cluster, GroupId, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId};
+use crate::model::{
+    Assumed, Cluster, GroupId, IdMap, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId,
+};
 
 /// One journal entry.
 #[derive(Clone, Debug)]
@@ -76,17 +77,17 @@ pub struct Session<'c> {
     /// The scheduling units of this cycle.
     pub gangs: Vec<Gang>,
     /// Gang index by every PodGroup in it.
-    pub gang_of: HashMap<GroupId, usize>,
+    pub gang_of: IdMap<GroupId, usize>,
     /// PodGroup hierarchy.
     pub children: ChildIndex,
     /// Gang indexes by queue, ascending (gangs without a queue are not listed).
-    gangs_by_queue: HashMap<QueueId, Vec<usize>>,
+    gangs_by_queue: IdMap<QueueId, Vec<usize>>,
     /// Outcomes by gang index.
-    pub outcomes: HashMap<usize, GangOutcome>,
+    pub outcomes: IdMap<usize, GangOutcome>,
     journal: Vec<Op>,
     /// Assumed placement of each touched task at the start of the cycle.
-    touched: HashMap<TaskId, Assumed>,
-    evictions: HashMap<TaskId, EvictionNote>,
+    touched: IdMap<TaskId, Assumed>,
+    evictions: IdMap<TaskId, EvictionNote>,
     /// Counters for metrics: binds, pipelines, evictions per action.
     pub stats: SessionStats,
     /// The model's capacity epoch when the session opened (memo key).
@@ -136,8 +137,8 @@ impl<'c> Session<'c> {
             .iter()
             .map(|r| Gang::build(cluster, &children, *r))
             .collect();
-        let mut gang_of = HashMap::new();
-        let mut gangs_by_queue: HashMap<QueueId, Vec<usize>> = HashMap::new();
+        let mut gang_of = IdMap::default();
+        let mut gangs_by_queue: IdMap<QueueId, Vec<usize>> = IdMap::default();
         for (i, g) in gangs.iter().enumerate() {
             for group in &g.groups {
                 gang_of.insert(*group, i);
@@ -170,10 +171,10 @@ impl<'c> Session<'c> {
             gang_of,
             children,
             gangs_by_queue,
-            outcomes: HashMap::new(),
+            outcomes: IdMap::default(),
             journal: Vec::new(),
-            touched: HashMap::new(),
-            evictions: HashMap::new(),
+            touched: IdMap::default(),
+            evictions: IdMap::default(),
             stats: SessionStats::default(),
             deadline: std::cell::Cell::new(None),
         }

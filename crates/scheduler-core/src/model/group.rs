@@ -1,5 +1,6 @@
 //! A gang: a KAI PodGroup or a Volcano PodGroup, with its sub-groups, members and what is wrong with it.
 
+use std::any::Any;
 use std::sync::Arc;
 
 use super::ids::{QueueId, TaskId};
@@ -238,7 +239,7 @@ impl std::fmt::Display for GroupProblem {
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct ObservedStatus {
     /// The status as last seen (or as last written, until the write is seen).
-    pub status: Option<api::PodGroupStatus>,
+    pub status: Option<Arc<api::PodGroupStatus>>,
     /// Fingerprint of that status, timestamps excluded.
     pub fingerprint: u64,
     /// Fingerprint of the last Unschedulable event emitted (in memory only).
@@ -304,6 +305,14 @@ pub struct Group {
     pub timed_out: bool,
     /// Bumped whenever its definition or members change (memo key for "still does not fit").
     pub version: u64,
+    /// Fingerprint of everything its last status report read, taken after that report's writes
+    /// (`framework::report::status`): while it is unchanged the report would decide nothing, and is
+    /// skipped. 0 when none.
+    pub report_inputs: u64,
+    /// The reasons that report gave, as the framework stored them (type-erased like
+    /// [`crate::model::NoFitMemo`]'s: the model must not name the framework's explanation type). Part
+    /// of the inputs above; compared rather than hashed, which would mean formatting them.
+    pub report_why: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl Group {
@@ -339,6 +348,8 @@ impl Group {
             waiting_since: None,
             timed_out: false,
             version: 0,
+            report_inputs: 0,
+            report_why: None,
         }
     }
 

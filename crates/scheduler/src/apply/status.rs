@@ -28,7 +28,7 @@ impl Applier {
                 let patch = json!({
                     "apiVersion": "scheduling.run.ai/v2alpha2",
                     "kind": "PodGroup",
-                    "status": s.status,
+                    "status": &*s.status,
                 });
                 api.patch_status(&s.key.name, &params, &Patch::Apply(&patch))
                     .await

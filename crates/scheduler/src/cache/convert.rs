@@ -801,7 +801,7 @@ pub fn pod_group(pg: &api::PodGroup, default_queue: &str) -> Group {
     }
     if let Some(status) = &pg.status {
         group.observed.fingerprint = scheduler_core::framework::report::status::status_fingerprint(status);
-        group.observed.status = Some(status.clone());
+        group.observed.status = Some(std::sync::Arc::new(status.clone()));
     }
     group.problems.sort();
     group.problems.dedup();

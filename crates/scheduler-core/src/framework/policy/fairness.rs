@@ -9,8 +9,8 @@ use std::cmp::Ordering;
 
 use crate::config::ProportionArgs;
 use crate::fairshare::{
-    self, Accounting, CapacityViolation, FairShareConfig, Preemptibility, QueueCandidate, QueueReport,
-    QueueSpec, QueueTree, ReclaimRejection, ReclaimScratch, Reclaimer, VictimChunk,
+    self, Accounting, CapacityViolation, FairShareConfig, OrderKey, Preemptibility, QueueCandidate,
+    QueueReport, QueueSpec, QueueTree, ReclaimRejection, ReclaimScratch, Reclaimer, VictimChunk,
 };
 use crate::model::{Cluster, QueueId, Resources};
 
@@ -61,14 +61,36 @@ impl Fairness {
                 continue;
             };
             let pre = preemptibility(gang.preemptible);
+            // Summed over the gang first, then recorded up the tree once: the same totals, since
+            // saturating sums of amounts that are never negative do not depend on their order (a
+            // negative amount, which no request has, is recorded on its own).
+            let (mut running, mut pending) = (Resources::ZERO, Resources::ZERO);
+            let (mut any_running, mut any_pending) = (false, false);
             for t in gang.tasks() {
                 let task = cluster.task(t);
                 let share = share_request(cluster, t);
+                let summable = share.0.iter().all(|v| *v >= 0);
                 if task.status.is_allocated() {
-                    tree.record_running(q, &share, pre);
+                    if summable {
+                        running.add(&share);
+                        any_running = true;
+                    } else {
+                        tree.record_running(q, &share, pre);
+                    }
                 } else if task.status.is_pending() || task.status == crate::model::TaskStatus::Pipelined {
-                    tree.record_pending(q, &share);
+                    if summable {
+                        pending.add(&share);
+                        any_pending = true;
+                    } else {
+                        tree.record_pending(q, &share);
+                    }
                 }
+            }
+            if any_running {
+                tree.record_running(q, &running, pre);
+            }
+            if any_pending {
+                tree.record_pending(q, &pending);
             }
         }
         tree.divide(&capacity(cluster));
@@ -153,6 +175,30 @@ impl Fairness {
                 &QueueCandidate::pending(x, a_req),
                 &QueueCandidate::pending(y, b_req),
             ),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => a.cmp(&b),
+        }
+    }
+
+    /// One side of [`Self::compare`], evaluated once (`None` for a queue outside the tree). Valid while
+    /// the queue's [`Self::version`] and the request stay the same.
+    #[must_use]
+    pub fn order_key(&self, queue: QueueId, request: &Resources) -> Option<OrderKey> {
+        self.id(queue).map(|q| self.tree.order_key(q, request))
+    }
+
+    /// [`Self::compare`] over two keys from [`Self::order_key`].
+    #[must_use]
+    pub fn compare_keys(
+        &self,
+        a: QueueId,
+        a_key: Option<&OrderKey>,
+        b: QueueId,
+        b_key: Option<&OrderKey>,
+    ) -> Ordering {
+        match (a_key, b_key) {
+            (Some(x), Some(y)) => self.tree.compare_keys(x, y),
             (Some(_), None) => Ordering::Less,
             (None, Some(_)) => Ordering::Greater,
             (None, None) => a.cmp(&b),

@@ -3,10 +3,11 @@
 //! with the best gang of each subtree, so allocations interleave across queues as accounting changes.
 
 use std::cmp::Ordering;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
+use crate::fairshare::OrderKey;
 use crate::framework::Session;
-use crate::model::{QueueId, Resources, TaskStatus};
+use crate::model::{IdMap, QueueId, Resources, TaskStatus};
 
 /// A leaf queue and its front gang: the next gang to try under some queue.
 type Pick = Option<(QueueId, usize)>;
@@ -17,20 +18,48 @@ type Seen = (u64, u64);
 /// Gangs by queue, in order.
 #[derive(Clone, Debug, Default)]
 pub struct JobQueues {
-    leaves: HashMap<QueueId, VecDeque<usize>>,
+    leaves: IdMap<QueueId, VecDeque<usize>>,
     /// What each gang asks for next (used to compare queues).
-    requests: HashMap<usize, Resources>,
+    requests: IdMap<usize, Resources>,
     /// Reverse order (victim selection): worst gangs of the most over-served queues first.
     reverse: bool,
     /// Per queue, bumped when the front gang of a leaf under it changes (pop, push).
-    fronts: HashMap<QueueId, u64>,
+    fronts: PerQueue<u64>,
     /// The best (leaf, gang) under each inner queue, with the (fairness version, fronts version) it was
     /// found at: siblings compare only their own accounting and candidates, so a subtree where neither
     /// changed still has the same best, and a pop re-compares only along the path that changed.
-    best_under: HashMap<QueueId, (Seen, Pick)>,
+    best_under: PerQueue<(Seen, Pick)>,
+    /// Each queue's order key with its best gang, at the (fairness version, fronts version) it was
+    /// computed at.
+    keys: PerQueue<(Seen, Option<OrderKey>)>,
+    /// The top-level queues without problems, listed at the first pop.
+    roots: Option<Vec<QueueId>>,
     /// Tests compare against the uncached order.
     #[cfg(test)]
     uncached: bool,
+}
+
+/// Values per queue, in a vector by the queue's arena index (looked up on every comparison of a pop).
+#[derive(Clone, Debug)]
+struct PerQueue<T>(Vec<Option<T>>);
+
+impl<T> Default for PerQueue<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<T> PerQueue<T> {
+    fn get(&self, q: &QueueId) -> Option<&T> {
+        self.0.get(q.index()).and_then(Option::as_ref)
+    }
+
+    fn insert(&mut self, q: QueueId, value: T) {
+        if self.0.len() <= q.index() {
+            self.0.resize_with(q.index() + 1, || None);
+        }
+        self.0[q.index()] = Some(value);
+    }
 }
 
 /// KAI's job order inside a queue: higher priority, then gangs below their minimum before those at it
@@ -104,14 +133,20 @@ impl JobQueues {
 
     /// Takes the next gang.
     pub fn pop(&mut self, ssn: &Session<'_>) -> Option<usize> {
-        let roots: Vec<QueueId> = ssn
-            .cluster
-            .queues
-            .iter()
-            .filter(|(_, q)| q.parent.is_none() && q.problems.is_empty())
-            .map(|(i, _)| QueueId(i))
-            .collect();
-        let leaf = self.best(ssn, &roots)?.0;
+        // The model's queues do not change during a session: list the roots once.
+        let roots = match self.roots.take() {
+            Some(roots) => roots,
+            None => ssn
+                .cluster
+                .queues
+                .iter()
+                .filter(|(_, q)| q.parent.is_none() && q.problems.is_empty())
+                .map(|(i, _)| QueueId(i))
+                .collect(),
+        };
+        let best = self.best(ssn, &roots);
+        self.roots = Some(roots);
+        let leaf = best?.0;
         self.front_changed(ssn, leaf);
         let gang = self.leaves.get_mut(&leaf)?.pop_front();
         if self.leaves.get(&leaf).is_some_and(VecDeque::is_empty) {
@@ -132,7 +167,8 @@ impl JobQueues {
         // Bounded: a parent cycle is a reported queue problem.
         for _ in 0..=ssn.cluster.queues.len() {
             let Some(q) = next else { break };
-            *self.fronts.entry(q).or_default() += 1;
+            let v = self.fronts.get(&q).copied().unwrap_or(0);
+            self.fronts.insert(q, v + 1);
             next = ssn.cluster.queues.get(q.0).and_then(|queue| queue.parent);
         }
     }
@@ -159,7 +195,7 @@ impl JobQueues {
 
     /// The best (leaf, gang) among the subtrees of `queues`.
     fn best(&mut self, ssn: &Session<'_>, queues: &[QueueId]) -> Pick {
-        let mut best: Option<(QueueId, (QueueId, usize))> = None;
+        let mut best: Option<(QueueId, (QueueId, usize), Option<OrderKey>)> = None;
         for q in queues {
             let candidate = if ssn.cluster.queue(*q).is_leaf() {
                 self.leaves.get(q).and_then(|l| l.front()).map(|g| (*q, *g))
@@ -167,25 +203,52 @@ impl JobQueues {
                 self.best_under(ssn, *q)
             };
             let Some(candidate) = candidate else { continue };
+            let key = self.order_key(ssn, *q, candidate.1);
             best = match best {
-                None => Some((*q, candidate)),
-                Some((bq, bc)) => {
-                    let empty = Resources::ZERO;
-                    let a_req = self.requests.get(&candidate.1).unwrap_or(&empty);
-                    let b_req = self.requests.get(&bc.1).unwrap_or(&empty);
-                    let mut ord = ssn.fairness.compare(ssn.cluster, *q, a_req, bq, b_req);
+                None => Some((*q, candidate, key)),
+                Some((bq, bc, bkey)) => {
+                    let mut ord = ssn.fairness.compare_keys(*q, key.as_ref(), bq, bkey.as_ref());
+                    // Tests compare the keys with the pairwise comparison they stand for.
+                    #[cfg(test)]
+                    if self.uncached {
+                        let empty = Resources::ZERO;
+                        let a_req = self.requests.get(&candidate.1).unwrap_or(&empty);
+                        let b_req = self.requests.get(&bc.1).unwrap_or(&empty);
+                        ord = ssn.fairness.compare(ssn.cluster, *q, a_req, bq, b_req);
+                    }
                     if self.reverse {
                         ord = ord.reverse();
                     }
                     if ord == Ordering::Less {
-                        Some((*q, candidate))
+                        Some((*q, candidate, key))
                     } else {
-                        Some((bq, bc))
+                        Some((bq, bc, bkey))
                     }
                 }
             };
         }
-        best.map(|(_, c)| c)
+        best.map(|(_, c, _)| c)
+    }
+
+    /// The order key of queue `q` represented by `gang` (its best), reused while neither the queue's
+    /// accounting nor the fronts under it changed (the same condition as `best_under`).
+    fn order_key(&mut self, ssn: &Session<'_>, q: QueueId, gang: usize) -> Option<OrderKey> {
+        let seen = (ssn.fairness.version(q), self.fronts.get(&q).copied().unwrap_or(0));
+        #[cfg(test)]
+        let cached = !self.uncached;
+        #[cfg(not(test))]
+        let cached = true;
+        if cached
+            && let Some((at, key)) = self.keys.get(&q)
+            && *at == seen
+        {
+            return *key;
+        }
+        let empty = Resources::ZERO;
+        let request = self.requests.get(&gang).unwrap_or(&empty);
+        let key = ssn.fairness.order_key(q, request);
+        self.keys.insert(q, (seen, key));
+        key
     }
 }
 

@@ -88,6 +88,11 @@ pub struct NodeIndex {
     shared: BTreeSet<NodeId>,
     /// Nodes with releasing or reserved resources (only they can give more later than now).
     later: BTreeSet<NodeId>,
+    /// The same nodes by their GPU room once released (milli, reservations of others set aside), so a
+    /// whole-GPU pod walks only those that could take it, not every node with something in flight.
+    later_gpu: BTreeSet<(i64, NodeId)>,
+    /// Each `later` node's key in `later_gpu`, by node index.
+    later_keys: Vec<Option<i64>>,
     /// Static eligibility cache.
     pub eligibility: Eligibility,
     /// Pod-rule lookups (anti-affinity terms per pod, spread views).
@@ -259,6 +264,12 @@ impl NodeIndex {
         }
         self.shared.remove(&id);
         self.later.remove(&id);
+        if self.later_keys.len() <= id.index() {
+            self.later_keys.resize(id.index() + 1, None);
+        }
+        if let Some(gpu) = self.later_keys[id.index()].take() {
+            self.later_gpu.remove(&(gpu, id));
+        }
         if self.summaries.active() {
             self.summaries.changes.push(id);
         }
@@ -294,6 +305,9 @@ impl NodeIndex {
         }
         if !node.releasing.is_zero() || !node.nominated.is_zero() {
             self.later.insert(id);
+            let gpu = node.available(&Resources::ZERO).1.gpu();
+            self.later_gpu.insert((gpu, id));
+            self.later_keys[id.index()] = Some(gpu);
         }
     }
 
@@ -376,7 +390,14 @@ impl NodeIndex {
                 }
             }
         }
-        // 3. Free later: only nodes with releasing or reserved resources can offer more than now.
+        // 3. Free later: only nodes with releasing or reserved resources can offer more than now. A pod
+        // without shared GPUs fits only where its request fits once released (`check_room`), so its GPUs
+        // at least: the other nodes cannot answer, and the best is the same without them.
+        if !task.gpu.is_shared() {
+            let need = task.request.gpu();
+            let range = self.later_gpu.range((need, NodeId(0))..).map(|(_, n)| *n);
+            return find_in(c, cluster, task, policy, range, false).filter(|p| p.mode == Mode::Pipeline);
+        }
         find_in(c, cluster, task, policy, self.later.iter().copied(), false)
             .filter(|p| p.mode == Mode::Pipeline)
     }

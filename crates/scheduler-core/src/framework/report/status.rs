@@ -8,11 +8,11 @@ use api::podgroup::{PodGroupCondition, SchedulingCondition, UnschedulableExplana
 use api::{PodGroupPhase, PodGroupStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::framework::Session;
 use crate::framework::decisions::{
     Decisions, Event, EventObject, EventType, GroupAnnotations, GroupStatus, PodCondition, QueueStatus,
 };
 use crate::framework::report::explain::Why;
+use crate::framework::{GangOutcome, Session};
 use crate::model::resources::{GPU, PODS};
 use crate::model::{Cluster, Group, GroupId, GroupKind, Millis, Resources, TaskStatus};
 
@@ -60,7 +60,7 @@ pub fn rfc3339(ms: Millis) -> String {
 /// Fingerprint of a status, timestamps and transition ids excluded.
 #[must_use]
 pub fn status_fingerprint(s: &PodGroupStatus) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = WordHasher::default();
     s.phase.map(PodGroupPhase::as_str).hash(&mut h);
     (s.running, s.succeeded, s.failed, s.pending).hash(&mut h);
     for c in &s.conditions {
@@ -175,12 +175,12 @@ fn condition(
     status: &str,
     reason: &str,
     message: String,
-    now: Millis,
+    stamp: &str,
 ) -> PodGroupCondition {
     let old = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == type_));
     let time = match old {
         Some(o) if o.status == status => o.last_transition_time.clone(),
-        _ => Some(rfc3339(now)),
+        _ => Some(stamp.to_owned()),
     };
     PodGroupCondition {
         type_: type_.to_owned(),
@@ -237,8 +237,10 @@ pub fn timeouts(ssn: &mut Session<'_>) {
 pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     let now = ssn.now;
     let group_ids: Vec<GroupId> = ssn.cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
+    // Every new transition of this cycle carries the same time: format it once.
+    let stamp = rfc3339(now);
     for id in group_ids {
-        report_group(ssn, id, now, decisions);
+        report_group(ssn, id, now, &stamp, decisions);
     }
     report_queues(ssn, decisions);
     report_pods_without_gang(ssn, decisions);
@@ -316,7 +318,7 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     }
 }
 
-fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut Decisions) {
+fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, decisions: &mut Decisions) {
     let gang_index = ssn.gang_of.get(&id).copied();
     let cluster = &*ssn.cluster;
     let group = cluster.group(id);
@@ -336,12 +338,36 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
         }
         None => (false, true, false),
     };
+    let no_outcome = GangOutcome::default();
     let outcome = gang_index
         .and_then(|g| ssn.outcomes.get(&g))
-        .cloned()
-        .unwrap_or_default();
+        .unwrap_or(&no_outcome);
+    let gang_waiting = is_root
+        && gang_index.is_some_and(|g| {
+            !ssn.gangs[g].is_satisfied(cluster) && ssn.gangs[g].pending(cluster).next().is_some()
+        });
+    let derived = Derived {
+        gang: gang_index.is_some(),
+        satisfied,
+        is_root,
+        has_children,
+        gang_waiting,
+    };
+    // Nothing it reads changed since its last report, which left the model as that report wanted:
+    // the same report again would write, emit and mark nothing. A gang placed in this cycle always
+    // reports (its event and start annotation are news even when the rest is the same).
+    if outcome.placed_by.is_none()
+        && group.report_inputs != 0
+        && group
+            .report_why
+            .as_ref()
+            .and_then(|w| w.downcast_ref::<Vec<Why>>())
+            .is_some_and(|w| *w == outcome.why)
+        && group.report_inputs == report_inputs(cluster, group, derived)
+    {
+        return;
+    }
     let phase = phase(c, group.min_member, satisfied, group.timed_out, has_children);
-    let previous = group.observed.status.clone();
     let mut status = PodGroupStatus {
         phase: Some(phase),
         running: Some(i32::try_from(c.running).unwrap_or(i32::MAX)),
@@ -372,7 +398,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
         },
         requested: quantities(cluster, &requested),
     });
-    let prev = previous.as_ref();
+    let prev = group.observed.status.as_deref();
     let scheduled = matches!(
         phase,
         PodGroupPhase::Scheduled | PodGroupPhase::Running | PodGroupPhase::Finished
@@ -395,7 +421,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
                 group.min_member
             )
         },
-        now,
+        stamp,
     ));
     for p in &group.problems {
         let type_ = if p.is_blocking() {
@@ -408,13 +434,9 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
         }
         status
             .conditions
-            .push(condition(prev, type_, "True", p.reason(), p.to_string(), now));
+            .push(condition(prev, type_, "True", p.reason(), p.to_string(), stamp));
     }
     // Why it waits: the outcome of this cycle (root) or of its gang (child groups).
-    let gang_waiting = is_root
-        && gang_index.is_some_and(|g| {
-            !ssn.gangs[g].is_satisfied(cluster) && ssn.gangs[g].pending(cluster).next().is_some()
-        });
     let waiting = !scheduled && (c.pending + c.pipelined > 0 || gang_waiting);
     let whys: Vec<&Why> = outcome.why.iter().collect();
     let message = whys.first().map(|w| w.message(&cluster.names));
@@ -425,7 +447,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
             "True",
             why.reason(),
             message.clone(),
-            now,
+            stamp,
         ));
         if c.running + c.bound == 0 {
             status.scheduling_conditions.push(SchedulingCondition {
@@ -435,9 +457,15 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
                 message: Some(message.clone()),
                 reasons: whys
                     .iter()
-                    .map(|w| UnschedulableExplanation {
+                    .enumerate()
+                    .map(|(i, w)| UnschedulableExplanation {
                         reason: Some(w.reason().to_owned()),
-                        message: Some(w.message(&cluster.names)),
+                        // The first one's message is the condition's, made above.
+                        message: Some(if i == 0 {
+                            message.clone()
+                        } else {
+                            w.message(&cluster.names)
+                        }),
                         details: None,
                     })
                     .collect(),
@@ -446,7 +474,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
                     .and_then(|p| p.scheduling_conditions.first())
                     .filter(|s| s.message.as_ref() == Some(message))
                     .and_then(|s| s.last_transition_time.clone())
-                    .or_else(|| Some(rfc3339(now))),
+                    .or_else(|| Some(stamp.to_owned())),
                 status: Some("True".to_owned()),
             });
         }
@@ -459,7 +487,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
             "True",
             "ScheduleTimeout",
             format!("not placed within scheduleTimeoutSeconds ({secs}s); still retried, and placed if room appears"),
-            now,
+            stamp,
         ));
     }
     // Conditions other components own (the podgrouper's warnings) are kept as they are: the status
@@ -559,9 +587,11 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
         stale_since: group.stale_since,
     });
     let changed = fingerprint != group.observed.fingerprint;
+    // One status, shared by the decision and the model (it is large, and a full cycle writes many).
+    let status = std::sync::Arc::new(status);
     let status_update = changed.then(|| GroupStatus {
         key: key.clone(),
-        status: status.clone(),
+        status: std::sync::Arc::clone(&status),
         fingerprint,
     });
     // Remember what is being written so the next cycle does not write it again before the echo.
@@ -585,6 +615,138 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut
             task.condition_fingerprint = print;
         }
     }
+    let cluster = &*ssn.cluster;
+    let group = cluster.group(id);
+    let memo = if outcome.placed_by.is_none() {
+        report_inputs(cluster, group, derived)
+    } else {
+        0
+    };
+    let why: Option<std::sync::Arc<dyn std::any::Any + Send + Sync>> =
+        (memo != 0).then(|| std::sync::Arc::new(outcome.why.clone()) as _);
+    let group = ssn.cluster.group_mut(id);
+    group.report_inputs = memo;
+    group.report_why = why;
+}
+
+/// A fingerprint hasher that takes a word at a time (strings eight bytes at a time) with a full
+/// 64-bit mix per word: several times cheaper than SipHash on the many small fields of
+/// [`report_inputs`], with no seed, which a fingerprint kept in the model does not want anyway.
+#[derive(Default)]
+struct WordHasher(u64);
+
+impl WordHasher {
+    fn mix(&mut self, word: u64) {
+        let mut h = (self.0 ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 29;
+        self.0 = h.wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (h >> 32);
+    }
+}
+
+impl Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        // murmur3's finaliser.
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(c);
+            self.mix(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        let mut word = [0u8; 8];
+        word[..rest.len()].copy_from_slice(rest);
+        // The length tells "ab" from "ab\0".
+        self.mix(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 59));
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.mix(u64::from(i));
+    }
+
+    fn write_u16(&mut self, i: u16) {
+        self.mix(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.mix(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.mix(i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.mix(i as u64);
+    }
+}
+
+/// What a group's report reads from its gang, computed once per report.
+#[derive(Clone, Copy, Hash)]
+struct Derived {
+    gang: bool,
+    satisfied: bool,
+    is_root: bool,
+    has_children: bool,
+    gang_waiting: bool,
+}
+
+/// Fingerprint of everything `report_group` reads for a group not placed in this cycle, but why it
+/// waits (compared apart): the group's own fields, its pods' state, what its gang says about it.
+/// Never 0.
+fn report_inputs(cluster: &Cluster, group: &Group, derived: Derived) -> u64 {
+    let mut h = WordHasher::default();
+    derived.hash(&mut h);
+    (
+        &group.key,
+        &group.uid,
+        group.version,
+        group.min_member,
+        group.timed_out,
+    )
+        .hash(&mut h);
+    (
+        group.schedule_timeout_secs,
+        group.mark_unschedulable,
+        group.preemptible,
+    )
+        .hash(&mut h);
+    (group.last_start, group.stale_since, &group.problems).hash(&mut h);
+    (group.observed.fingerprint, group.observed.event_fingerprint).hash(&mut h);
+    group.tasks.len().hash(&mut h);
+    for t in &group.tasks {
+        let task = cluster.task(*t);
+        // The uid names the pod (its name and namespace never change under one uid).
+        (
+            t.0,
+            &task.uid,
+            task.status,
+            task.node,
+            task.ours,
+            task.problem.is_some(),
+        )
+            .hash(&mut h);
+        (task.condition_fingerprint, task.gpu).hash(&mut h);
+        task.request.nonzero().count().hash(&mut h);
+        for (slot, value) in task.request.nonzero() {
+            (slot, value).hash(&mut h);
+        }
+        // A GPU-memory request's share depends on its node's devices.
+        if matches!(task.gpu, crate::model::GpuRequest::Memory { .. })
+            && let Some(n) = task.node
+        {
+            cluster.node(n).gpu_memory_mib.hash(&mut h);
+        }
+    }
+    h.finish() | 1
 }
 
 /// The queues the model's gangs name, with their ancestors.

@@ -1,0 +1,82 @@
+//! Speed work must not change a decision: seeded synthetic scenarios (the benchmark's shapes, small)
+//! run for a few rounds with churn in between, and every round's decisions are compared, by digest,
+//! with the ones recorded before the speed work (`core-speed`: key-based queue order, id hashing,
+//! kept session indexes). A digest changes when any bind, eviction, status, condition, event or
+//! queue status changes, or their order (status fingerprints, internal bookkeeping, are left out).
+
+use std::hash::{Hash, Hasher};
+
+use kai_scheduler_core::config::{ActionKind, Config};
+use kai_scheduler_core::sim::{Sim, Synthetic};
+
+/// Digest of the rounds' decisions (their `Debug` text, hashed with a fixed-key hasher).
+fn digest(sim: &mut Sim, spec: &Synthetic, rounds: usize, churn_every: usize) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for round in 0..rounds {
+        if churn_every > 0 && round > 0 && round % churn_every == 0 {
+            spec.churn(&mut sim.cluster, 0.05, round);
+        }
+        // Status fingerprints are the scheduler's own bookkeeping (how it compares statuses), not a
+        // decision: left out, so a different fingerprint function keeps the digests.
+        let mut decisions = sim.round().decisions.clone();
+        for s in &mut decisions.group_statuses {
+            s.fingerprint = 0;
+        }
+        format!("{decisions:?}").hash(&mut h);
+        sim.cluster.check_invariants().expect("model invariants");
+    }
+    h.finish()
+}
+
+fn run(spec: &Synthetic, config: Config, rounds: usize, churn_every: usize) -> u64 {
+    let mut sim = Sim::with_cluster(spec.cluster());
+    sim.config = config;
+    sim.now = 1_000_000;
+    digest(&mut sim, spec, rounds, churn_every)
+}
+
+#[test]
+fn one_pod_gangs_decide_as_before() {
+    let spec = Synthetic::new(60, 1);
+    assert_eq!(run(&spec, Config::default(), 5, 2), ONE_POD);
+}
+
+#[test]
+fn gangs_of_8_with_pod_rules_decide_as_before() {
+    let mut spec = Synthetic::new(60, 8);
+    spec.rules_fraction = 0.1;
+    assert_eq!(run(&spec, Config::default(), 5, 2), GANGS_RULES);
+}
+
+#[test]
+fn preempt_on_a_full_cluster_decides_as_before() {
+    let mut spec = Synthetic::new(160, 8);
+    spec.running_fraction = 1.0;
+    spec.pending_pods = 160;
+    spec.pending_classes = &["build-preemptible"];
+    let config = Config {
+        actions: vec![ActionKind::Allocate, ActionKind::Preempt],
+        ..Config::default()
+    };
+    assert_eq!(run(&spec, config, 3, 0), PREEMPT);
+}
+
+#[test]
+fn consolidation_decides_as_before() {
+    let mut spec = Synthetic::new(400, 1);
+    spec.running_fraction = 0.5;
+    spec.running_spread = true;
+    spec.pending_pods = 4;
+    spec.gpus_per_pod = 8;
+    spec.pending_classes = &["train"];
+    let config = Config {
+        actions: vec![ActionKind::Allocate, ActionKind::Consolidation],
+        ..Config::default()
+    };
+    assert_eq!(run(&spec, config, 3, 0), CONSOLIDATE);
+}
+
+const ONE_POD: u64 = 12_218_473_456_556_787_130;
+const GANGS_RULES: u64 = 1_933_247_415_268_457_044;
+const PREEMPT: u64 = 2_799_363_285_200_420_664;
+const CONSOLIDATE: u64 = 5_104_010_735_920_779_101;
