@@ -316,8 +316,33 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     }
 }
 
+/// How long a PodGroup without pods (in its whole gang) goes without a status. The podgrouper makes a
+/// workload's PodGroup just before it puts the pods in it: a status written in between ("0 of minMember
+/// placed", phase Pending) would be replaced within a second, and a burst of new workloads would cost a
+/// status write per group for nothing. A group still empty after this is reported as any other.
+pub const EMPTY_GROUP_GRACE_MS: Millis = 10_000;
+
+/// Whether the group's report waits: no pods in its gang yet, no status written yet, nothing wrong with
+/// it, and younger than [`EMPTY_GROUP_GRACE_MS`]. Records the end of the grace as a deadline.
+fn empty_and_young(ssn: &Session<'_>, id: GroupId, gang_index: Option<usize>, now: Millis) -> bool {
+    let group = ssn.cluster.group(id);
+    let members = match gang_index {
+        Some(g) => ssn.gangs[g].tasks().next().is_some(),
+        None => !group.tasks.is_empty(),
+    };
+    let until = group.created.saturating_add(EMPTY_GROUP_GRACE_MS);
+    if members || group.observed.status.is_some() || !group.problems.is_empty() || now >= until {
+        return false;
+    }
+    ssn.wake_at(until);
+    true
+}
+
 fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, decisions: &mut Decisions) {
     let gang_index = ssn.gang_of.get(&id).copied();
+    if empty_and_young(ssn, id, gang_index, now) {
+        return;
+    }
     let cluster = &*ssn.cluster;
     let group = cluster.group(id);
     let c = counts(cluster, group);
