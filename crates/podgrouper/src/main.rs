@@ -34,8 +34,9 @@ struct Args {
     /// Queue of workloads that name none.
     #[arg(long, env = "KAI_DEFAULT_QUEUE", default_value = api::keys::DEFAULT_QUEUE)]
     default_queue: String,
-    /// Reconciles run at once.
-    #[arg(long, env = "KAI_MAX_CONCURRENT_RECONCILES", default_value_t = 10)]
+    /// Reconciles run at once. Each waits on up to two writes, so this bounds the pods grouped per
+    /// second to about this many per write round trip: sized for a burst of new pods.
+    #[arg(long, env = "KAI_MAX_CONCURRENT_RECONCILES", default_value_t = 32)]
     max_concurrent_reconciles: u16,
     /// One gang per Knative revision (`min-scale` pods); `false` gives one group per pod.
     #[arg(long, env = "KAI_KNATIVE_GANG_SCHEDULE", default_value_t = true, action = clap::ArgAction::Set)]
