@@ -1,6 +1,7 @@
 //! Which PodGroup statuses a cycle decides when many groups arrive at once: a group the podgrouper has
-//! just made, whose pods are not in it yet, gets no status until it has pods (or stays empty past the
-//! grace); groups with pods are reported in the same cycle that places them.
+//! just made, whose pods are not all in it yet, gets no status (and its gang no warning event) until its
+//! gang can be tried (or past the grace); groups with pods are reported in the same cycle that places
+//! them.
 
 use kai_scheduler_core::framework::report::status::EMPTY_GROUP_GRACE_MS;
 use kai_scheduler_core::sim::{GangSpec, Sim};
@@ -38,6 +39,27 @@ fn new_empty_groups_are_not_reported_until_they_have_pods() {
     );
     assert_eq!(statuses_of(&mut s), ["with-pods"], "one status, not 101");
     assert!(s.status("empty-000").is_none());
+}
+
+#[test]
+fn a_gang_whose_pods_are_still_arriving_is_reported_once_complete() {
+    let mut s = sim();
+    let now = s.now;
+    s.nodes("n", 2, 8);
+    // minMember 8, 3 pods so far: the Job controller is still making them.
+    s.gang(
+        GangSpec::new("job", "default-queue", 3)
+            .min(8)
+            .gpus(1)
+            .created(now),
+    );
+    let first = s.round();
+    assert!(
+        first.decisions.group_statuses.is_empty(),
+        "no status for a filling gang"
+    );
+    assert!(first.decisions.events.is_empty(), "no warning event either");
+    assert!(s.status("job").is_none());
 }
 
 #[test]
