@@ -359,16 +359,20 @@ fn trim_pod(pod: &mut Pod, manager: &str) {
     }
 }
 
+/// What a deleted PodGroup touches: the pods that name it are re-queued (from the pod cache, through
+/// the trigger) and what was applied to it is forgotten.
+type OnDelete = (
+    Store<Pod>,
+    futures::channel::mpsc::UnboundedSender<ObjectRef<Pod>>,
+    Arc<applied::Applied>,
+);
+
 /// Starts a cluster-wide cache; the flag turns true once it is filled. With `requeue_on_delete`, a
 /// deleted PodGroup re-queues the pods that name it. The cache's watch is a task of `liveness`.
 fn spawn_cache<K>(
     api: Api<K>,
     what: &'static str,
-    requeue_on_delete: Option<(
-        Store<Pod>,
-        futures::channel::mpsc::UnboundedSender<ObjectRef<Pod>>,
-        Arc<applied::Applied>,
-    )>,
+    requeue_on_delete: Option<OnDelete>,
     liveness: &Liveness,
 ) -> (Store<K>, Arc<AtomicBool>)
 where
