@@ -9,7 +9,8 @@
 //! Workloads:
 //! - **plain pods**: bare pods, one PodGroup each (kube-scheduler runs these too);
 //! - **Deployments** of [`DEPLOYMENT_REPLICAS`] replicas (the ReplicaSet controller makes the pods; one
-//!   PodGroup per pod);
+//!   PodGroup per pod), in a queue of the run with unlimited CPU and memory (the podgrouper gives them
+//!   the non-preemptible `inference` priority, which the default queue's zero quota would refuse);
 //! - **Jobs of 8** with `scheduling.run.ai/gang-scheduling: "true"` (the Job controller makes the pods;
 //!   one gang of 8 per Job).
 //!
@@ -293,7 +294,18 @@ async fn measure_in(
         Contender::Kai => Running::Kai(start_chart_components(t, options, &log_dir).await?),
     };
 
-    let objects = workload_objects(t, workload, options.pods, &scheduler_name);
+    // Deployments are serving workloads: the podgrouper gives them the non-preemptible `inference`
+    // priority, which may use only its queue's deserved quota, and the default queue's is 0. They go to a
+    // queue of the run with unlimited CPU and memory, as an operator would set one up for them.
+    let run_queue = if workload == Workload::Deployments {
+        let name = crate::workloads::queue_name(t, "serving");
+        crate::workloads::apply(t, &[crate::workloads::queue(&name, None, (0, -1, 1))]).await?;
+        Some((crate::workloads::QueuesCleanup::new(t, &[&name])?, name))
+    } else {
+        None
+    };
+    let queue = run_queue.as_ref().map(|(_, name)| name.as_str());
+    let objects = workload_objects(t, workload, options.pods, &scheduler_name, queue);
     let tracker = PodTracker::start(t, options.pods).await?;
     let audit_since = SystemTime::now();
     let started = Instant::now();
@@ -404,8 +416,17 @@ fn pod_spec(t: &TestEnv, scheduler: &str, restart: &str) -> Value {
 }
 
 /// The objects users would write for `pods` pods of `workload`.
-fn workload_objects(t: &TestEnv, workload: Workload, pods: usize, scheduler: &str) -> Vec<Value> {
-    let labels = json!({ keys::NODE_POOL: t.namespace() });
+fn workload_objects(
+    t: &TestEnv,
+    workload: Workload,
+    pods: usize,
+    scheduler: &str,
+    queue: Option<&str>,
+) -> Vec<Value> {
+    let mut labels = json!({ keys::NODE_POOL: t.namespace() });
+    if let Some(queue) = queue {
+        labels[keys::QUEUE_LABEL] = json!(queue);
+    }
     match workload {
         Workload::Plain => (0..pods)
             .map(|i| {
