@@ -15,6 +15,12 @@
 //! first and last bind, both as ratios to the raw rate, and the scheduler's peak RSS (`VmHWM`).
 //!
 //! Must not: run in the project's tests (it is slow and its figures depend on the machine).
+//!
+//! [`pipeline`] is the other mode: no PodGroups made in advance, the podgrouper and the scheduler as the
+//! chart runs them, the API writes per bound pod counted from the audit log ([`audit`]).
+
+pub mod audit;
+pub mod pipeline;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

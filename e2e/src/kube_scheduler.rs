@@ -13,6 +13,7 @@ use crate::DevPaths;
 pub struct KubeScheduler {
     child: Child,
     log: PathBuf,
+    port: u16,
 }
 
 impl KubeScheduler {
@@ -45,11 +46,16 @@ impl KubeScheduler {
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let config = dir.join("kube-scheduler.yaml");
+        // With a configuration file the insecure health and metrics server listens where the file says
+        // (default 0.0.0.0:10251, whatever `--port` says): a port of its own, so several kube-schedulers
+        // (parallel tests, benchmarks) run side by side, and `/healthz` tells when it serves.
+        let port = crate::component::free_port()?;
         std::fs::write(
             &config,
             format!(
                 "apiVersion: kubescheduler.config.k8s.io/v1beta1\nkind: KubeSchedulerConfiguration\n\
                  clientConnection:\n  kubeconfig: {}\n  qps: {qps}\n  burst: {qps}\n\
+                 healthzBindAddress: 127.0.0.1:{port}\nmetricsBindAddress: 127.0.0.1:{port}\n\
                  leaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: {name}\n",
                 kubeconfig.display()
             ),
@@ -70,7 +76,25 @@ impl KubeScheduler {
             .stdin(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
-        Ok(Self { child, log })
+        Ok(Self { child, log, port })
+    }
+
+    /// Waits until `/healthz` answers 200 (at most `timeout`).
+    ///
+    /// # Errors
+    /// When it does not, with the log's tail.
+    pub async fn wait_healthy(&self, timeout: std::time::Duration) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        while crate::component::http_status(self.port, "/healthz") != Some(200) {
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!(
+                    "kube-scheduler not healthy after {timeout:?}:\n{}",
+                    crate::component::tail(&self.log, 20)
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Ok(())
     }
 
     /// The process id.

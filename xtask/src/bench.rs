@@ -1,16 +1,35 @@
-//! `cargo xtask bench`: the end-to-end binding benchmark (`e2e::bench`) on the cluster the tests use.
+//! `cargo xtask bench`: the end-to-end binding benchmarks (`e2e::bench`) on the cluster the tests use.
 //!
-//! Builds the scheduler in release mode, then measures the raw `pods/binding` rate, kube-scheduler
-//! v1.20.2 and this scheduler in one run and prints a Markdown table. Must not: tear the cluster down.
+//! Builds the binaries in release mode, then measures in one run and prints Markdown tables:
+//! - `--mode pre-created` (default): PodGroups and pods made before anyone binds; the raw `pods/binding`
+//!   rate, kube-scheduler v1.20.2 and this scheduler;
+//! - `--mode pipeline`: workloads as users write them (plain pods, Deployments, Jobs of 8 with the gang
+//!   annotation), the podgrouper and the scheduler as the chart runs them, kube-scheduler on the plain
+//!   pods, the raw rate, and the API writes per bound pod from the audit log.
+//!
+//! Must not: tear the cluster down.
 
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail};
 
+/// Which benchmark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Mode {
+    /// PodGroups and pods made in advance; the scheduler alone.
+    PreCreated,
+    /// No PodGroups: the podgrouper and the scheduler as the chart runs them, end to end.
+    Pipeline,
+}
+
 /// Options of `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchArgs {
-    /// Pods per workload (A: 1-pod groups, B: gangs of 8; rounded down to a multiple of 8).
+    /// Which benchmark.
+    #[arg(long, value_enum, default_value_t = Mode::PreCreated)]
+    mode: Mode,
+    /// Pods per workload (pre-created: A 1-pod groups, B gangs of 8; pipeline: each workload; rounded
+    /// down to a multiple of 8).
     #[arg(long, default_value_t = 3000)]
     pods: usize,
     /// Fake nodes per run (8 GPUs each).
@@ -19,12 +38,18 @@ pub(crate) struct BenchArgs {
     /// Binds in flight tried for the raw reference, comma-separated (the best rate is the reference).
     #[arg(long, value_delimiter = ',', default_value = "32,64")]
     raw_concurrency: Vec<usize>,
+    /// Pipeline workloads to run for kai, comma-separated: plain, deployments, jobs.
+    #[arg(long, value_delimiter = ',', default_value = "plain,deployments,jobs")]
+    workloads: Vec<String>,
     /// Leave kube-scheduler out.
     #[arg(long)]
     no_kube_scheduler: bool,
-    /// Use target/release/kai-scheduler as it is (no `cargo build --release`).
+    /// Use the release binaries in the target directory as they are (no `cargo build --release`).
     #[arg(long)]
     no_build: bool,
+    /// Take the binaries from this directory instead (implies --no-build): to compare builds back to back.
+    #[arg(long)]
+    bin_dir: Option<std::path::PathBuf>,
 }
 
 pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
@@ -32,28 +57,35 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if pods == 0 || args.nodes == 0 || args.raw_concurrency.is_empty() {
         bail!("--pods must be at least 8, --nodes and --raw-concurrency non-empty");
     }
-    if !args.no_build {
+    let release = args
+        .bin_dir
+        .clone()
+        .unwrap_or_else(|| e2e::paths::target_dir().join("release"));
+    let bins: &[&str] = match args.mode {
+        Mode::PreCreated => &["kai-scheduler"],
+        Mode::Pipeline => &["kai-scheduler", "kai-podgrouper"],
+    };
+    if !args.no_build && args.bin_dir.is_none() {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "kai-scheduler",
-                "--bin",
-                "kai-scheduler",
-            ])
+        let mut command = Command::new(cargo);
+        command.args(["build", "--release"]);
+        for bin in bins {
+            command.args(["--bin", bin]);
+        }
+        let status = command
             .current_dir(e2e::paths::workspace_root())
             .stdin(Stdio::null())
             .status()
             .context("running cargo build --release")?;
         if !status.success() {
-            bail!("cargo build --release -p kai-scheduler failed ({status})");
+            bail!("cargo build --release of {bins:?} failed ({status})");
         }
     }
-    let scheduler = e2e::paths::target_dir().join("release").join("kai-scheduler");
-    if !scheduler.exists() {
-        bail!("{} is missing: drop --no-build", scheduler.display());
+    for bin in bins {
+        let path = release.join(bin);
+        if !path.exists() {
+            bail!("{} is missing: drop --no-build", path.display());
+        }
     }
     let kube_scheduler = if args.no_kube_scheduler {
         None
@@ -67,20 +99,48 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
         }
         Some(path)
     };
-    let options = e2e::bench::Options {
-        pods,
-        nodes: args.nodes,
-        raw_concurrency: args.raw_concurrency.clone(),
-        scheduler,
-        kube_scheduler,
-    };
-    let (results, failures) = crate::async_runtime()?.block_on(e2e::bench::run(&options));
-    println!(
-        "\n{pods} pods on {} nodes x 8 GPUs; {} cores on this machine\n",
+    let header = format!(
+        "\n{pods} pods per workload on {} nodes x 8 GPUs; {} cores on this machine; load average before: {}\n",
         args.nodes,
-        std::thread::available_parallelism().map_or(0, usize::from)
+        std::thread::available_parallelism().map_or(0, usize::from),
+        load_average()
     );
-    print!("{}", e2e::bench::table(&results));
+    let failures = match args.mode {
+        Mode::PreCreated => {
+            let options = e2e::bench::Options {
+                pods,
+                nodes: args.nodes,
+                raw_concurrency: args.raw_concurrency.clone(),
+                scheduler: release.join("kai-scheduler"),
+                kube_scheduler,
+            };
+            let (results, failures) = crate::async_runtime()?.block_on(e2e::bench::run(&options));
+            println!("{header}");
+            print!("{}", e2e::bench::table(&results));
+            failures
+        }
+        Mode::Pipeline => {
+            let workloads = args
+                .workloads
+                .iter()
+                .map(|w| e2e::bench::pipeline::Workload::parse(w))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let options = e2e::bench::pipeline::Options {
+                pods,
+                nodes: args.nodes,
+                raw_concurrency: args.raw_concurrency.clone(),
+                scheduler: release.join("kai-scheduler"),
+                podgrouper: release.join("kai-podgrouper"),
+                kube_scheduler,
+                workloads,
+            };
+            let (results, failures) = crate::async_runtime()?.block_on(e2e::bench::pipeline::run(&options));
+            println!("{header}");
+            print!("{}", e2e::bench::pipeline::table(&results));
+            failures
+        }
+    };
+    println!("\nload average after: {}", load_average());
     for failure in &failures {
         println!("failed: {failure}");
     }
@@ -89,4 +149,12 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     } else {
         bail!("{} of the runs failed", failures.len())
     }
+}
+
+/// `/proc/loadavg`'s first three figures (the machine is shared; figures taken under load are noisy).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "?".to_owned())
 }

@@ -10,13 +10,22 @@ use scheduler_core::model::{Cluster, GroupKey};
 
 /// When the next cycle runs: soon after a change (but not more often than the minimum interval),
 /// otherwise after the period.
+///
+/// Changes that arrive in a stream (a burst of new workloads: pods, PodGroups, the podgrouper's
+/// annotations, bind echoes) are taken in batches: after a cycle that took `d`, the next one waits at
+/// least [`COST_FACTOR`] x `d`, so the loop spends at most a third of a core on cycles however fast
+/// changes come, and leaves the rest to the API server doing the writes.
 #[derive(Debug, Clone)]
 pub struct LoopState {
     period: Duration,
     min_interval: Duration,
     last: Instant,
+    last_took: Duration,
     dirty: bool,
 }
+
+/// The gap after a cycle, in multiples of what the cycle took (see [`LoopState`]).
+pub const COST_FACTOR: u32 = 2;
 
 impl LoopState {
     /// A loop that runs at least every `period` and at most every `min_interval`.
@@ -26,8 +35,14 @@ impl LoopState {
             period,
             min_interval: min_interval.min(period),
             last: Instant::now(),
+            last_took: Duration::ZERO,
             dirty: true,
         }
+    }
+
+    /// The cycle started at the last [`LoopState::cycled`] took `took`.
+    pub fn took(&mut self, took: Duration) {
+        self.last_took = took;
     }
 
     /// Something changed.
@@ -46,11 +61,12 @@ impl LoopState {
     /// for every bind echo would take CPU from the API server that is doing the binding.
     #[must_use]
     pub fn next_cycle(&self, binding: bool) -> Instant {
+        let min_gap = self.min_interval.max(self.last_took * (COST_FACTOR + 1));
         self.last
             + match (self.dirty, binding) {
                 (false, _) => self.period,
-                (true, false) => self.min_interval,
-                (true, true) => self.min_interval.max(BUSY_INTERVAL).min(self.period),
+                (true, false) => min_gap.min(self.period),
+                (true, true) => min_gap.max(BUSY_INTERVAL).min(self.period),
             }
     }
 }
@@ -145,6 +161,36 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_costly_cycle_spaces_the_next_one() {
+        let mut s = LoopState::new(Duration::from_secs(1), Duration::from_millis(20));
+        let t0 = Instant::now();
+        s.cycled(t0);
+        s.took(Duration::from_millis(30));
+        s.changed(t0);
+        // Started at t0, ran 30 ms, then waits twice as long: at most a third of the time in cycles.
+        assert_eq!(s.next_cycle(false), t0 + Duration::from_millis(90));
+        assert_eq!(
+            s.next_cycle(true),
+            t0 + BUSY_INTERVAL,
+            "the busy interval is longer"
+        );
+        s.took(Duration::from_millis(100));
+        assert_eq!(s.next_cycle(true), t0 + Duration::from_millis(300));
+        s.took(Duration::from_secs(2));
+        assert_eq!(
+            s.next_cycle(false),
+            t0 + Duration::from_secs(1),
+            "never later than the period"
+        );
+        s.took(Duration::from_millis(1));
+        assert_eq!(
+            s.next_cycle(false),
+            t0 + Duration::from_millis(20),
+            "cheap cycles: the minimum interval"
+        );
+    }
+
     /// The loop beats its liveness heartbeat on every wake, so no state may put the next wake further
     /// away than the period: an idle scheduler stays live.
     #[test]
@@ -155,6 +201,7 @@ mod tests {
                 let mut s = LoopState::new(period, min_interval);
                 let t0 = Instant::now();
                 s.cycled(t0);
+                s.took(period * 3);
                 for dirty in [false, true] {
                     if dirty {
                         s.changed(t0);

@@ -176,8 +176,13 @@ async fn main() -> anyhow::Result<()> {
                 anyhow::bail!("leader election stopped; exiting so a healthy replica takes over");
             }
             Some(event) = events.recv() => {
+                // Only what a cycle reads makes one due (our own status echoes, a pod's kubelet
+                // status details, do not).
+                let before = cluster.epochs.changes;
                 ingest.apply(&mut cluster, event);
-                state.changed(Instant::now());
+                if cluster.epochs.changes != before {
+                    state.changed(Instant::now());
+                }
             }
             Some(fb) = feedback_rx.recv() => {
                 loop_state::feedback(&mut cluster, fb);
@@ -226,6 +231,7 @@ async fn main() -> anyhow::Result<()> {
                     }
                 };
                 let elapsed = started.elapsed();
+                state.took(elapsed);
                 if result.stats.attempt_budget_exhausted {
                     tracing::error!("allocate stopped at its attempt budget; please report this with the scheduler's logs");
                 }

@@ -8,6 +8,7 @@
 //! Must not: hold grouping rules (they live in `grouping`), or write anything but PodGroups it owns,
 //! their `PodGrouperWarning` condition, the pod's group annotation and sub-group label, and events.
 
+mod applied;
 mod owners;
 
 use std::collections::{BTreeSet, HashMap};
@@ -161,6 +162,8 @@ struct Context {
     reported: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
     /// Reconciles started and not yet finished (see [`drive`]).
     running: Arc<AtomicUsize>,
+    /// PodGroups applied whose echo the cache may not show yet (see [`applied`]).
+    applied: Arc<applied::Applied>,
 }
 
 /// Counts one reconcile as running until dropped (finished, failed or cancelled).
@@ -246,11 +249,12 @@ pub async fn run(
         liveness,
     );
     let (queues, queues_synced) = spawn_cache(Api::<Queue>::all(client.clone()), "queues", None, liveness);
-    // A deleted PodGroup is re-made: its pods are re-queued.
+    // A deleted PodGroup is re-made: its pods are re-queued, and what was applied to it is forgotten.
+    let applied = Arc::new(applied::Applied::default());
     let (pod_groups, _) = spawn_cache(
         Api::<PodGroup>::all(client.clone()),
         "podgroups",
-        Some((pods.clone(), trigger_tx.clone())),
+        Some((pods.clone(), trigger_tx.clone(), Arc::clone(&applied))),
         liveness,
     );
 
@@ -284,6 +288,7 @@ pub async fn run(
         reported,
         config,
         running: Arc::default(),
+        applied,
     });
     let concurrency = ctx.config.concurrency;
     let running = Arc::clone(&ctx.running);
@@ -354,15 +359,20 @@ fn trim_pod(pod: &mut Pod, manager: &str) {
     }
 }
 
+/// What a deleted PodGroup touches: the pods that name it are re-queued (from the pod cache, through
+/// the trigger) and what was applied to it is forgotten.
+type OnDelete = (
+    Store<Pod>,
+    futures::channel::mpsc::UnboundedSender<ObjectRef<Pod>>,
+    Arc<applied::Applied>,
+);
+
 /// Starts a cluster-wide cache; the flag turns true once it is filled. With `requeue_on_delete`, a
 /// deleted PodGroup re-queues the pods that name it. The cache's watch is a task of `liveness`.
 fn spawn_cache<K>(
     api: Api<K>,
     what: &'static str,
-    requeue_on_delete: Option<(
-        Store<Pod>,
-        futures::channel::mpsc::UnboundedSender<ObjectRef<Pod>>,
-    )>,
+    requeue_on_delete: Option<OnDelete>,
     liveness: &Liveness,
 ) -> (Store<K>, Arc<AtomicBool>)
 where
@@ -391,10 +401,14 @@ where
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(watcher::Event::Delete(obj)) => {
-                        let Some((pods, tx)) = requeue_on_delete.as_ref() else {
+                        let Some((pods, tx, applied)) = requeue_on_delete.as_ref() else {
                             continue;
                         };
                         let (ns, name) = (obj.meta().namespace.clone(), obj.meta().name.clone());
+                        applied.forget(
+                            ns.as_deref().unwrap_or_default(),
+                            name.as_deref().unwrap_or_default(),
+                        );
                         for pod in pods.state_filter(|p| {
                             p.metadata.namespace == ns
                                 && p.annotations().get(keys::POD_GROUP_NAME) == name.as_ref()
@@ -447,29 +461,8 @@ async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileEr
 
     let mut condition_error = None;
     if let Decision::Apply(grouping) = &outcome.decision {
-        let desired = grouping::pod_group_manifest(grouping, &namespace);
         let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &namespace);
-        let existing = ctx.caches.pod_group(&namespace, &grouping.name);
-        let current = match existing {
-            Some(pg) if grouping::pod_group_up_to_date(&pg, &desired, &ctx.config.settings.field_manager) => {
-                ctx.metrics.pod_groups_unchanged.inc();
-                (*pg).clone()
-            }
-            _ => {
-                ctx.may_write()?;
-                let params = PatchParams::apply(&ctx.config.settings.field_manager).force();
-                let applied = api
-                    .patch(&grouping.name, &params, &Patch::Apply(&desired))
-                    .await
-                    .map_err(|source| ReconcileError::ApplyPodGroup {
-                        name: grouping.name.clone(),
-                        source,
-                    })?;
-                ctx.metrics.pod_groups_applied.inc();
-                debug!(podgroup = %grouping.name, min_member = grouping.min_member, queue = %grouping.queue, "applied PodGroup");
-                applied
-            }
-        };
+        let current = ensure_pod_group(ctx, &api, grouping, &namespace).await?;
         if let Err(source) = set_warning_condition(&api, &current, &outcome.warnings).await {
             condition_error = Some(ReconcileError::Condition {
                 name: grouping.name.clone(),
@@ -492,6 +485,63 @@ async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileEr
         Some(e) => Err(e),
         None => Ok(Action::await_change()),
     }
+}
+
+/// The PodGroup of `grouping`, applied unless the cache, or an apply of the same manifest by another
+/// reconcile whose echo the cache does not show yet, says it is up to date: one apply per group, not
+/// one per pod.
+async fn ensure_pod_group(
+    ctx: &Context,
+    api: &Api<PodGroup>,
+    grouping: &grouping::Grouping,
+    namespace: &str,
+) -> Result<Arc<PodGroup>, ReconcileError> {
+    let desired = grouping::pod_group_manifest(grouping, namespace);
+    let manager = &ctx.config.settings.field_manager;
+    let cached = || {
+        ctx.caches
+            .pod_group(namespace, &grouping.name)
+            .filter(|pg| grouping::pod_group_up_to_date(pg, &desired, manager))
+    };
+    if let Some(pg) = cached() {
+        ctx.applied.forget(namespace, &grouping.name);
+        ctx.metrics.pod_groups_unchanged.inc();
+        return Ok(pg);
+    }
+    let fingerprint = applied::fingerprint(&desired);
+    let slot = ctx.applied.slot(namespace, &grouping.name);
+    let mut entry = slot.lock().await;
+    // Another reconcile of this group may have applied it while this one waited for the slot.
+    let in_cache = ctx.caches.pod_group(namespace, &grouping.name);
+    if let Some(done) = entry
+        .as_ref()
+        .filter(|e| e.covers(fingerprint, in_cache.as_deref(), Instant::now()))
+    {
+        ctx.metrics.pod_groups_unchanged.inc();
+        return Ok(Arc::clone(&done.object));
+    }
+    if let Some(pg) = cached() {
+        ctx.metrics.pod_groups_unchanged.inc();
+        return Ok(pg);
+    }
+    ctx.may_write()?;
+    let params = PatchParams::apply(manager).force();
+    let applied = api
+        .patch(&grouping.name, &params, &Patch::Apply(&desired))
+        .await
+        .map_err(|source| ReconcileError::ApplyPodGroup {
+            name: grouping.name.clone(),
+            source,
+        })?;
+    ctx.metrics.pod_groups_applied.inc();
+    debug!(podgroup = %grouping.name, min_member = grouping.min_member, queue = %grouping.queue, "applied PodGroup");
+    let applied = Arc::new(applied);
+    *entry = Some(applied::Entry {
+        fingerprint,
+        object: Arc::clone(&applied),
+        at: Instant::now(),
+    });
+    Ok(applied)
 }
 
 /// Events on the pod for warnings not yet reported for it.
@@ -678,6 +728,191 @@ mod tests {
         drop(first);
         drop(second);
         assert_eq!(running.load(Ordering::Acquire), 0);
+    }
+
+    /// One request the fake API server answered.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        method: http::Method,
+        path: String,
+    }
+
+    /// A client whose requests are answered like an API server that accepts every write (the object
+    /// comes back with resourceVersion 100) and logged; nothing else (no watch) is served.
+    fn fake_client() -> (Client, Arc<Mutex<Vec<Seen>>>) {
+        let log: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let seen = Arc::clone(&log);
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let seen = Arc::clone(&seen);
+            async move {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect_bytes().await.expect("request body");
+                let mut object: serde_json::Value = if bytes.is_empty() {
+                    json!({})
+                } else {
+                    serde_json::from_slice(&bytes).expect("json")
+                };
+                let path = parts.uri.path().to_owned();
+                let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+                object["metadata"]["name"] = json!(name);
+                object["metadata"]["resourceVersion"] = json!("100");
+                seen.lock().expect("log").push(Seen {
+                    method: parts.method,
+                    path,
+                });
+                let response = http::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(object.to_string().into_bytes()))
+                    .expect("response");
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        (Client::new(service, "default"), log)
+    }
+
+    /// A controller context over `client` with empty caches (as right after a burst of new pods, whose
+    /// PodGroups the watch has not brought back yet).
+    fn context(client: Client) -> Context {
+        let (trigger, _) = futures::channel::mpsc::unbounded();
+        let pods = reflector::store::Writer::<Pod>::default().as_reader();
+        let owners = Arc::new(Owners::new(
+            client.clone(),
+            pods.clone(),
+            trigger,
+            Liveness::new(TIMEOUT),
+        ));
+        let (_elector, leadership) =
+            runtime::lease::Elector::new(client.clone(), runtime::lease::LeaderElection::Disabled);
+        let reporter = Reporter {
+            controller: keys::FIELD_MANAGER_PODGROUPER.to_owned(),
+            instance: None,
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            leader: leadership.guard(),
+            config: Config {
+                scheduler_name: keys::SCHEDULER_NAME.to_owned(),
+                settings: Settings::default(),
+                concurrency: 10,
+                instance: "test".to_owned(),
+                namespace: None,
+            },
+            caches: Caches {
+                pods,
+                owners,
+                priority_classes: reflector::store::Writer::default().as_reader(),
+                // Not synced: existence is not judged, so no warning (and no condition write) follows.
+                priority_classes_synced: Arc::new(AtomicBool::new(false)),
+                queues: reflector::store::Writer::default().as_reader(),
+                queues_synced: Arc::new(AtomicBool::new(false)),
+                pod_groups: reflector::store::Writer::default().as_reader(),
+            },
+            metrics: Metrics::register(&mut prometheus_client::registry::Registry::default()),
+            reported: Arc::default(),
+            running: Arc::default(),
+            applied: Arc::default(),
+        }
+    }
+
+    fn bare_pod(name: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": { "name": name, "namespace": "ns", "uid": format!("uid-{name}") },
+            "spec": { "schedulerName": keys::SCHEDULER_NAME, "containers": [] },
+        }))
+        .expect("pod")
+    }
+
+    fn requests(log: &Mutex<Vec<Seen>>) -> Vec<String> {
+        log.lock()
+            .expect("log")
+            .iter()
+            .map(|s| format!("{} {}", s.method, s.path))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_bare_pod_costs_one_podgroup_apply_and_one_pod_patch_and_no_read() {
+        let (client, log) = fake_client();
+        let ctx = context(client);
+        let pod = bare_pod("p");
+        reconcile_inner(&pod, &ctx).await.expect("reconcile");
+        let seen = requests(&log);
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen[0].starts_with("PATCH /apis/scheduling.run.ai/") && seen[0].contains("/podgroups/"));
+        assert_eq!(seen[1], "PATCH /api/v1/namespaces/ns/pods/p");
+
+        // The pod's own patch brings it back annotated before the PodGroup cache has the group: the
+        // second reconcile writes nothing (the apply it made stands in for the cache).
+        let mut annotated = pod.clone();
+        let group = ctx
+            .applied
+            .slots_for_test()
+            .into_iter()
+            .next()
+            .expect("the applied group");
+        annotated.metadata.annotations = Some([(keys::POD_GROUP_NAME.to_owned(), group.clone())].into());
+        annotated.metadata.managed_fields = Some(vec![
+            serde_json::from_value(json!({
+                "manager": keys::FIELD_MANAGER_PODGROUPER, "operation": "Apply", "fieldsType": "FieldsV1",
+                "fieldsV1": { "f:metadata": { "f:annotations": { format!("f:{}", keys::POD_GROUP_NAME): {} } } },
+            }))
+            .expect("managed fields"),
+        ]);
+        reconcile_inner(&annotated, &ctx).await.expect("reconcile");
+        assert_eq!(requests(&log).len(), 2, "{:?}", requests(&log));
+    }
+
+    #[tokio::test]
+    async fn pods_of_one_group_reconciled_at_once_apply_it_once() {
+        let (client, log) = fake_client();
+        let ctx = Arc::new(context(client));
+        let grouping = grouping::Grouping {
+            name: "pg-job".to_owned(),
+            owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "batch/v1".to_owned(),
+                kind: "Job".to_owned(),
+                name: "job".to_owned(),
+                uid: "uid-job".to_owned(),
+                ..Default::default()
+            },
+            min_member: 8,
+            sub_groups: Vec::new(),
+            pod_sub_group: None,
+            queue: keys::DEFAULT_QUEUE.to_owned(),
+            priority_class_name: "train".to_owned(),
+            preemptibility: None,
+            topology: None,
+            labels: std::collections::BTreeMap::new(),
+            annotations: std::collections::BTreeMap::new(),
+        };
+        let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), "ns");
+        let reconciles = (0..8).map(|_| ensure_pod_group(&ctx, &api, &grouping, "ns"));
+        for result in futures::future::join_all(reconciles).await {
+            assert_eq!(result.expect("ensured").metadata.name.as_deref(), Some("pg-job"));
+        }
+        assert_eq!(requests(&log).len(), 1, "{:?}", requests(&log));
+
+        // Someone changed the group since (a newer version in the cache that is not what the podgrouper
+        // wants): it is applied again.
+        let mut changed = grouping::pod_group_manifest(&grouping, "ns");
+        changed.spec.min_member = Some(1);
+        changed.metadata.resource_version = Some("200".to_owned());
+        let (reader, mut writer) = reflector::store::<PodGroup>();
+        writer.apply_watcher_event(&watcher::Event::Apply(changed));
+        let ctx = Context {
+            caches: Caches {
+                pod_groups: reader,
+                ..context(ctx.client.clone()).caches
+            },
+            applied: Arc::clone(&ctx.applied),
+            ..context(ctx.client.clone())
+        };
+        ensure_pod_group(&ctx, &api, &grouping, "ns")
+            .await
+            .expect("ensured");
+        assert_eq!(requests(&log).len(), 2, "{:?}", requests(&log));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The owner chain, read from caches: one reflector per owner kind met at run time, metadata-only for
 //! kinds whose spec the rules do not read, full objects for the others. A reconcile does not GET each
-//! owner level; it GETs only on a cache miss (an owner newer than its watch) or for a gang-annotated
-//! Deployment/ReplicaSet whose `spec.replicas` the metadata cache lacks.
+//! owner level; it GETs only on a cache miss that the watch does not fill within half a second (an owner
+//! newer than its watch usually arrives sooner) or for a gang-annotated Deployment/ReplicaSet whose
+//! `spec.replicas` the metadata cache lacks.
 //!
 //! Also keeps which pods hang below which owner, so a changed owner (spec, labels or annotations)
 //! re-reconciles its pods without waiting for a pod event.
@@ -33,6 +34,10 @@ const UNAVAILABLE_FOR: Duration = Duration::from_secs(300);
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest chain followed (a guard against reference cycles).
 const MAX_DEPTH: usize = 16;
+/// How long a reconcile waits for an owner missing from its cache to arrive through the watch before
+/// it reads it from the API server, and how often it looks.
+const ECHO_WAIT: Duration = Duration::from_millis(500);
+const ECHO_POLL: Duration = Duration::from_millis(25);
 
 /// Errors reading owners that are worth a retry (a broken chain is not an error: it is reported).
 #[derive(Debug, thiserror::Error)]
@@ -202,7 +207,19 @@ impl Owners {
         {
             return self.with_spec_if_needed(&kind, namespace, found).await;
         }
-        // A cache miss: the owner may be newer than our watch. One GET settles it.
+        // A cache miss: the owner is likely newer than our watch (a ReplicaSet or Job whose controller
+        // made the pods right after it). Its watch event is usually a moment away: wait for it rather
+        // than read every new workload's owner again; a GET settles what does not arrive.
+        let deadline = tokio::time::Instant::now() + ECHO_WAIT;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(ECHO_POLL).await;
+            if let Some(found) = kind
+                .get(namespace, &reference.name)
+                .filter(|o| o.metadata.uid.as_deref() == Some(&reference.uid))
+            {
+                return self.with_spec_if_needed(&kind, namespace, found).await;
+            }
+        }
         debug!(kind = %reference.kind, name = %reference.name, "owner not cached; reading it");
         let api = kind.api(self.client.clone(), namespace);
         let fetched = match &kind.cache {

@@ -185,9 +185,14 @@ pub(crate) fn finish(w: &Workload<'_>, mut shape: Shape, warnings: &mut Vec<Warn
     }
     // Label values the API server would reject are dropped rather than failing the apply.
     labels.retain(|_, v| v.len() <= MAX_LABEL_VALUE);
+    // A pod grouped on its own carries the group annotation the podgrouper writes on it: copied, it
+    // would change the PodGroup after the pod's patch and cost every such pod a second apply. (A
+    // user's own group annotation never gets here: the pod joins that group instead.)
+    let own_pod = kind(top) == "Pod" && uid(top) == w.pod.metadata.uid.as_deref().unwrap_or_default();
     let mut annotations: BTreeMap<String, String> = top_annotations
         .iter()
         .filter(|(k, v)| !NOT_COPIED.contains(&k.as_str()) && v.len() <= MAX_COPIED_VALUE)
+        .filter(|(k, _)| !(own_pod && k.as_str() == keys::POD_GROUP_NAME))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     annotations.insert(keys::TOP_OWNER_METADATA.to_owned(), top_owner_metadata(top));

@@ -318,8 +318,47 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     }
 }
 
+/// How long a new PodGroup whose pods are still arriving goes without a status. The podgrouper makes a
+/// workload's PodGroup just before it puts the pods in it, and a Job's pods join its gang one by one
+/// within a second: a status written in between ("0 of minMember placed", "the gang needs 8, 3 exist so
+/// far") would be replaced at once, and a burst of new workloads would cost status writes and warning
+/// events per group for nothing. A group still incomplete after this is reported as any other.
+pub const EMPTY_GROUP_GRACE_MS: Millis = 10_000;
+
+/// Whether the group's report waits: its gang has no pods yet or waits only for more pods to exist, no
+/// status was written yet, nothing is wrong with it, and it is younger than [`EMPTY_GROUP_GRACE_MS`].
+/// Records the end of the grace as a deadline.
+fn filling_and_young(ssn: &Session<'_>, id: GroupId, gang_index: Option<usize>, now: Millis) -> bool {
+    let group = ssn.cluster.group(id);
+    let filling = match gang_index {
+        Some(g) => {
+            ssn.gangs[g].tasks().next().is_none()
+                || ssn.outcomes.get(&g).and_then(|o| o.why.first()).is_some_and(|w| {
+                    matches!(
+                        w,
+                        Why::NotReady(crate::framework::gang::NotReady::MissingPods {
+                            gated: 0,
+                            refused: 0,
+                            ..
+                        })
+                    )
+                })
+        }
+        None => group.tasks.is_empty(),
+    };
+    let until = group.created.saturating_add(EMPTY_GROUP_GRACE_MS);
+    if !filling || group.observed.status.is_some() || !group.problems.is_empty() || now >= until {
+        return false;
+    }
+    ssn.wake_at(until);
+    true
+}
+
 fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, decisions: &mut Decisions) {
     let gang_index = ssn.gang_of.get(&id).copied();
+    if filling_and_young(ssn, id, gang_index, now) {
+        return;
+    }
     let cluster = &*ssn.cluster;
     let group = cluster.group(id);
     let c = counts(cluster, group);

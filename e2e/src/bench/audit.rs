@@ -1,0 +1,154 @@
+//! API writes counted from the local control plane's audit log (`~/.cache/kai-dev/cluster/audit/`).
+//!
+//! The audit policy (`xtask/src/cluster/mod.rs`, `AUDIT_POLICY`) records the metadata of every request of
+//! the components' ServiceAccounts: verb, resource, subresource, namespace, user. A benchmark run has a
+//! namespace of its own, so the writes of its components are the audited writes in that namespace: exact,
+//! and free for the run (the API server writes the log anyway). Cluster-scoped writes (queue statuses)
+//! cannot be told from another run's and are left out.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::time::SystemTime;
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+/// Requests of one run by kind (`"binding"`, `"PodGroup status"`, ...), in the run's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// Writes by kind.
+    pub writes: BTreeMap<String, usize>,
+    /// Reads (get, list) by component: requests the component could have answered from a cache.
+    pub reads: BTreeMap<String, usize>,
+}
+
+impl Requests {
+    /// All writes.
+    #[must_use]
+    pub fn total_writes(&self) -> usize {
+        self.writes.values().sum()
+    }
+}
+
+/// The component a ServiceAccount user name belongs to (`system:serviceaccount:<ns>:<name>`).
+fn component(user: &str) -> &str {
+    user.rsplit(':').next().unwrap_or(user)
+}
+
+/// The kind of a write, named for the table, from the audit event's fields.
+#[must_use]
+pub fn write_kind(user: &str, verb: &str, resource: &str, subresource: &str) -> String {
+    let who = component(user);
+    let podgrouper = who.contains("podgrouper");
+    match (resource, subresource) {
+        ("podgroups", "") if podgrouper => "PodGroup create/apply".to_owned(),
+        ("podgroups", "") => "PodGroup annotations".to_owned(),
+        ("podgroups", "status") if podgrouper => "PodGroup condition (podgrouper)".to_owned(),
+        ("podgroups", "status") => "PodGroup status".to_owned(),
+        ("pods", "") => "pod patch".to_owned(),
+        ("pods", "binding") => "binding".to_owned(),
+        ("pods", "status") => "pod status".to_owned(),
+        ("events", _) => "event".to_owned(),
+        _ if subresource.is_empty() => format!("{resource} {verb} ({who})"),
+        _ => format!("{resource}/{subresource} {verb} ({who})"),
+    }
+}
+
+/// Counts the audited requests in `namespace` from the audit logs in `dir` modified since `since`
+/// (the current file and the backups rotated during the run).
+///
+/// # Errors
+/// When the directory cannot be read.
+pub fn count(dir: &Path, namespace: &str, since: SystemTime) -> anyhow::Result<Requests> {
+    let mut requests = Requests::default();
+    let needle = format!("\"namespace\":\"{namespace}\"");
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("log") {
+            continue;
+        }
+        if entry.metadata()?.modified()? < since {
+            continue;
+        }
+        let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        for line in BufReader::new(file).lines() {
+            let Ok(line) = line else { continue };
+            if !line.contains(&needle) {
+                continue;
+            }
+            let Ok(event) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            tally(&mut requests, &event, namespace);
+        }
+    }
+    Ok(requests)
+}
+
+/// Adds one audit event (stage `ResponseComplete`) to `requests` when it is in `namespace`.
+pub fn tally(requests: &mut Requests, event: &Value, namespace: &str) {
+    let s = |p: &str| event.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    if s("/stage") != "ResponseComplete" || s("/objectRef/namespace") != namespace {
+        return;
+    }
+    let (verb, user) = (s("/verb"), s("/user/username"));
+    match verb {
+        "create" | "update" | "patch" | "delete" => {
+            let kind = write_kind(user, verb, s("/objectRef/resource"), s("/objectRef/subresource"));
+            *requests.writes.entry(kind).or_default() += 1;
+        }
+        "get" | "list" => {
+            *requests.reads.entry(component(user).to_owned()).or_default() += 1;
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(user: &str, verb: &str, resource: &str, sub: Option<&str>, ns: &str) -> Value {
+        let mut object = json!({ "resource": resource, "namespace": ns });
+        if let Some(sub) = sub {
+            object["subresource"] = json!(sub);
+        }
+        json!({ "stage": "ResponseComplete", "verb": verb, "objectRef": object,
+                "user": { "username": format!("system:serviceaccount:kai-scheduler:{user}") } })
+    }
+
+    #[test]
+    fn writes_are_counted_by_kind_in_the_run_namespace_only() {
+        let mut r = Requests::default();
+        for e in [
+            event("kai-podgrouper", "patch", "podgroups", None, "ns"),
+            event("kai-podgrouper", "patch", "pods", None, "ns"),
+            event("kai-podgrouper", "get", "jobs", None, "ns"),
+            event("kai-scheduler", "create", "pods", Some("binding"), "ns"),
+            event("kai-scheduler", "patch", "podgroups", Some("status"), "ns"),
+            event("kai-scheduler", "patch", "podgroups", None, "ns"),
+            event("kai-scheduler", "create", "events", None, "ns"),
+            event("kai-scheduler", "create", "pods", Some("binding"), "other"),
+            event("kai-scheduler", "watch", "pods", None, "ns"),
+        ] {
+            tally(&mut r, &e, "ns");
+        }
+        let writes: Vec<(&str, usize)> = r.writes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(
+            writes,
+            [
+                ("PodGroup annotations", 1),
+                ("PodGroup create/apply", 1),
+                ("PodGroup status", 1),
+                ("binding", 1),
+                ("event", 1),
+                ("pod patch", 1),
+            ]
+        );
+        assert_eq!(r.total_writes(), 6);
+        assert_eq!(r.reads.get("kai-podgrouper"), Some(&1));
+    }
+}
