@@ -674,13 +674,12 @@ impl RuleBook {
             rules: rules.clone(),
             users: 1,
         };
-        let id = if let Some(id) = self.free_rules.pop() {
-            self.rules[id.0 as usize] = Some(entry);
-            id
-        } else {
-            self.rules.push(Some(entry));
-            PodRulesId(u32::try_from(self.rules.len() - 1).expect("invariant: < 2^32 rule sets"))
-        };
+        let slot = store(
+            &mut self.rules,
+            self.free_rules.pop().map(|i| i.0 as usize),
+            entry,
+        );
+        let id = PodRulesId(u32::try_from(slot).expect("invariant: < 2^32 rule sets"));
         self.rules_index.insert(rules, id);
         (id, fresh)
     }
@@ -727,13 +726,12 @@ impl RuleBook {
             log: Vec::new(),
             generation: 0,
         };
-        let id = if let Some(id) = self.free_terms.pop() {
-            self.terms[id.0 as usize] = Some(entry);
-            id
-        } else {
-            self.terms.push(Some(entry));
-            TermId(u32::try_from(self.terms.len() - 1).expect("invariant: < 2^32 terms"))
-        };
+        let slot = store(
+            &mut self.terms,
+            self.free_terms.pop().map(|i| i.0 as usize),
+            entry,
+        );
+        let id = TermId(u32::try_from(slot).expect("invariant: < 2^32 terms"));
         match term.selector.as_ref().and_then(LabelSelector::equality) {
             Some((k, v)) => self
                 .by_label
@@ -890,6 +888,20 @@ impl RuleBook {
             entry.carriers = Counts::default();
             entry.log.clear();
             entry.generation += 1;
+        }
+    }
+}
+
+/// Puts `entry` in the freed slot if there is one, else in a new one; returns its index.
+fn store<T>(slots: &mut Vec<Option<T>>, freed: Option<usize>, entry: T) -> usize {
+    match freed {
+        Some(i) => {
+            slots[i] = Some(entry);
+            i
+        }
+        None => {
+            slots.push(Some(entry));
+            slots.len() - 1
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::Cluster;
 use crate::model::constraints::{Constraints, ConstraintsId, Taint};
 use crate::model::group::{Group, GroupKey};
-use crate::model::ids::{GroupId, NodeId, QueueId, TaskId};
+use crate::model::ids::{Arena, GroupId, NodeId, QueueId, TaskId};
 use crate::model::node::Node;
 use crate::model::pod_rules::{Labels, PodFacts, PodRulesId, RulesSpec, TermId};
 use crate::model::queue::Queue;
@@ -454,24 +454,7 @@ impl Cluster {
         if terms.is_empty() {
             return;
         }
-        for (_, task) in self.tasks.iter() {
-            let Some(node) = task
-                .node
-                .filter(|_| task.status.holds_node() || task.status == TaskStatus::Pipelined)
-            else {
-                continue;
-            };
-            let facts = PodFacts {
-                namespace: &task.namespace,
-                labels: &task.labels,
-                rules: task.rules,
-            };
-            let releasing = task.status == TaskStatus::Releasing;
-            let labels = &self
-                .nodes
-                .get(node.0)
-                .expect("invariant: task nodes are live")
-                .labels;
+        for (facts, node, labels, releasing) in placed(&self.tasks, &self.nodes) {
             self.rules.count_into(terms, facts, node, labels, releasing);
         }
     }
@@ -479,26 +462,7 @@ impl Cluster {
     /// Rebuilds every pod-rule count from the placed pods.
     pub(super) fn recount_rules(&mut self) {
         self.rules.clear_counts();
-        let ids: Vec<TaskId> = self.tasks.iter().map(|(i, _)| TaskId(i)).collect();
-        for id in ids {
-            let task = self.tasks.get(id.0).expect("invariant: live task");
-            let Some(node) = task
-                .node
-                .filter(|_| task.status.holds_node() || task.status == TaskStatus::Pipelined)
-            else {
-                continue;
-            };
-            let facts = PodFacts {
-                namespace: &task.namespace,
-                labels: &task.labels,
-                rules: task.rules,
-            };
-            let releasing = task.status == TaskStatus::Releasing;
-            let labels = &self
-                .nodes
-                .get(node.0)
-                .expect("invariant: task nodes are live")
-                .labels;
+        for (facts, node, labels, releasing) in placed(&self.tasks, &self.nodes) {
             self.rules.contribute(facts, node, labels, releasing, 1);
         }
     }
@@ -542,4 +506,24 @@ impl Cluster {
         self.topologies.remove(name);
         self.resolve_all_groups();
     }
+}
+
+/// The pods holding or reserving room on a node, as the pod-rule counts see them: the pod, its node, the
+/// node's labels and whether it is terminating.
+fn placed<'a>(
+    tasks: &'a Arena<Task>,
+    nodes: &'a Arena<Node>,
+) -> impl Iterator<Item = (PodFacts<'a>, NodeId, &'a Labels, bool)> + 'a {
+    tasks.iter().filter_map(|(_, task)| {
+        let node = task
+            .node
+            .filter(|_| task.status.holds_node() || task.status == TaskStatus::Pipelined)?;
+        let labels = &nodes.get(node.0).expect("invariant: task nodes are live").labels;
+        let facts = PodFacts {
+            namespace: &task.namespace,
+            labels: &task.labels,
+            rules: task.rules,
+        };
+        Some((facts, node, labels, task.status == TaskStatus::Releasing))
+    })
 }
