@@ -23,6 +23,7 @@ use crate::model::pod_rules::{
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 use crate::model::queue::QueueResourceSpec;
 use crate::model::resources::{CPU, GPU, MEMORY, PODS};
+use crate::model::volumes::PodClaim;
 use crate::model::{
     ApiView, Cluster, GpuRequest, Group, GroupKey, Millis, NodeUpdate, PodUpdate, Queue, Resources,
     TaskStatus,
@@ -80,6 +81,7 @@ pub struct GangSpec {
     topology: Option<(String, Option<String>, Option<String>)>,
     labels: Labels,
     rules: RulesSpec,
+    claims: Vec<(String, bool)>,
 }
 
 impl GangSpec {
@@ -110,6 +112,7 @@ impl GangSpec {
             topology: None,
             labels: Labels::new(),
             rules: RulesSpec::default(),
+            claims: Vec::new(),
         }
     }
     /// minMember.
@@ -240,6 +243,20 @@ impl GangSpec {
     #[must_use]
     pub fn rules(mut self, rules: RulesSpec) -> Self {
         self.rules = rules;
+        self
+    }
+
+    /// PersistentVolumeClaims each pod uses; `{i}` in a name is replaced by the pod's index.
+    #[must_use]
+    pub fn claims(mut self, names: &[&str]) -> Self {
+        self.claims = names.iter().map(|n| ((*n).to_owned(), false)).collect();
+        self
+    }
+
+    /// Generic ephemeral volumes each pod has (claims `<pod>-<volume>`).
+    #[must_use]
+    pub fn ephemeral_volumes(mut self, volumes: &[&str]) -> Self {
+        self.claims = volumes.iter().map(|n| ((*n).to_owned(), true)).collect();
         self
     }
 
@@ -462,6 +479,18 @@ impl Sim {
                 task_order: 0,
                 created: spec.created + i64::from(i),
                 problem: None,
+                claims: spec
+                    .claims
+                    .iter()
+                    .map(|(n, ephemeral)| PodClaim {
+                        name: if *ephemeral {
+                            format!("{}-{i}-{n}", spec.name).into()
+                        } else {
+                            n.replace("{i}", &i.to_string()).into()
+                        },
+                        ephemeral: *ephemeral,
+                    })
+                    .collect(),
                 reservation_for: None,
                 gpu_device: None,
             });
@@ -496,6 +525,7 @@ impl Sim {
             task_order: 0,
             created: 0,
             problem: None,
+            claims: Vec::new(),
             reservation_for: None,
             gpu_device: None,
         });
@@ -1030,6 +1060,7 @@ impl SyntheticUpdates {
                 task_order: 0,
                 created: created * 1000 + i64::from(i),
                 problem: None,
+                claims: Vec::new(),
                 reservation_for: None,
                 gpu_device: None,
             });
@@ -1057,7 +1088,8 @@ pub fn pod_update_of(cluster: &Cluster, id: crate::model::TaskId) -> PodUpdate {
         gpu_groups: t.gpu_groups.clone(),
         task_order: t.task_order,
         created: t.created,
-        problem: t.problem.clone(),
+        problem: t.spec_problem.clone(),
+        claims: t.claims.to_vec(),
         reservation_for: t.reservation_for.clone(),
         gpu_device: t.gpu_device.clone(),
     }

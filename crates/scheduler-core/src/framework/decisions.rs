@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::model::volumes::ClaimBinding;
 use crate::model::{GpuRequest, GroupKey, Millis};
 
 /// Bind a pod to a node.
@@ -23,6 +24,9 @@ pub struct Bind {
     pub gpu: GpuRequest,
     /// Gang.
     pub group: Option<GroupKey>,
+    /// Claims to bind before the pod (unbound claims waiting for their first consumer), each with the
+    /// volume or node chosen; the pod is bound only once they are bound.
+    pub volumes: Vec<ClaimBinding>,
 }
 
 /// Which action evicted a pod.

@@ -402,6 +402,11 @@ impl<'c> Session<'c> {
                         gpu_groups: t.gpu_groups.clone(),
                         gpu: t.gpu,
                         group: group_key,
+                        volumes: if t.claims.is_empty() {
+                            Vec::new()
+                        } else {
+                            self.cluster.volumes.bindings(&t.namespace, &t.claims)
+                        },
                     });
                 }
                 (b, Assumed::Evicting) if *b != Assumed::Evicting => {

@@ -37,6 +37,12 @@ pub struct Requirement {
 }
 
 impl Requirement {
+    /// Whether a node (its name and labels) meets the requirement.
+    #[must_use]
+    pub fn matches_node(&self, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.matches(node_name, labels)
+    }
+
     fn matches(&self, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
         let value = if self.field {
             (self.key == "metadata.name").then_some(node_name)

@@ -14,6 +14,7 @@ pub mod queue;
 pub mod resources;
 pub mod task;
 pub mod time;
+pub mod volumes;
 
 pub use cluster::{Cluster, Epochs, NodeUpdate, PlacementUndo, PodUpdate, QueueReports, Quiet};
 pub use group::{Group, GroupKey, GroupKind, GroupProblem};

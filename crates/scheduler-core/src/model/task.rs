@@ -8,6 +8,7 @@ use super::ids::{GroupId, NodeId};
 use super::pod_rules::{Labels, PodRulesId};
 use super::resources::Resources;
 use super::time::Millis;
+use super::volumes::PodClaim;
 
 /// Where a task stands. The statuses that hold node resources are [`Self::holds_node`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -174,8 +175,13 @@ pub struct Task {
     pub task_order: i32,
     /// Creation time.
     pub created: Millis,
-    /// A problem with the pod itself that stops it from being scheduled (bad annotation, ...).
+    /// What stops the pod from being scheduled anywhere: its own definition's problem (bad annotation,
+    /// ...) or else its claims' (`spec_problem`, then the volume book's wait reason).
     pub problem: Option<Arc<str>>,
+    /// The problem with the pod's own definition, as converted.
+    pub spec_problem: Option<Arc<str>>,
+    /// The PersistentVolumeClaims it uses (shared by its copies).
+    pub claims: Arc<[PodClaim]>,
     /// Fingerprint of the `PodScheduled` message last written (in memory only).
     pub condition_fingerprint: u64,
     /// For a GPU reservation pod: the shared-GPU group it holds the device for.

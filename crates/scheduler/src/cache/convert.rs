@@ -17,6 +17,7 @@ use scheduler_core::model::constraints::{
 use scheduler_core::model::group::{GroupProblem, MinResourceFault, SubGroupDecl};
 use scheduler_core::model::queue::{QueueProblem, QueueResourceSpec};
 use scheduler_core::model::resources::{CPU, GPU, MAX_RESOURCES, MEMORY, PODS, ResourceNames};
+use scheduler_core::model::volumes::PodClaim;
 use scheduler_core::model::{
     ApiView, GpuRequest, Group, GroupKey, GroupKind, Millis, NodeUpdate, PodUpdate, Queue, Resources,
     TaskStatus,
@@ -528,9 +529,34 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
         task_order,
         created: millis(meta.creation_timestamp.as_ref()),
         problem: (!problems.is_empty()).then(|| problems.join("; ").into()),
+        claims: pod_claims(meta.name.as_deref().unwrap_or_default(), spec),
         reservation_for,
         gpu_device,
     }
+}
+
+/// The claims a pod's volumes use: `persistentVolumeClaim` volumes by claim name, generic `ephemeral`
+/// volumes by the claim the ephemeral volume controller makes for them (`<pod>-<volume>`).
+fn pod_claims(pod_name: &str, spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Vec<PodClaim> {
+    let Some(volumes) = spec.and_then(|s| s.volumes.as_ref()) else {
+        return Vec::new();
+    };
+    volumes
+        .iter()
+        .filter_map(|v| {
+            if let Some(pvc) = &v.persistent_volume_claim {
+                Some(PodClaim {
+                    name: pvc.claim_name.as_str().into(),
+                    ephemeral: false,
+                })
+            } else {
+                v.ephemeral.as_ref().map(|_| PodClaim {
+                    name: format!("{pod_name}-{}", v.name).into(),
+                    ephemeral: true,
+                })
+            }
+        })
+        .collect()
 }
 
 fn requirement(r: &NodeSelectorRequirement, field: bool) -> Requirement {

@@ -19,6 +19,7 @@ use super::pod_rules::{RuleFit, RuleLookups, RuleMiss};
 use crate::config::PlacementStrategy;
 use crate::model::constraints::{ConstraintsId, StaticMiss};
 use crate::model::resources::{CPU, GPU, MAX_RESOURCES};
+use crate::model::volumes::{NodeRef, VolumeMiss};
 use crate::model::{Cluster, GpuRequest, Node, NodeId, Resources, Task, TaskId};
 
 /// How a pod would hold the node it is given.
@@ -58,6 +59,8 @@ pub enum NodeMiss {
     OutsideDomain,
     /// A rule about other pods (affinity, anti-affinity, spread, host ports).
     Rule(RuleMiss),
+    /// Its volumes (node affinity, zone, no volume to bind, attach limit, ReadWriteOncePod).
+    Volume(VolumeMiss),
 }
 
 /// Placement settings.
@@ -488,9 +491,8 @@ impl NodeIndex {
         let nodes = summary.nodes;
         let with_room = nodes - misses.values().sum::<usize>().min(nodes);
         let subject = rule_subject(&self.rules, cluster, task);
-        if with_room > 0
-            && let Some(id) = subject.filter(|_| self.rules.relevant(task))
-        {
+        let rules_subject = subject.filter(|_| self.rules.relevant(task));
+        if with_room > 0 && (rules_subject.is_some() || !task.claims.is_empty()) {
             let roomy: Vec<NodeId> = summary
                 .verdicts
                 .iter()
@@ -499,10 +501,16 @@ impl NodeIndex {
                 .filter_map(|(i, _)| u32::try_from(i).ok().map(NodeId))
                 .collect();
             for n in roomy {
-                let miss = match self.rules.check(cluster, id, task, n) {
-                    RuleFit::Now => continue,
-                    RuleFit::Later => NodeMiss::Insufficient(main_slot(task.gpu)),
-                    RuleFit::No(miss) => NodeMiss::Rule(miss),
+                let miss = if let Err(miss) = check_volumes(cluster, task, n) {
+                    miss
+                } else if let Some(id) = rules_subject {
+                    match self.rules.check(cluster, id, task, n) {
+                        RuleFit::Now => continue,
+                        RuleFit::Later => NodeMiss::Insufficient(main_slot(task.gpu)),
+                        RuleFit::No(miss) => NodeMiss::Rule(miss),
+                    }
+                } else {
+                    continue;
                 };
                 count_in(&mut misses, &Some(miss), 1);
             }
@@ -747,6 +755,7 @@ fn check(
     n: NodeId,
 ) -> Result<Placement, NodeMiss> {
     let mut placement = check_room(c.eligibility, cluster, task, policy, n)?;
+    check_volumes(cluster, task, n)?;
     if !c.rules.relevant(task) {
         return Ok(placement);
     }
@@ -761,6 +770,25 @@ fn check(
         }
         RuleFit::No(miss) => Err(NodeMiss::Rule(miss)),
     }
+}
+
+/// A pod's claims on a node (nothing to ask for a pod without claims).
+fn check_volumes(cluster: &Cluster, task: &Task, n: NodeId) -> Result<(), NodeMiss> {
+    if task.claims.is_empty() {
+        return Ok(());
+    }
+    let node = cluster.node(n);
+    let at = NodeRef {
+        id: n,
+        name: &node.name,
+        labels: &node.labels,
+    };
+    // A task already placed on this node (a copy probing a move) does not count as another user.
+    let placed_here = task.node == Some(n);
+    cluster
+        .volumes
+        .check(&task.namespace, &task.claims, at, placed_here)
+        .map_err(NodeMiss::Volume)
 }
 
 /// Static predicates and room.

@@ -133,6 +133,7 @@ pub fn miss_text(miss: &NodeMiss, names: &ResourceNames) -> String {
         NodeMiss::GpuMemoryUnknown => "GPU memory unknown (no nvidia.com/gpu.memory label)".to_owned(),
         NodeMiss::OutsideDomain => "outside the topology domain".to_owned(),
         NodeMiss::Rule(rule) => rule.to_string(),
+        NodeMiss::Volume(v) => v.to_string(),
     }
 }
 

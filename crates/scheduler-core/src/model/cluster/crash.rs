@@ -58,6 +58,7 @@ impl Cluster {
     /// from the tasks alone.
     pub fn recount(&mut self) {
         self.rules.clear_counts();
+        self.volumes.clear_counts();
         let node_ids: Vec<u32> = self.nodes.iter().map(|(i, _)| i).collect();
         for i in node_ids {
             if let Some(node) = self.nodes.get_mut(i) {

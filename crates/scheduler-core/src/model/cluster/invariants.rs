@@ -8,6 +8,7 @@ use crate::model::ids::{GroupId, NodeId, TaskId};
 use crate::model::node::Node;
 use crate::model::resources::{GPU, Resources};
 use crate::model::task::TaskStatus;
+use crate::model::volumes::ClaimKey;
 
 impl Cluster {
     /// Recomputes node accounting from the tasks and compares. Used by tests and debug checks.
@@ -92,6 +93,7 @@ impl Cluster {
             }
         }
         self.check_rule_counts()?;
+        self.check_volume_counts()?;
         for (i, group) in self.groups.iter() {
             for t in &group.tasks {
                 if self.task(*t).group != Some(GroupId(i)) {
@@ -108,6 +110,28 @@ impl Cluster {
 }
 
 impl Cluster {
+    /// Claim use per claim and per node recomputed from the placed pods and compared, with the
+    /// consistency of the volume choices.
+    fn check_volume_counts(&self) -> Result<(), String> {
+        let mut placed_users: HashMap<ClaimKey, u32> = HashMap::new();
+        let mut on_node: HashMap<NodeId, HashMap<ClaimKey, u32>> = HashMap::new();
+        for (_, task) in self.tasks.iter() {
+            let Some(node) = task.node else { continue };
+            if !(task.status.holds_node() || task.status == TaskStatus::Pipelined) {
+                continue;
+            }
+            for c in task.claims.iter() {
+                let key = ClaimKey {
+                    namespace: task.namespace.clone(),
+                    name: c.name.clone(),
+                };
+                *placed_users.entry(key.clone()).or_default() += 1;
+                *on_node.entry(node).or_default().entry(key).or_default() += 1;
+            }
+        }
+        self.volumes.check_counts(&placed_users, &on_node)
+    }
+
     /// Pod-rule counts and host ports recomputed from the placed pods and compared.
     fn check_rule_counts(&self) -> Result<(), String> {
         let mut fresh = self.clone();

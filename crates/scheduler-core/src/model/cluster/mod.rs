@@ -12,6 +12,7 @@
 //! - `watch_events`: upserts and removals of nodes, pods, gangs, queues, priority classes, topologies;
 //! - `placement`: a task's effective placement and its contribution to its node;
 //! - `shared_gpus`: fractional-GPU accounting per shared device;
+//! - `volumes`: claims, volumes, classes and attach limits, and the pods' wait reasons they decide;
 //! - `resolution`: resolving gangs' and queues' references (queue, parent, priority class, topology);
 //! - `invariants`: recomputing the accounting from scratch to check it.
 
@@ -20,6 +21,7 @@ mod invariants;
 mod placement;
 mod resolution;
 mod shared_gpus;
+mod volumes;
 mod watch_events;
 
 use std::collections::HashMap;
@@ -35,6 +37,7 @@ use super::queue::Queue;
 use super::resources::ResourceNames;
 use super::task::Task;
 use super::time::Millis;
+use super::volumes::VolumeBook;
 
 pub use placement::PlacementUndo;
 pub use watch_events::{NodeUpdate, PodUpdate};
@@ -94,6 +97,8 @@ pub struct Cluster {
     pub constraints: ConstraintsTable,
     /// Interned pod rules (affinity, spread, host ports) and the counts that answer them.
     pub rules: RuleBook,
+    /// Claims, volumes, storage classes and attach limits, and the placed pods' use of them.
+    pub volumes: VolumeBook,
     /// Nodes.
     pub nodes: Arena<Node>,
     node_index: HashMap<Arc<str>, NodeId>,

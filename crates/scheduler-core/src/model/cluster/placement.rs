@@ -9,6 +9,7 @@ use crate::model::ids::{NodeId, TaskId};
 use crate::model::node::PortUse;
 use crate::model::pod_rules::PodFacts;
 use crate::model::task::{Assumed, Task, TaskStatus};
+use crate::model::volumes::NodeRef;
 
 /// The previous placement of a task, returned by [`Cluster::set_assumed`] so it can be undone.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +53,7 @@ impl Cluster {
         let reservation = task.reservation_for.clone();
         let (uid, device) = (task.uid.clone(), task.gpu_device.clone());
         let (namespace, labels, rules_id) = (task.namespace.clone(), task.labels.clone(), task.rules);
+        let claims = task.claims.clone();
         let node = self
             .nodes
             .get_mut(node_id.0)
@@ -106,6 +108,15 @@ impl Cluster {
         }
         if let Some(group) = reservation {
             Self::contribute_reservation(node, &group, uid, device, status.holds_node() && sign > 0);
+        }
+        if !claims.is_empty() {
+            let node = self.nodes.get(node_id.0).expect("invariant: task nodes are live");
+            let at = NodeRef {
+                id: node_id,
+                name: &node.name,
+                labels: &node.labels,
+            };
+            self.volumes.contribute(&namespace, &claims, at, sign32);
         }
     }
 

@@ -14,6 +14,7 @@ use crate::model::queue::Queue;
 use crate::model::resources::Resources;
 use crate::model::task::{ApiView, Assumed, GpuRequest, Task, TaskStatus};
 use crate::model::time::Millis;
+use crate::model::volumes::PodClaim;
 
 /// What of a task a cycle reads; a pod update that leaves it equal changes nothing.
 #[derive(PartialEq)]
@@ -90,6 +91,8 @@ pub struct PodUpdate {
     pub created: Millis,
     /// A problem with the pod's own definition.
     pub problem: Option<Arc<str>>,
+    /// PersistentVolumeClaims it uses (`persistentVolumeClaim` and generic `ephemeral` volumes).
+    pub claims: Vec<PodClaim>,
     /// For a GPU reservation pod: the group it holds the device for.
     pub reservation_for: Option<Arc<str>>,
     /// For a GPU reservation pod: the device it reported.
@@ -222,7 +225,19 @@ impl Cluster {
                 task.gpu_groups = update.gpu_groups;
             }
             task.task_order = update.task_order;
-            task.problem = update.problem;
+            task.spec_problem = update.problem;
+            if *task.claims != *update.claims {
+                // Pod volumes are immutable: only a recreated pod under the same UID could get here.
+                let old = task.claims.clone();
+                let namespace = task.namespace.clone();
+                task.claims = update.claims.into();
+                self.volumes.link(id, &namespace, &old, -1);
+                let task = self.task(id);
+                let (namespace, claims) = (task.namespace.clone(), task.claims.clone());
+                self.volumes.link(id, &namespace, &claims, 1);
+            }
+            self.refresh_problem(id);
+            let task = self.tasks.get_mut(id.0).expect("invariant");
             task.reservation_for = update.reservation_for;
             task.gpu_device = update.gpu_device;
             task.ours = update.ours;
@@ -268,13 +283,19 @@ impl Cluster {
             gpu_groups: update.gpu_groups,
             task_order: update.task_order,
             created: update.created,
-            problem: update.problem,
+            problem: None,
+            spec_problem: update.problem,
+            claims: update.claims.into(),
             condition_fingerprint: 0,
             reservation_for: update.reservation_for,
             gpu_device: update.gpu_device,
         };
         let id = TaskId(self.tasks.insert(task));
         self.task_index.insert(update.uid, id);
+        let task = self.task(id);
+        let (namespace, claims) = (task.namespace.clone(), task.claims.clone());
+        self.volumes.link(id, &namespace, &claims, 1);
+        self.refresh_problem(id);
         self.epochs.changed();
         let (status, node) = self.effective(self.task(id));
         let task = self.tasks.get_mut(id.0).expect("invariant");
@@ -305,6 +326,9 @@ impl Cluster {
         };
         self.contribute(id, -1);
         self.rules.release(self.task(id).rules);
+        let task = self.task(id);
+        let (namespace, claims) = (task.namespace.clone(), task.claims.clone());
+        self.volumes.link(id, &namespace, &claims, -1);
         self.unlink_group(id);
         if let Some(n) = self.task(id).api.node_name.clone()
             && let Some(list) = self.unattached.get_mut(&n)
