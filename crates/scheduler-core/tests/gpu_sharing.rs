@@ -125,6 +125,7 @@ fn s22_gpu_memory_request() {
         task_order: 0,
         created: 0,
         problem: None,
+        claims: Vec::new(),
         reservation_for: None,
         gpu_device: None,
     });
@@ -176,6 +177,7 @@ fn seed_002_two_half_gpu_workers_share_one_device_with_a_whole_gpu_head() {
             task_order: 0,
             created: t.created,
             problem: None,
+            claims: Vec::new(),
             reservation_for: None,
             gpu_device: None,
         });

@@ -35,6 +35,7 @@ fn reservation_pod(s: &mut Sim, uid: &str, node: &str, group: &str) {
         task_order: 0,
         created: s.now,
         problem: None,
+        claims: Vec::new(),
         reservation_for: Some(group.into()),
         gpu_device: Some("GPU-1234".into()),
     });

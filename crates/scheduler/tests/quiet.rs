@@ -235,6 +235,7 @@ fn a_pod_whose_podgroup_never_comes_is_told_at_the_same_round() {
                 task_order: 0,
                 created: s.now,
                 problem: None,
+                claims: Vec::new(),
                 reservation_for: None,
                 gpu_device: None,
             });
