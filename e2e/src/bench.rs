@@ -17,9 +17,12 @@
 //! Must not: run in the project's tests (it is slow and its figures depend on the machine).
 //!
 //! [`pipeline`] is the other mode: no PodGroups made in advance, the podgrouper and the scheduler as the
-//! chart runs them, the API writes per bound pod counted from the audit log ([`audit`]).
+//! chart runs them, the API writes per bound pod counted from the audit log ([`audit`]). [`memory`] runs the
+//! scheduler alone on a generated cluster of thousands of nodes served by a fake API server, for its peak
+//! memory.
 
 pub mod audit;
+pub mod memory;
 pub mod pipeline;
 
 use std::collections::HashMap;
