@@ -1089,7 +1089,7 @@ pub fn pod_update_of(cluster: &Cluster, id: crate::model::TaskId) -> PodUpdate {
         task_order: t.task_order,
         created: t.created,
         problem: t.spec_problem.clone(),
-        claims: t.claims.to_vec(),
+        claims: t.claims.clone(),
         reservation_for: t.reservation_for.clone(),
         gpu_device: t.gpu_device.clone(),
     }

@@ -14,7 +14,8 @@ use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::policy::placement::Mode;
 use crate::framework::policy::topology;
-use crate::model::{Cluster, GroupId, NodeId, Resources, TaskId, TaskStatus};
+use crate::model::volumes::{NodeRef, VolumeMiss};
+use crate::model::{Cluster, GroupId, NodeId, Resources, Task, TaskId, TaskStatus};
 
 /// Something that may be evicted at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -421,6 +422,12 @@ fn place_with_victims(
             if !ssn.index.eligibility.check(ssn.cluster, task.constraints, *node) {
                 continue;
             }
+            // Storage that keeps the pod off this node is no matter of room (a volume elsewhere, none to
+            // bind here): evicting would free nothing it needs.
+            let volumes_matter = !task.claims.is_empty();
+            if volumes_matter && volumes_exclude(ssn.cluster, task, *node) {
+                continue;
+            }
             // Pods here that block this one by a rule (a host port, anti-affinity either way) go first,
             // whatever their place in the caller's order: no amount of other room makes up for them.
             let rules_matter = ssn.index.rules.relevant(task);
@@ -456,7 +463,7 @@ fn place_with_victims(
             }
             // Rules over a domain wider than the node (zone anti-affinity, spread) are settled by
             // trying: evict the picked units, ask the node, undo.
-            if rules_matter && !fits_once_evicted(ssn, req, t, *node, &picked) {
+            if (rules_matter || volumes_matter) && !fits_once_evicted(ssn, req, t, *node, &picked) {
                 continue;
             }
             let key = (picked.len(), *picked.last().unwrap_or(&usize::MAX), *node);
@@ -521,6 +528,24 @@ fn blocking_pods(cluster: &Cluster, t: TaskId, node: NodeId) -> Vec<TaskId> {
     blockers.sort_unstable();
     blockers.dedup();
     blockers
+}
+
+/// Whether the pod's volumes keep it off the node whatever is evicted there: a bound volume elsewhere,
+/// no volume to bind here, or claims not usable yet. (Attach limits and a `ReadWriteOncePod` claim in
+/// use may be freed by evictions; the trial in [`fits_once_evicted`] settles those.)
+fn volumes_exclude(cluster: &Cluster, task: &Task, node: NodeId) -> bool {
+    let n = cluster.node(node);
+    let at = NodeRef {
+        id: node,
+        name: &n.name,
+        labels: &n.labels,
+    };
+    matches!(
+        cluster
+            .volumes
+            .check(&task.namespace, &task.claims, at, task.node == Some(node)),
+        Err(VolumeMiss::NodeAffinity | VolumeMiss::Zone | VolumeMiss::NoVolumeToBind | VolumeMiss::Waiting)
+    )
 }
 
 /// Whether `t` could be reserved on `node` once the picked units are evicted (tried, then undone).

@@ -180,8 +180,8 @@ pub struct Task {
     pub problem: Option<Arc<str>>,
     /// The problem with the pod's own definition, as converted.
     pub spec_problem: Option<Arc<str>>,
-    /// The PersistentVolumeClaims it uses (shared by its copies).
-    pub claims: Arc<[PodClaim]>,
+    /// The PersistentVolumeClaims it uses (empty for most pods: no allocation).
+    pub claims: Vec<PodClaim>,
     /// Fingerprint of the `PodScheduled` message last written (in memory only).
     pub condition_fingerprint: u64,
     /// For a GPU reservation pod: the shared-GPU group it holds the device for.

@@ -53,7 +53,6 @@ impl Cluster {
         let reservation = task.reservation_for.clone();
         let (uid, device) = (task.uid.clone(), task.gpu_device.clone());
         let (namespace, labels, rules_id) = (task.namespace.clone(), task.labels.clone(), task.rules);
-        let claims = task.claims.clone();
         let node = self
             .nodes
             .get_mut(node_id.0)
@@ -109,14 +108,15 @@ impl Cluster {
         if let Some(group) = reservation {
             Self::contribute_reservation(node, &group, uid, device, status.holds_node() && sign > 0);
         }
-        if !claims.is_empty() {
+        let task = self.tasks.get(id.0).expect("invariant: live task");
+        if !task.claims.is_empty() {
             let node = self.nodes.get(node_id.0).expect("invariant: task nodes are live");
             let at = NodeRef {
                 id: node_id,
                 name: &node.name,
                 labels: &node.labels,
             };
-            self.volumes.contribute(&namespace, &claims, at, sign32);
+            self.volumes.contribute(&task.namespace, &task.claims, at, sign32);
         }
     }
 
