@@ -641,7 +641,7 @@ mod tests {
         let moving =
             Request::new(wait, units.clone(), EvictionCause::Consolidation, &no_message).victims_must_move();
         let no = solve(&mut ssn, &moving).expect_err("one node: the victim cannot move");
-        assert_eq!(no, NoVictims::VictimsCannotMove);
+        assert_eq!(no, NoVictims::VictimsCannotMove(units.clone()));
         assert_eq!(
             no.explain(&ssn),
             "the pods that would have to move have nowhere else to go"
