@@ -22,7 +22,9 @@ fn digest(sim: &mut Sim, spec: &Synthetic, rounds: usize, churn_every: usize) ->
         for s in &mut decisions.group_statuses {
             s.fingerprint = 0;
         }
-        format!("{decisions:?}").hash(&mut h);
+        // A bind's claim bindings came later; these scenarios have no claims, and the text without the
+        // empty list is the one the digests were recorded from.
+        format!("{decisions:?}").replace(", volumes: []", "").hash(&mut h);
         sim.cluster.check_invariants().expect("model invariants");
     }
     h.finish()

@@ -8,13 +8,16 @@
 //! and then trimmed: units whose eviction turned out unnecessary are given back.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::fairshare::ReclaimRejection;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::policy::placement::Mode;
 use crate::framework::policy::topology;
-use crate::model::{Cluster, GroupId, NodeId, Resources, TaskId, TaskStatus};
+use crate::model::resources::GPU;
+use crate::model::volumes::{NodeRef, VolumeMiss};
+use crate::model::{Cluster, GroupId, Node, NodeId, Resources, Task, TaskId, TaskStatus};
 
 /// Something that may be evicted at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,8 +56,8 @@ pub enum NoVictims {
     ReplayFailed,
     /// The action's rule refused the victims.
     Refused(ReclaimRejection),
-    /// Consolidation: some victim pod would have nowhere else to run.
-    VictimsCannotMove,
+    /// Consolidation: these victim units (of the plan found) would have nowhere else to run.
+    VictimsCannotMove(Vec<Unit>),
 }
 
 impl NoVictims {
@@ -77,7 +80,9 @@ impl NoVictims {
             }
             Self::ReplayFailed => "internal: replay of an accepted scenario failed".to_owned(),
             Self::Refused(r) => ssn.fairness.explain_rejection(r, ssn.cluster),
-            Self::VictimsCannotMove => "the pods that would have to move have nowhere else to go".to_owned(),
+            Self::VictimsCannotMove(_) => {
+                "the pods that would have to move have nowhere else to go".to_owned()
+            }
         }
     }
 }
@@ -223,6 +228,47 @@ pub fn protected_by_min_runtime(ssn: &Session<'_>, gang: usize, reclaim: bool) -
     protected
 }
 
+/// The sharers still holding each shared device of a node as victims are picked: a device whose
+/// last active sharer is picked is freed whole (fractions are not in a pod's node-level request).
+struct SharersLeft(HashMap<Arc<str>, u32>);
+
+impl SharersLeft {
+    fn on(node: &Node) -> Self {
+        Self(
+            node.shared_gpus
+                .iter()
+                .filter(|d| d.nominated_holders == 0)
+                .map(|d| {
+                    let active = d.holders - d.nominated_holders - d.releasing_holders;
+                    (d.group.clone(), active)
+                })
+                .collect(),
+        )
+    }
+
+    /// Milli-GPUs freed on `node` by evicting `unit` after the units counted before.
+    fn freed_by(&mut self, cluster: &Cluster, unit: &Unit, node: NodeId) -> i64 {
+        let mut freed = 0;
+        for t in &unit.tasks {
+            let task = cluster.task(*t);
+            if task.node != Some(node) || !task.status.is_allocated() || !task.gpu.is_shared() {
+                continue;
+            }
+            for group in &task.gpu_groups {
+                if let Some(left) = self.0.get_mut(group)
+                    && *left > 0
+                {
+                    *left -= 1;
+                    if *left == 0 {
+                        freed += 1000;
+                    }
+                }
+            }
+        }
+        freed
+    }
+}
+
 fn unit_request_on(ssn: &Session<'_>, unit: &Unit, node: NodeId) -> Resources {
     let mut r = Resources::ZERO;
     for t in &unit.tasks {
@@ -313,12 +359,18 @@ fn solve_in(
         return Err(NoVictims::Refused(rejection));
     }
     if req.victims_must_move {
+        // Every unit is tried (not only up to the first that cannot move), so the caller can search
+        // again without all of those that cannot.
         let before_moves = ssn.checkpoint();
-        let moved = chosen.iter().all(|u| u.tasks.iter().all(|t| relocate(ssn, *t)));
+        let stuck: Vec<Unit> = chosen
+            .iter()
+            .filter(|u| !u.tasks.iter().all(|t| relocate(ssn, *t)))
+            .cloned()
+            .collect();
         ssn.rollback(before_moves);
-        if !moved {
+        if !stuck.is_empty() {
             ssn.rollback(start);
-            return Err(NoVictims::VictimsCannotMove);
+            return Err(NoVictims::VictimsCannotMove(stuck));
         }
     }
     Ok(chosen)
@@ -421,6 +473,12 @@ fn place_with_victims(
             if !ssn.index.eligibility.check(ssn.cluster, task.constraints, *node) {
                 continue;
             }
+            // Storage that keeps the pod off this node is no matter of room (a volume elsewhere, none to
+            // bind here): evicting would free nothing it needs.
+            let volumes_matter = !task.claims.is_empty();
+            if volumes_matter && volumes_exclude(ssn.cluster, task, *node) {
+                continue;
+            }
             // Pods here that block this one by a rule (a host port, anti-affinity either way) go first,
             // whatever their place in the caller's order: no amount of other room makes up for them.
             let rules_matter = ssn.index.rules.relevant(task);
@@ -436,6 +494,7 @@ fn place_with_victims(
             // are not room for this one: every reservation here counts against it.
             let (_, mut later) = ssn.cluster.node(*node).available(&Resources::ZERO);
             let need = task.request;
+            let mut sharers = SharersLeft::on(ssn.cluster.node(*node));
             let mut picked = Vec::new();
             for u in blocking.into_iter().chain(rest) {
                 if need.fits_in(&later) && blockers.is_empty() {
@@ -448,15 +507,18 @@ fn place_with_victims(
                     continue;
                 }
                 later.add(&unit_request_on(ssn, &req.candidates[u], *node));
+                later.0[GPU] += sharers.freed_by(ssn.cluster, &req.candidates[u], *node);
                 blockers.retain(|b| !req.candidates[u].tasks.contains(b));
                 picked.push(u);
             }
             if !need.fits_in(&later) || !blockers.is_empty() || picked.is_empty() {
                 continue;
             }
-            // Rules over a domain wider than the node (zone anti-affinity, spread) are settled by
-            // trying: evict the picked units, ask the node, undo.
-            if rules_matter && !fits_once_evicted(ssn, req, t, *node, &picked) {
+            // Rules over a domain wider than the node (zone anti-affinity, spread), and a fraction's
+            // room on a device, are settled by trying: evict the picked units, ask the node, undo.
+            if (rules_matter || volumes_matter || task.gpu.is_shared())
+                && !fits_once_evicted(ssn, req, t, *node, &picked)
+            {
                 continue;
             }
             let key = (picked.len(), *picked.last().unwrap_or(&usize::MAX), *node);
@@ -521,6 +583,24 @@ fn blocking_pods(cluster: &Cluster, t: TaskId, node: NodeId) -> Vec<TaskId> {
     blockers.sort_unstable();
     blockers.dedup();
     blockers
+}
+
+/// Whether the pod's volumes keep it off the node whatever is evicted there: a bound volume elsewhere,
+/// no volume to bind here, or claims not usable yet. (Attach limits and a `ReadWriteOncePod` claim in
+/// use may be freed by evictions; the trial in [`fits_once_evicted`] settles those.)
+fn volumes_exclude(cluster: &Cluster, task: &Task, node: NodeId) -> bool {
+    let n = cluster.node(node);
+    let at = NodeRef {
+        id: node,
+        name: &n.name,
+        labels: &n.labels,
+    };
+    matches!(
+        cluster
+            .volumes
+            .check(&task.namespace, &task.claims, at, task.node == Some(node)),
+        Err(VolumeMiss::NodeAffinity | VolumeMiss::Zone | VolumeMiss::NoVolumeToBind | VolumeMiss::Waiting)
+    )
 }
 
 /// Whether `t` could be reserved on `node` once the picked units are evicted (tried, then undone).
@@ -608,7 +688,7 @@ mod tests {
         let moving =
             Request::new(wait, units.clone(), EvictionCause::Consolidation, &no_message).victims_must_move();
         let no = solve(&mut ssn, &moving).expect_err("one node: the victim cannot move");
-        assert_eq!(no, NoVictims::VictimsCannotMove);
+        assert_eq!(no, NoVictims::VictimsCannotMove(units.clone()));
         assert_eq!(
             no.explain(&ssn),
             "the pods that would have to move have nowhere else to go"

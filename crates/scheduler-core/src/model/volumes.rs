@@ -343,6 +343,18 @@ impl VolumeBook {
         }
     }
 
+    /// A claim as last applied.
+    #[must_use]
+    pub fn claim(&self, key: &ClaimKey) -> Option<&ClaimUpdate> {
+        self.claims.get(key).map(|c| &c.spec)
+    }
+
+    /// A volume as last applied.
+    #[must_use]
+    pub fn volume(&self, name: &str) -> Option<&VolumeUpdate> {
+        self.volumes.get(name).map(|v| &v.spec)
+    }
+
     /// The claim a volume is bound or reserved to, if the model knows one.
     #[must_use]
     pub fn claim_of_volume(&self, name: &str) -> Option<ClaimKey> {
@@ -699,10 +711,10 @@ impl VolumeBook {
                 }
                 if let Some(chosen) = self.chosen.get_mut(&key) {
                     chosen.users = chosen.users.saturating_sub(1);
-                    if chosen.users == 0 {
-                        if let Some(ClaimChoice::Volume(v)) = self.chosen.remove(&key).map(|c| c.choice) {
-                            self.taken.remove(&v);
-                        }
+                    if chosen.users == 0
+                        && let Some(ClaimChoice::Volume(v)) = self.chosen.remove(&key).map(|c| c.choice)
+                    {
+                        self.taken.remove(&v);
                     }
                 }
             }

@@ -8,7 +8,8 @@ use super::Cluster;
 use crate::model::ids::{NodeId, TaskId};
 use crate::model::node::PortUse;
 use crate::model::pod_rules::PodFacts;
-use crate::model::task::{Assumed, Task, TaskStatus};
+use crate::model::task::{Assumed, BindFailure, Task, TaskStatus};
+use crate::model::time::Millis;
 use crate::model::volumes::NodeRef;
 
 /// The previous placement of a task, returned by [`Cluster::set_assumed`] so it can be undone.
@@ -53,7 +54,6 @@ impl Cluster {
         let reservation = task.reservation_for.clone();
         let (uid, device) = (task.uid.clone(), task.gpu_device.clone());
         let (namespace, labels, rules_id) = (task.namespace.clone(), task.labels.clone(), task.rules);
-        let claims = task.claims.clone();
         let node = self
             .nodes
             .get_mut(node_id.0)
@@ -109,14 +109,15 @@ impl Cluster {
         if let Some(group) = reservation {
             Self::contribute_reservation(node, &group, uid, device, status.holds_node() && sign > 0);
         }
-        if !claims.is_empty() {
+        let task = self.tasks.get(id.0).expect("invariant: live task");
+        if !task.claims.is_empty() {
             let node = self.nodes.get(node_id.0).expect("invariant: task nodes are live");
             let at = NodeRef {
                 id: node_id,
                 name: &node.name,
                 labels: &node.labels,
             };
-            self.volumes.contribute(&namespace, &claims, at, sign32);
+            self.volumes.contribute(&task.namespace, &task.claims, at, sign32);
         }
     }
 
@@ -178,6 +179,21 @@ impl Cluster {
             let groups = self.tasks.get(id.0).map(|t| t.gpu_groups.clone());
             let _ = self.set_assumed(id, Assumed::None, groups);
             self.epochs.capacity_changed();
+        }
+    }
+
+    /// A bind failed: the assumption goes, and the pod (with its gang) is not tried again before its
+    /// back-off ends; the reason is kept for its gang's status.
+    pub fn bind_failed(&mut self, id: TaskId, reason: Arc<str>, now: Millis) {
+        self.clear_assumed(id);
+        let Some(task) = self.tasks.get_mut(id.0) else {
+            return;
+        };
+        task.bind_failure = Some(BindFailure::after(task.bind_failure.as_ref(), reason, now));
+        let group = task.group;
+        self.epochs.changed();
+        if let Some(g) = group {
+            self.group_mut(g).version += 1;
         }
     }
 

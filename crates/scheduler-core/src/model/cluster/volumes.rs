@@ -19,7 +19,7 @@ impl Cluster {
     /// Removes a PersistentVolumeClaim.
     pub fn remove_claim(&mut self, key: &ClaimKey) {
         let key = key.clone();
-        self.change_claims(&[key.clone()], |book| book.remove_claim(&key));
+        self.change_claims(std::slice::from_ref(&key), |book| book.remove_claim(&key));
     }
 
     /// Adds or updates a PersistentVolume.

@@ -221,16 +221,19 @@ impl Cluster {
             if caught_up {
                 task.assumed = Assumed::None;
             }
+            if task.api.status.holds_node() {
+                task.bind_failure = None;
+            }
             if !update.gpu_groups.is_empty() || task.api.status.holds_node() {
                 task.gpu_groups = update.gpu_groups;
             }
             task.task_order = update.task_order;
             task.spec_problem = update.problem;
-            if *task.claims != *update.claims {
+            if task.claims != update.claims {
                 // Pod volumes are immutable: only a recreated pod under the same UID could get here.
                 let old = task.claims.clone();
                 let namespace = task.namespace.clone();
-                task.claims = update.claims.into();
+                task.claims = update.claims;
                 self.volumes.link(id, &namespace, &old, -1);
                 let task = self.task(id);
                 let (namespace, claims) = (task.namespace.clone(), task.claims.clone());
@@ -285,7 +288,8 @@ impl Cluster {
             created: update.created,
             problem: None,
             spec_problem: update.problem,
-            claims: update.claims.into(),
+            claims: update.claims,
+            bind_failure: None,
             condition_fingerprint: 0,
             reservation_for: update.reservation_for,
             gpu_device: update.gpu_device,
