@@ -55,7 +55,7 @@ impl Histogram {
         self.count += other.count;
         self.sum += other.sum;
         for (le, c) in &other.buckets {
-            match self.buckets.iter_mut().find(|(b, _)| b.total_cmp(&le).is_eq()) {
+            match self.buckets.iter_mut().find(|(b, _)| b.total_cmp(le).is_eq()) {
                 Some((_, mine)) => *mine += c,
                 None => self.buckets.push((*le, *c)),
             }
