@@ -193,8 +193,8 @@ impl Ingest {
                     self.listed.insert(Kind::Topology);
                 }
             },
-            Event::Claim(c) => self.claim(cluster, c),
-            Event::Volume(c) => self.volume(cluster, c),
+            Event::Claim(c) => self.claim(cluster, *c),
+            Event::Volume(c) => self.volume(cluster, *c),
             Event::StorageClass(c) => match c {
                 Change::Apply(sc) => cluster.apply_storage_class(volumes::storage_class(&sc)),
                 Change::Delete(sc) => cluster.remove_storage_class(&sc.name_any()),
@@ -364,9 +364,9 @@ mod tests {
         let mut ingest = Ingest::new("kai-scheduler", "default-queue", Partition::default());
         let mut cluster = Cluster::default();
         for name in ["a", "b"] {
-            ingest.apply(&mut cluster, Event::Claim(Change::Apply(claim(name))));
+            ingest.apply(&mut cluster, Event::Claim(Box::new(Change::Apply(claim(name)))));
             let pv: PersistentVolume = yaml(&format!("metadata: {{name: pv-{name}}}\nspec: {{}}"));
-            ingest.apply(&mut cluster, Event::Volume(Change::Apply(pv)));
+            ingest.apply(&mut cluster, Event::Volume(Box::new(Change::Apply(pv))));
             let sc: StorageClass = yaml(&format!("metadata: {{name: sc-{name}}}\nprovisioner: x"));
             ingest.apply(&mut cluster, Event::StorageClass(Change::Apply(sc)));
             let csi: CSINode = yaml(&format!(
@@ -381,8 +381,14 @@ mod tests {
         assert!(cluster.volumes.claim(&key("a")).is_some());
         assert!(cluster.volumes.volume("pv-b").is_some());
 
-        ingest.apply(&mut cluster, Event::Claim(Change::Listed(listed(&["ml/b"]))));
-        ingest.apply(&mut cluster, Event::Volume(Change::Listed(listed(&["pv-b"]))));
+        ingest.apply(
+            &mut cluster,
+            Event::Claim(Box::new(Change::Listed(listed(&["ml/b"])))),
+        );
+        ingest.apply(
+            &mut cluster,
+            Event::Volume(Box::new(Change::Listed(listed(&["pv-b"])))),
+        );
         ingest.apply(
             &mut cluster,
             Event::StorageClass(Change::Listed(listed(&["sc-b"]))),
@@ -398,7 +404,7 @@ mod tests {
         );
 
         // Deletes, one by one.
-        ingest.apply(&mut cluster, Event::Claim(Change::Delete(claim("b"))));
+        ingest.apply(&mut cluster, Event::Claim(Box::new(Change::Delete(claim("b")))));
         assert!(cluster.volumes.claim(&key("b")).is_none());
         let csi: CSINode = yaml("metadata: {name: n-b}\nspec: {drivers: []}");
         ingest.apply(&mut cluster, Event::CsiNode(Change::Delete(csi)));
@@ -436,7 +442,7 @@ spec:
             "metadata: {name: local}\nprovisioner: kubernetes.io/no-provisioner\nvolumeBindingMode: WaitForFirstConsumer",
         );
         ingest.apply(&mut cluster, Event::StorageClass(Change::Apply(sc)));
-        ingest.apply(&mut cluster, Event::Claim(Change::Apply(claim("data"))));
+        ingest.apply(&mut cluster, Event::Claim(Box::new(Change::Apply(claim("data")))));
         assert_eq!(cluster.task(task).problem, None);
     }
 }

@@ -79,10 +79,10 @@ pub enum Event {
     Topology(Change<api::Topology>),
     /// Namespace.
     Namespace(Change<Namespace>),
-    /// PersistentVolumeClaim.
-    Claim(Change<PersistentVolumeClaim>),
+    /// PersistentVolumeClaim (boxed: claims and volumes are large).
+    Claim(Box<Change<PersistentVolumeClaim>>),
     /// PersistentVolume.
-    Volume(Change<PersistentVolume>),
+    Volume(Box<Change<PersistentVolume>>),
     /// StorageClass.
     StorageClass(Change<StorageClass>),
     /// CSINode.
@@ -263,7 +263,7 @@ pub fn start(
         Api::<PersistentVolumeClaim>::all(client.clone()),
         tx.clone(),
         Kind::Claim,
-        Event::Claim,
+        |c| Event::Claim(Box::new(c)),
         key::<PersistentVolumeClaim>,
         liveness,
     );
@@ -272,7 +272,7 @@ pub fn start(
         Api::<PersistentVolume>::all(client.clone()),
         tx.clone(),
         Kind::Volume,
-        Event::Volume,
+        |c| Event::Volume(Box::new(c)),
         key::<PersistentVolume>,
         liveness,
     );
