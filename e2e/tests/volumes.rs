@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use api::keys;
 use e2e::workloads::{
-    ClusterObjectsCleanup, QueuesCleanup, apply, bound, condition, pods, pool_nodes, queue, queue_name,
-    start_with_podgrouper,
+    ClusterObjectsCleanup, QueuesCleanup, apply, bound, condition, events_with_reason, pods, pool_nodes,
+    queue, queue_name, start_with_podgrouper,
 };
 use e2e::{FakeNodes, TestEnv};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
@@ -471,5 +471,72 @@ async fn a_claim_to_provision_gets_the_pods_node_and_the_pod_waits_for_its_volum
     assert_eq!(claim_bound(&t, "scratch").await?, volume);
     let placed = all_bound(&t, "app=app", 1).await?;
     assert_eq!(node_of(&placed[0]), Some(selected.as_str()));
+    t.finish().await
+}
+
+/// 6. A claim to provision that no provisioner serves: the scheduler gives up after 60 s, gives the
+/// node back (removes `volume.kubernetes.io/selected-node`), sends the pod back to pending with a
+/// `FailedBinding` event saying why, and tries again; once a volume appears, the pod is bound.
+#[tokio::test]
+async fn a_claim_never_provisioned_is_given_back_and_tried_again() -> anyhow::Result<()> {
+    let (t, q, _queues, mut objects) = start("provisioning-timeout").await?;
+    let nodes = t.create_nodes(cpu_nodes(&t, "pt").count(2)).await?;
+    let provisioner = format!("e2e.kai.example/{}", t.namespace());
+    let (class, class_object) =
+        wait_for_consumer_class(&t, &mut objects, "never", &provisioner, &[nodes[1].as_str()]);
+    apply(
+        &t,
+        &[
+            class_object,
+            claim("scratch", &class, "2Gi"),
+            pod(
+                "app",
+                template(&t, &q, json!({ "app": "app" }), "1", &["scratch"], json!({})),
+            ),
+        ],
+    )
+    .await?;
+    let message = format!(
+        "binding volumes failed: claim {}/scratch not bound within 60 s",
+        t.namespace()
+    );
+    let event = t
+        .wait_until(
+            "a FailedBinding event on the pod",
+            Duration::from_secs(180),
+            async || {
+                let events = events_with_reason(&t, "FailedBinding").await?;
+                Ok(events
+                    .into_iter()
+                    .filter(|e| e.involved_object.name.as_deref() == Some("app"))
+                    .filter_map(|e| e.message)
+                    .find(|m| m.contains(&message)))
+            },
+        )
+        .await?;
+    println!("event: {event}");
+    assert_eq!(bound(&pods(&t, "app=app").await?), 0, "the pod waits");
+    let log = t
+        .component_log("scheduler")
+        .map(std::fs::read_to_string)
+        .transpose()?
+        .unwrap_or_default();
+    assert!(
+        log.contains("selected node given back"),
+        "the claim's node was given back"
+    );
+
+    // A volume for the claim at last: the next attempt binds the pod.
+    let claims: Api<PersistentVolumeClaim> = t.api();
+    let uid = claims.get("scratch").await?.metadata.uid;
+    let (volume, mut volume_object) = local_volume(&t, &mut objects, "late", &class, "2Gi", &nodes[1]);
+    volume_object["spec"]["claimRef"] = json!({
+        "kind": "PersistentVolumeClaim", "apiVersion": "v1",
+        "namespace": t.namespace(), "name": "scratch", "uid": uid,
+    });
+    apply(&t, &[volume_object]).await?;
+    assert_eq!(claim_bound(&t, "scratch").await?, volume);
+    let placed = all_bound(&t, "app=app", 1).await?;
+    assert_eq!(node_of(&placed[0]), Some(nodes[1].as_str()));
     t.finish().await
 }

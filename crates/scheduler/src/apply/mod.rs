@@ -128,6 +128,8 @@ pub struct Applier {
     group_statuses: Coalescer<GroupKey, GroupStatus>,
     pod_conditions: Coalescer<Arc<str>, PodCondition>,
     queue_statuses: Coalescer<Arc<str>, QueueStatus>,
+    /// Gangs whose claims failed to bind recently.
+    claim_retries: std::sync::Mutex<volumes::ClaimRetries>,
 }
 
 /// How the applier works.
@@ -171,6 +173,7 @@ impl Applier {
             group_statuses: Coalescer::default(),
             pod_conditions: Coalescer::default(),
             queue_statuses: Coalescer::default(),
+            claim_retries: std::sync::Mutex::default(),
         }
     }
 
