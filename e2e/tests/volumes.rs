@@ -296,6 +296,24 @@ async fn a_pod_whose_claim_does_not_exist_waits_until_it_does() -> anyhow::Resul
         )
         .await?;
     println!("app waits: {why}");
+    // The pod itself says so too.
+    let pod_says = t
+        .wait_until(
+            "pod app: PodScheduled=False naming the claim",
+            TIMEOUT,
+            async || {
+                let p = t.api::<Pod>().get("app").await?;
+                Ok(p.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                    .and_then(|c| c.message)
+                    .filter(|m| m.contains(reason)))
+            },
+        )
+        .await?;
+    println!("app's condition: {pod_says}");
     assert_eq!(
         bound(&pods(&t, "app=app").await?),
         0,

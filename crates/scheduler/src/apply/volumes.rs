@@ -198,6 +198,9 @@ enum Taken {
 /// order. A gang goes whole to one side: if any of its pods has claims to bind, none of its pods is
 /// bound before them.
 pub(super) fn split_by_claims(binds: Vec<Bind>) -> (Vec<Bind>, Vec<Vec<Bind>>) {
+    if binds.iter().all(|b| b.volumes.is_empty()) {
+        return (binds, Vec::new());
+    }
     let gangs_with_claims: std::collections::HashSet<GroupKey> = binds
         .iter()
         .filter(|b| !b.volumes.is_empty())
