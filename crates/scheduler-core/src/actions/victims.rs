@@ -54,8 +54,8 @@ pub enum NoVictims {
     ReplayFailed,
     /// The action's rule refused the victims.
     Refused(ReclaimRejection),
-    /// Consolidation: some victim pod would have nowhere else to run.
-    VictimsCannotMove,
+    /// Consolidation: these victim units (of the plan found) would have nowhere else to run.
+    VictimsCannotMove(Vec<Unit>),
 }
 
 impl NoVictims {
@@ -78,7 +78,9 @@ impl NoVictims {
             }
             Self::ReplayFailed => "internal: replay of an accepted scenario failed".to_owned(),
             Self::Refused(r) => ssn.fairness.explain_rejection(r, ssn.cluster),
-            Self::VictimsCannotMove => "the pods that would have to move have nowhere else to go".to_owned(),
+            Self::VictimsCannotMove(_) => {
+                "the pods that would have to move have nowhere else to go".to_owned()
+            }
         }
     }
 }
@@ -314,12 +316,18 @@ fn solve_in(
         return Err(NoVictims::Refused(rejection));
     }
     if req.victims_must_move {
+        // Every unit is tried (not only up to the first that cannot move), so the caller can search
+        // again without all of those that cannot.
         let before_moves = ssn.checkpoint();
-        let moved = chosen.iter().all(|u| u.tasks.iter().all(|t| relocate(ssn, *t)));
+        let stuck: Vec<Unit> = chosen
+            .iter()
+            .filter(|u| !u.tasks.iter().all(|t| relocate(ssn, *t)))
+            .cloned()
+            .collect();
         ssn.rollback(before_moves);
-        if !moved {
+        if !stuck.is_empty() {
             ssn.rollback(start);
-            return Err(NoVictims::VictimsCannotMove);
+            return Err(NoVictims::VictimsCannotMove(stuck));
         }
     }
     Ok(chosen)
@@ -633,7 +641,7 @@ mod tests {
         let moving =
             Request::new(wait, units.clone(), EvictionCause::Consolidation, &no_message).victims_must_move();
         let no = solve(&mut ssn, &moving).expect_err("one node: the victim cannot move");
-        assert_eq!(no, NoVictims::VictimsCannotMove);
+        assert_eq!(no, NoVictims::VictimsCannotMove(units.clone()));
         assert_eq!(
             no.explain(&ssn),
             "the pods that would have to move have nowhere else to go"
