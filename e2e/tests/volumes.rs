@@ -494,7 +494,8 @@ async fn a_claim_to_provision_gets_the_pods_node_and_the_pod_waits_for_its_volum
 
 /// 6. A claim to provision that no provisioner serves: the scheduler gives up after 60 s, gives the
 /// node back (removes `volume.kubernetes.io/selected-node`), sends the pod back to pending with a
-/// `FailedBinding` event saying why, and tries again; once a volume appears, the pod is bound.
+/// `FailedBinding` event and the reason in its PodGroup's status, and tries again after a back-off;
+/// once a volume appears, the pod is bound.
 #[tokio::test]
 async fn a_claim_never_provisioned_is_given_back_and_tried_again() -> anyhow::Result<()> {
     let (t, q, _queues, mut objects) = start("provisioning-timeout").await?;
@@ -533,6 +534,19 @@ async fn a_claim_never_provisioned_is_given_back_and_tried_again() -> anyhow::Re
         )
         .await?;
     println!("event: {event}");
+    let group = group_of(&t, "app").await?;
+    let status = t
+        .wait_until(
+            &format!("PodGroup {group} to say why the bind failed"),
+            TIMEOUT,
+            async || {
+                Ok(condition(&t, &group, "Unschedulable")
+                    .await?
+                    .filter(|m| m.contains(&message)))
+            },
+        )
+        .await?;
+    println!("status: {status}");
     assert_eq!(bound(&pods(&t, "app=app").await?), 0, "the pod waits");
     let log = t
         .component_log("scheduler")

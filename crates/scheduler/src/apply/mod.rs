@@ -128,8 +128,6 @@ pub struct Applier {
     group_statuses: Coalescer<GroupKey, GroupStatus>,
     pod_conditions: Coalescer<Arc<str>, PodCondition>,
     queue_statuses: Coalescer<Arc<str>, QueueStatus>,
-    /// Gangs whose claims failed to bind recently.
-    claim_retries: std::sync::Mutex<volumes::ClaimRetries>,
 }
 
 /// How the applier works.
@@ -173,7 +171,6 @@ impl Applier {
             group_statuses: Coalescer::default(),
             pod_conditions: Coalescer::default(),
             queue_statuses: Coalescer::default(),
-            claim_retries: std::sync::Mutex::default(),
         }
     }
 

@@ -4,7 +4,8 @@
 //! annotation (the provisioner then makes a volume there and the PV controller binds it). The gang's
 //! pods are bound only once every claim of the gang is bound, at most [`CLAIM_BIND_TIMEOUT`] later; on
 //! failure what the gang took is given back (where the claim is still unbound) and its pods go back to
-//! pending with a `FailedBinding` event saying why, so a later cycle tries again.
+//! pending with a `FailedBinding` event saying why; the loop holds the gang back before it tries again
+//! (the back-off of a failed bind), with the reason in its status.
 //!
 //! Writes are conditional: a volume is read, checked to be unclaimed (or reserved for this claim
 //! already) and patched with the resourceVersion read, so a concurrent change fails the write instead
@@ -20,7 +21,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use api::keys;
 use scheduler_core::framework::decisions::Bind;
@@ -28,6 +29,7 @@ use scheduler_core::model::GroupKey;
 use scheduler_core::model::volumes::{ClaimBinding, ClaimChoice, ClaimKey};
 
 use super::{Applier, LOG_TARGET, ResultLabel};
+use crate::loop_state::Feedback;
 
 /// How long a gang's claims may take to be bound once reserved or given a node: the PV controller
 /// binds a reserved volume within seconds, a provisioner takes longer (kube-scheduler waits up to
@@ -38,49 +40,6 @@ pub const CLAIM_BIND_TIMEOUT: Duration = Duration::from_secs(60);
 const FIRST_POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// Longest pause between reads of the claims still unbound.
 const MAX_POLL_INTERVAL: Duration = Duration::from_secs(2);
-
-/// The pause before a gang whose claims failed tries again; it doubles with each further failure, up
-/// to [`MAX_RETRY_PAUSE`].
-const FIRST_RETRY_PAUSE: Duration = Duration::from_secs(1);
-/// Longest pause before a gang whose claims failed tries again.
-const MAX_RETRY_PAUSE: Duration = Duration::from_secs(30);
-/// A failure older than this is forgotten.
-const FORGET_FAILURE_AFTER: Duration = Duration::from_secs(600);
-
-/// Gangs whose claims failed to bind, and when each may try again. The loop decides a failed gang again
-/// at its next cycle; without a pause a gang whose writes are refused at once would be tried every
-/// cycle. The pause is taken before the next attempt's first write, with the gang's placement still
-/// assumed, so the loop does not decide it again meanwhile. A success forgets the gang.
-#[derive(Debug, Default)]
-pub(super) struct ClaimRetries {
-    /// Gang -> (failures in a row, no attempt before).
-    failed: HashMap<String, (u32, tokio::time::Instant)>,
-}
-
-impl ClaimRetries {
-    /// How long the gang must still wait before its next attempt.
-    fn pause(&self, gang: &str, now: tokio::time::Instant) -> Duration {
-        self.failed.get(gang).map_or(Duration::ZERO, |(_, not_before)| {
-            not_before.saturating_duration_since(now)
-        })
-    }
-
-    /// Records a failure: the next attempt waits twice as long as the last one did.
-    fn failed(&mut self, gang: &str, now: tokio::time::Instant) {
-        self.failed
-            .retain(|_, (_, not_before)| now.saturating_duration_since(*not_before) < FORGET_FAILURE_AFTER);
-        let failures = self.failed.get(gang).map_or(0, |(n, _)| *n).saturating_add(1);
-        let pause = FIRST_RETRY_PAUSE
-            .saturating_mul(1 << failures.saturating_sub(1).min(16))
-            .min(MAX_RETRY_PAUSE);
-        self.failed.insert(gang.to_owned(), (failures, now + pause));
-    }
-
-    /// Records a success.
-    fn succeeded(&mut self, gang: &str) {
-        self.failed.remove(gang);
-    }
-}
 
 /// Why a gang's claims could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -313,14 +272,8 @@ impl Applier {
                 None => format!("{}/{}", b.namespace, b.name),
             })
             .unwrap_or_default();
-        let pause = self.claim_retries(|r| r.pause(&gang, tokio::time::Instant::now()));
-        if !pause.is_zero() {
-            debug!(target: LOG_TARGET, gang = %gang, pause_ms = pause.as_millis(), "claims failed recently; pausing before trying again");
-            tokio::time::sleep(pause).await;
-        }
         match self.bind_claims(&claims).await {
             Ok(()) => {
-                self.claim_retries(|r| r.succeeded(&gang));
                 self.metrics
                     .claim_bindings
                     .get_or_create(&ResultLabel { result: "ok" })
@@ -328,8 +281,13 @@ impl Applier {
                 info!(target: LOG_TARGET, gang = %gang, claims = claims.len(), pods = binds.len(), "claims bound; binding the pods");
                 self.spawn_binds(binds);
             }
+            Err(VolumeBindError::NotLeading) => {
+                // Deposed: the new leader decides again; no back-off, no event.
+                for b in &binds {
+                    let _ = self.feedback.send(Feedback::BindDropped { uid: b.uid.clone() });
+                }
+            }
             Err(why) => {
-                self.claim_retries(|r| r.failed(&gang, tokio::time::Instant::now()));
                 self.metrics
                     .claim_bindings
                     .get_or_create(&ResultLabel { result: why.result() })
@@ -345,15 +303,6 @@ impl Applier {
                 .await;
             }
         }
-    }
-
-    fn claim_retries<T>(&self, f: impl FnOnce(&mut ClaimRetries) -> T) -> T {
-        // A panic while holding the lock leaves the table consistent (each call is one map change).
-        let mut retries = self
-            .claim_retries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut retries)
     }
 
     /// Reserves a volume or selects a node for each claim, then waits until all are bound; on failure
@@ -670,7 +619,6 @@ mod tests {
 
         use super::super::super::{ApplierOptions, ApplyMetrics};
         use super::*;
-        use crate::loop_state::Feedback;
 
         /// Objects by path; GET, merge PATCH (refused with 409 when the resourceVersion it carries is
         /// not the object's), and `react` after each PATCH (the PV controller's part).
@@ -979,7 +927,11 @@ mod tests {
                 "no pod of the gang bound: {log:?}"
             );
             let mut failed = Vec::new();
-            while let Ok(Feedback::BindFailed { uid }) = feedback.try_recv() {
+            while let Ok(Feedback::BindFailed { uid, reason }) = feedback.try_recv() {
+                assert_eq!(
+                    &*reason,
+                    "binding volumes failed: persistentvolume pv-1 is reserved for claim ml/other"
+                );
                 failed.push(uid.to_string());
             }
             failed.sort();
@@ -1070,30 +1022,6 @@ mod tests {
             units,
             [vec!["a-0", "a-1", "a-2"], vec!["lone-with-claim"], vec!["b-0"]]
         );
-    }
-
-    #[test]
-    fn a_gang_whose_claims_failed_pauses_longer_each_time_and_is_forgotten_on_success() {
-        let mut retries = ClaimRetries::default();
-        let start = tokio::time::Instant::now();
-        assert_eq!(retries.pause("g", start), Duration::ZERO);
-        let mut pauses = Vec::new();
-        for _ in 0..7 {
-            retries.failed("g", start);
-            pauses.push(retries.pause("g", start).as_secs());
-        }
-        assert_eq!(pauses, [1, 2, 4, 8, 16, 30, 30]);
-        assert_eq!(retries.pause("other", start), Duration::ZERO);
-        assert_eq!(
-            retries.pause("g", start + Duration::from_secs(31)),
-            Duration::ZERO
-        );
-        retries.succeeded("g");
-        retries.failed("g", start);
-        assert_eq!(retries.pause("g", start).as_secs(), 1, "counted afresh");
-        // Old failures are forgotten as new ones come.
-        retries.failed("h", start + FORGET_FAILURE_AFTER + Duration::from_secs(60));
-        assert!(!retries.failed.contains_key("g"));
     }
 
     #[test]
