@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use api::keys;
 use scheduler_core::framework::decisions::Bind;
@@ -281,8 +281,10 @@ impl Applier {
                 info!(target: LOG_TARGET, gang = %gang, claims = claims.len(), pods = binds.len(), "claims bound; binding the pods");
                 self.spawn_binds(binds);
             }
-            Err(VolumeBindError::NotLeading) => {
-                // Deposed: the new leader decides again; no back-off, no event.
+            Err(why) if matches!(why, VolumeBindError::NotLeading) || !self.leading() => {
+                // Deposed (a write the fence refused fails the same way): the new leader decides
+                // again; no back-off, no event.
+                debug!(target: LOG_TARGET, gang = %gang, error = %why, "not the leader any more; the gang's binds are dropped");
                 for b in &binds {
                     let _ = self.feedback.send(Feedback::BindDropped { uid: b.uid.clone() });
                 }
@@ -335,6 +337,7 @@ impl Applier {
     /// One claim's reservation or node selection; `None` when nothing had to change.
     async fn take(&self, c: &ClaimBinding) -> Result<Option<Taken>, VolumeBindError> {
         let Ok(_permit) = self.binds.acquire().await else {
+            // Closed only when the applier goes away: the process is stopping.
             return Err(VolumeBindError::NotLeading);
         };
         match &c.choice {
