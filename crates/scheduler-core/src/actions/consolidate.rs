@@ -9,6 +9,7 @@ use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::report::explain::Why;
 use crate::model::Resources;
+use crate::model::resources::GPU;
 
 /// Runs consolidation.
 pub fn consolidate(ssn: &mut Session<'_>) {
@@ -21,6 +22,8 @@ pub fn consolidate(ssn: &mut Session<'_>) {
     if max == 0 {
         return;
     }
+    // Room inside shared devices counts too: moving fractions together frees whole devices.
+    let fragments = ssn.index.shared_fragments_milli(ssn.cluster);
     for g in super::preempt::waiting_for_room(ssn) {
         ssn.attempt(g);
         if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) || !ssn.gangs[g].preemptible {
@@ -33,7 +36,8 @@ pub fn consolidate(ssn: &mut Session<'_>) {
         }
         // Free room once releasing pods are gone, over ready schedulable nodes (kept by the index: a
         // scan of every node per waiting gang made an unchanged cycle quadratic).
-        let free = ssn.index.free_totals().1;
+        let mut free = ssn.index.free_totals().1;
+        free.0[GPU] += fragments;
         if !need.fits_in(&free) {
             continue;
         }
