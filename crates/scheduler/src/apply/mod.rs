@@ -1,6 +1,7 @@
 //! The I/O edge that executes decisions: binds through `pods/binding` (concurrently, under the client's
-//! QPS budget), evictions through the Eviction API (so PodDisruptionBudgets hold), PodGroup and queue
-//! statuses with server-side apply, pod conditions, and events.
+//! QPS budget), claims bound before the pods that use them, evictions through the Eviction API (so
+//! PodDisruptionBudgets hold), PodGroup and queue statuses with server-side apply, pod conditions, and
+//! events.
 //!
 //! Results come back to the model as watch events, not as trusted local state; only failures are
 //! reported back ([`Feedback`]) so the loop can drop what it assumed. Every write checks leadership
@@ -8,10 +9,10 @@
 //!
 //! This file holds the [`Applier`], its options and counters, and the dispatch of a cycle's decisions
 //! (binds first, the other writes deferred behind them) into work queues (`queue`: a queued write
-//! costs its data, not a task). Each kind of write is in its own file:
-//! `bind` (binds, including labelling a shared-GPU pod with its devices), `reservation` (GPU
-//! reservation pods), `evict`, `status` (PodGroup and queue statuses, PodGroup annotations, pod
-//! conditions) and `events`.
+//! costs its data, not a task). Each kind of write is in its own file: `bind` (binds, including
+//! labelling a shared-GPU pod with its devices), `volumes` (a gang's claims, bound before its pods),
+//! `reservation` (GPU reservation pods), `evict`, `status` (PodGroup and queue statuses, PodGroup
+//! annotations, pod conditions) and `events`.
 
 mod bind;
 mod events;
@@ -19,6 +20,7 @@ mod evict;
 mod queue;
 mod reservation;
 mod status;
+mod volumes;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,6 +46,7 @@ use scheduler_core::model::GroupKey;
 
 use events::EventSeries;
 use queue::{Job, WorkQueue};
+pub use volumes::CLAIM_BIND_TIMEOUT;
 
 /// The tracing target of every applier log line, whichever file it is written in: log filters
 /// (`RUST_LOG=kai_scheduler::apply=debug`) and e2e/tests/reliability.rs, which counts the
@@ -67,6 +70,7 @@ pub struct ApplyMetrics {
     binds: Family<ResultLabel, Counter>,
     evictions: Family<EvictLabel, Counter>,
     status_writes: Family<ResultLabel, Counter>,
+    claim_bindings: Family<ResultLabel, Counter>,
 }
 
 impl ApplyMetrics {
@@ -82,6 +86,11 @@ impl ApplyMetrics {
             "status_writes",
             "PodGroup, queue and pod status writes by result",
             self.status_writes.clone(),
+        );
+        registry.register(
+            "claim_bindings",
+            "Gangs whose claims were bound before their pods, by result",
+            self.claim_bindings.clone(),
         );
     }
 }
@@ -208,7 +217,14 @@ impl Applier {
     /// conditions and events wait for the binds in flight to finish (see [`MAX_WRITE_DEFERRAL`]), and a
     /// status decided again meanwhile replaces the one waiting.
     pub fn submit(self: &Arc<Self>, d: Decisions) {
-        self.queue_binds(d.binds);
+        // A gang with claims to bind first waits for them apart (not counted as binds in flight, so the
+        // other writes do not wait behind a provisioner); every other bind is queued at once.
+        let (plain, with_claims) = volumes::split_by_claims(d.binds);
+        self.queue_binds(plain);
+        for gang in with_claims {
+            let this = self.clone();
+            tokio::spawn(async move { this.bind_with_claims(gang).await });
+        }
         self.eviction_queue.push(self, d.evictions);
         let deadline = tokio::time::Instant::now() + MAX_WRITE_DEFERRAL;
         let mut writes = Vec::new();
