@@ -142,8 +142,41 @@ pub const TOPOLOGIES: Kind = Kind {
     namespaced: false,
 };
 
+/// PersistentVolumeClaims.
+pub const CLAIMS: Kind = Kind {
+    group: "",
+    version: "v1",
+    plural: "persistentvolumeclaims",
+    kind: "PersistentVolumeClaim",
+    namespaced: true,
+};
+/// PersistentVolumes.
+pub const VOLUMES: Kind = Kind {
+    group: "",
+    version: "v1",
+    plural: "persistentvolumes",
+    kind: "PersistentVolume",
+    namespaced: false,
+};
+/// StorageClasses.
+pub const STORAGE_CLASSES: Kind = Kind {
+    group: "storage.k8s.io",
+    version: "v1",
+    plural: "storageclasses",
+    kind: "StorageClass",
+    namespaced: false,
+};
+/// CSINodes.
+pub const CSI_NODES: Kind = Kind {
+    group: "storage.k8s.io",
+    version: "v1",
+    plural: "csinodes",
+    kind: "CSINode",
+    namespaced: false,
+};
+
 /// Every kind the server knows.
-const KINDS: [Kind; 10] = [
+const KINDS: [Kind; 14] = [
     PODS,
     NODES,
     NAMESPACES,
@@ -154,6 +187,10 @@ const KINDS: [Kind; 10] = [
     POD_GROUPS,
     QUEUES,
     TOPOLOGIES,
+    CLAIMS,
+    VOLUMES,
+    STORAGE_CLASSES,
+    CSI_NODES,
 ];
 
 /// Objects of one kind and the recent watch events.
