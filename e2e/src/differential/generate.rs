@@ -2,13 +2,16 @@
 //! [`crate::differential`]) and, per round, the pods bound beforehand and one probe pod per world.
 //!
 //! Everything is a function of [`Config`] (the seed included) and [`Names`]: the same seed gives the same
-//! nodes, pre-bound pods and probes. Only fields a v1.20 API server accepts are written.
+//! nodes, pre-bound pods and probes. Only fields a v1.20 API server accepts are written. The storage
+//! some probes get ([`super::storage`]) is drawn from a stream of its own, so a seed's pods are the
+//! same with and without it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
 use super::check::{HOSTNAME, Rule};
+use super::storage::{self, ClaimKind, Place, StoragePlan, Terrain};
 use crate::FakeNodes;
 
 /// Node and pod label: the world a node or pod belongs to.
@@ -36,30 +39,55 @@ pub const NO_SCHEDULER: &str = "e2e-differential-prebound";
 /// Which rules the generator may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rules {
-    /// Every rule of issue 13.
+    /// Every rule of issues 13 and 14: a quarter of the probes have storage.
     All,
+    /// Every rule, and every probe has storage.
+    Volumes,
     /// Only the rules the scheduler honoured before issue 13: resources, node selector, required node
     /// affinity, taints and tolerations, cordons.
     Supported,
 }
 
 impl Rules {
-    /// From `all` or `supported`.
+    /// From `all`, `volumes` or `supported`.
     ///
     /// # Errors
     /// On any other value.
     pub fn parse(s: &str) -> anyhow::Result<Self> {
         match s {
             "all" => Ok(Rules::All),
+            "volumes" => Ok(Rules::Volumes),
             "supported" => Ok(Rules::Supported),
-            _ => anyhow::bail!("rules must be `all` or `supported`, not {s:?}"),
+            _ => anyhow::bail!("rules must be `all`, `volumes` or `supported`, not {s:?}"),
+        }
+    }
+
+    /// The name `parse` reads.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Rules::All => "all",
+            Rules::Volumes => "volumes",
+            Rules::Supported => "supported",
         }
     }
 
     fn new_rules(self) -> bool {
-        self == Rules::All
+        self != Rules::Supported
+    }
+
+    /// Percent of the probes with storage.
+    fn storage_percent(self) -> usize {
+        match self {
+            Rules::All => 25,
+            Rules::Volumes => 100,
+            Rules::Supported => 0,
+        }
     }
 }
+
+/// Mixed into the seed for the storage stream.
+const STORAGE_STREAM: u64 = 0x766f_6c75_6d65_7321;
 
 /// What to generate.
 #[derive(Clone, Copy, Debug)]
@@ -124,8 +152,11 @@ pub struct Probe {
     pub carries: BTreeSet<Rule>,
     /// Labels.
     pub labels: Value,
-    /// The pod spec, without `schedulerName`.
+    /// The pod spec, without `schedulerName`; its volumes name claims by suffix (`c0`), each side's pod
+    /// names its own ([`Probe::pod`]).
     pub spec: Value,
+    /// Its claims and volumes (empty: none).
+    pub storage: StoragePlan,
 }
 
 /// Which scheduler a probe goes to.
@@ -178,6 +209,9 @@ impl Probe {
         labels[PHASE_LABEL] = json!(self.phase(side));
         let mut spec = self.spec.clone();
         spec["schedulerName"] = json!(scheduler_name);
+        if !self.storage.is_empty() {
+            spec["volumes"] = self.storage.pod_volumes(&self.name(side));
+        }
         let mut metadata = json!({ "name": self.name(side), "namespace": self.namespace, "labels": labels });
         if side == Side::Ours {
             metadata["annotations"] = json!({ api::keys::POD_GROUP_NAME: self.name(side) });
@@ -305,6 +339,7 @@ const HOST_IPS: [&str; 2] = ["127.0.0.1", "10.0.0.1"];
 #[must_use]
 pub fn generate(config: &Config, names: &Names) -> Scenario {
     let mut rng = Rng::new(config.seed);
+    let mut storage_rng = Rng::new(config.seed ^ STORAGE_STREAM);
     let worlds_count = config.worlds.max(1);
     let rounds = config.probes.div_ceil(worlds_count).max(1);
     let mut nodes = Vec::new();
@@ -338,7 +373,11 @@ pub fn generate(config: &Config, names: &Names) -> Scenario {
                     round.add.push(pod);
                 }
             }
-            round.probes.push(probe(&mut rng, world, r, names, config.rules));
+            let mut probe = probe(&mut rng, world, r, names, config.rules);
+            if storage_rng.chance(config.rules.storage_percent()) {
+                give_storage(&mut storage_rng, &mut probe, world);
+            }
+            round.probes.push(probe);
         }
         out.push(round);
     }
@@ -788,7 +827,37 @@ fn probe(rng: &mut Rng, world: &World, round: usize, names: &Names, rules: Rules
         carries,
         labels,
         spec,
+        storage: StoragePlan::default(),
     }
+}
+
+/// Gives a probe claims and volumes on its world's nodes, and the volume rules they bring into play.
+fn give_storage(rng: &mut Rng, probe: &mut Probe, world: &World) {
+    let nodes: Vec<String> = world.nodes.iter().map(|n| n.name.clone()).collect();
+    let s = storage::generate(
+        rng,
+        Terrain {
+            nodes: &nodes,
+            zones: &world.zones,
+        },
+    );
+    probe.carries.extend([Rule::Claims, Rule::ClaimBinding]);
+    for c in &s.claims {
+        match c.kind {
+            ClaimKind::Unbound if c.class == storage::Class::WaitForFirstConsumer => {
+                probe.carries.insert(Rule::VolumeBinding);
+            }
+            ClaimKind::Bound(v) => {
+                probe.carries.insert(match s.volumes[v].place {
+                    Place::ZoneLabel(_) => Rule::VolumeZone,
+                    _ => Rule::VolumeNodeAffinity,
+                });
+            }
+            _ => {}
+        }
+    }
+    probe.spec["volumes"] = s.neutral_pod_volumes();
+    probe.storage = s;
 }
 
 #[cfg(test)]
@@ -855,7 +924,7 @@ mod tests {
             &names(),
         );
         let rules = carried(&supported);
-        assert!(rules.iter().all(|r| !r.added_by_issue_13()), "{rules:?}");
+        assert!(rules.iter().all(|r| r.honoured_before_issue_13()), "{rules:?}");
         assert_eq!(rules.len(), 5);
         let text = serde_json::to_string(
             &supported
@@ -870,13 +939,14 @@ mod tests {
             "podAntiAffinity",
             "topologySpreadConstraints",
             "hostPort",
+            "persistentVolumeClaim",
         ] {
             assert!(!text.contains(field), "{field} in supported mode");
         }
     }
 
     #[test]
-    fn probes_differ_between_sides_only_in_name_scheduler_phase_and_group() {
+    fn probes_differ_between_sides_only_in_name_scheduler_phase_group_and_claim_names() {
         let s = generate(&config(Rules::All), &names());
         let p = &s.rounds[3].probes[2];
         let extra = BTreeMap::from([("pool".to_owned(), "x".to_owned())]);
@@ -893,6 +963,118 @@ mod tests {
         }
         assert_eq!(k, a);
         assert_eq!(p.pod_group(&extra)["spec"]["minMember"], 1);
+        let with_claims = s
+            .rounds
+            .iter()
+            .flat_map(|r| &r.probes)
+            .find(|p| !p.storage.is_empty())
+            .expect("a probe with claims");
+        let k = with_claims.pod(Side::Kube, "kube", &extra);
+        let a = with_claims.pod(Side::Ours, "kai-scheduler", &extra);
+        let claim = |pod: &Value| pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"].clone();
+        assert_eq!(claim(&k), format!("{}-c0", with_claims.name(Side::Kube)));
+        assert_eq!(claim(&a), format!("{}-c0", with_claims.name(Side::Ours)));
+    }
+
+    #[test]
+    fn storage_goes_to_some_probes_from_a_stream_of_its_own() {
+        let config = |rules| Config {
+            probes: 400,
+            ..config(rules)
+        };
+        let all = generate(&config(Rules::All), &names());
+        let volumes = generate(&config(Rules::Volumes), &names());
+        let probes = |s: &Scenario| s.rounds.iter().flat_map(|r| r.probes.clone()).collect::<Vec<_>>();
+        let with = probes(&all).iter().filter(|p| !p.storage.is_empty()).count();
+        assert!((60..=140).contains(&with), "{with} of 400 probes with claims");
+        assert!(probes(&volumes).iter().all(|p| !p.storage.is_empty()));
+        // Without their volumes, the pods are the same.
+        let base = |s: &Scenario| {
+            probes(s)
+                .into_iter()
+                .map(|p| {
+                    let mut spec = p.spec;
+                    spec.as_object_mut().unwrap().remove("volumes");
+                    spec
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(base(&all), base(&volumes));
+    }
+
+    #[test]
+    fn each_side_gets_its_own_storage_on_its_probes_world() {
+        let s = generate(
+            &Config {
+                probes: 200,
+                ..config(Rules::Volumes)
+            },
+            &names(),
+        );
+        let mut kinds = BTreeSet::new();
+        for p in s.rounds.iter().flat_map(|r| &r.probes) {
+            let world: BTreeSet<String> = s
+                .nodes
+                .iter()
+                .filter(|n| n.world == p.world)
+                .map(|n| n.name.clone())
+                .collect();
+            let objects = |side: Side| {
+                let name = p.name(side);
+                let n = storage::Naming {
+                    prefix: "pre",
+                    side,
+                    round: p.round,
+                    probe: &name,
+                    namespace: &p.namespace,
+                };
+                (p.storage.volumes(&n), p.storage.claims(&n))
+            };
+            let (kube_volumes, kube_claims) = objects(Side::Kube);
+            let (our_volumes, our_claims) = objects(Side::Ours);
+            let text = serde_json::to_string(&(&kube_volumes, &kube_claims)).unwrap();
+            assert!(!text.contains(&p.name(Side::Ours)), "{text}");
+            let ours_text = serde_json::to_string(&(&our_volumes, &our_claims)).unwrap();
+            let renamed = text
+                .replace(&p.name(Side::Kube), &p.name(Side::Ours))
+                .replace("pre-k-r", "pre-a-r")
+                .replace(&phase(p.round, Side::Kube), &phase(p.round, Side::Ours));
+            assert_eq!(renamed, ours_text);
+            for v in &kube_volumes {
+                let terms = &v["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"];
+                for value in terms[0]["matchExpressions"][0]["values"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    let value = value.as_str().unwrap();
+                    assert!(
+                        world.contains(value) || value.starts_with(&format!("w{}-z", p.world)),
+                        "{v}"
+                    );
+                }
+            }
+            for c in &p.storage.claims {
+                kinds.insert(
+                    format!("{:?}/{:?}", c.kind, c.class).replace(|ch: char| ch.is_ascii_digit(), ""),
+                );
+                if let ClaimKind::Bound(v) = c.kind {
+                    let v = &p.storage.volumes[v];
+                    assert!(v.capacity_gi >= c.request_gi && v.access_modes == c.access_modes && !v.block);
+                    assert_eq!(v.class, storage::Class::WaitForFirstConsumer);
+                }
+            }
+        }
+        assert_eq!(
+            kinds.into_iter().collect::<Vec<_>>(),
+            [
+                "Bound()/WaitForFirstConsumer",
+                "Missing/WaitForFirstConsumer",
+                "Unbound/Immediate",
+                "Unbound/Missing",
+                "Unbound/WaitForFirstConsumer",
+            ]
+        );
     }
 
     #[test]

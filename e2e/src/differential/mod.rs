@@ -46,7 +46,8 @@
 pub mod check;
 pub mod compare;
 pub mod generate;
+pub mod storage;
 
-pub use check::{Release, Rule, State, Verdict, evaluate};
+pub use check::{Release, Rule, State, Storage, Verdict, binding_faults, evaluate};
 pub use compare::{Outcome, ProbeResult, Summary};
 pub use generate::{Config, Names, Probe, Rules, Scenario, Side, generate};
