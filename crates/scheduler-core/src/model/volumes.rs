@@ -355,6 +355,30 @@ impl VolumeBook {
         self.volumes.get(name).map(|v| &v.spec)
     }
 
+    /// Every claim the book holds (a relist removes those it no longer sees).
+    #[must_use]
+    pub fn claim_keys(&self) -> Vec<ClaimKey> {
+        self.claims.keys().cloned().collect()
+    }
+
+    /// Every volume's name.
+    #[must_use]
+    pub fn volume_names(&self) -> Vec<Arc<str>> {
+        self.volumes.keys().cloned().collect()
+    }
+
+    /// Every storage class's name.
+    #[must_use]
+    pub fn class_names(&self) -> Vec<Arc<str>> {
+        self.classes.keys().cloned().collect()
+    }
+
+    /// Every node with attach limits.
+    #[must_use]
+    pub fn nodes_with_attach_limits(&self) -> Vec<Arc<str>> {
+        self.attach_limits.keys().cloned().collect()
+    }
+
     /// The claim a volume is bound or reserved to, if the model knows one.
     #[must_use]
     pub fn claim_of_volume(&self, name: &str) -> Option<ClaimKey> {
