@@ -180,13 +180,16 @@ async fn run(t: &TestEnv, second: &str, config: &Config) -> anyhow::Result<(Summ
     let scenario = generate(config, &names);
     let pool = BTreeMap::from([(keys::NODE_POOL.to_owned(), ns.clone())]);
     let nodes = create_nodes(t, &scenario).await?;
+    let step = Instant::now();
+    create_storage(t, &names, &scenario).await?;
+    clock.storage += step.elapsed();
     let kube_name = format!("kube-{ns}");
     let log_dir = e2e::paths::target_dir().join("e2e-logs").join(&ns);
     let kubeconfig: PathBuf = t.kubeconfig_env().into();
     let _kube_scheduler =
         KubeScheduler::start(&kubeconfig, &kube_name, 500, &log_dir.join("kube-scheduler"))?;
     start_scheduler(t, "scheduler", &[])?;
-    clock.setup = started.elapsed();
+    clock.setup = started.elapsed() - clock.storage;
 
     let mut results = Vec::new();
     for (r, round) in scenario.rounds.iter().enumerate() {
@@ -194,7 +197,7 @@ async fn run(t: &TestEnv, second: &str, config: &Config) -> anyhow::Result<(Summ
         prebind(t, round).await?;
         clock.prebound += step.elapsed();
         let step = Instant::now();
-        create_storage(t, &names, round, r).await?;
+        create_round_claims(t, &names, round).await?;
         clock.storage += step.elapsed();
         let step = Instant::now();
         let kube = phase(t, &names, round, r, Side::Kube, &kube_name, &pool).await?;
@@ -330,82 +333,63 @@ where
     Ok(())
 }
 
-/// Creates the round's storage for both sides (their classes, and each probe's volumes and claims),
-/// waits until the volumes are available and the claims bound beforehand are bound, and gives the
-/// schedulers' watches time to take them in.
-async fn create_storage(
-    t: &TestEnv,
-    names: &Names,
-    round: &e2e::differential::generate::Round,
-    index: usize,
-) -> anyhow::Result<()> {
-    let probes: Vec<&e2e::differential::Probe> =
-        round.probes.iter().filter(|p| !p.storage.is_empty()).collect();
-    if probes.is_empty() {
+/// Creates every round's storage classes and volumes, and the claims bound before their probes, for
+/// both sides, and waits for the PV controller to make the volumes available and bind those claims.
+/// Done once, before the first round: the controller binds a pre-bound claim within a second, or, when
+/// its sync meets a conflict with its own writes, at a later sync seconds away; waiting for that each
+/// round would cost more than the phases. A round's objects are in its own classes, so they are no
+/// candidates for the probes of other rounds.
+async fn create_storage(t: &TestEnv, names: &Names, scenario: &Scenario) -> anyhow::Result<()> {
+    let mut class_objects = Vec::new();
+    let mut volume_objects = Vec::new();
+    let mut prebound_claims = Vec::new();
+    for (index, round) in scenario.rounds.iter().enumerate() {
+        let probes: Vec<&e2e::differential::Probe> =
+            round.probes.iter().filter(|p| !p.storage.is_empty()).collect();
+        if probes.is_empty() {
+            continue;
+        }
+        for side in [Side::Kube, Side::Ours] {
+            class_objects.extend(storage::classes(&names.prefix, side, index));
+            for p in &probes {
+                let probe_name = p.name(side);
+                let n = naming(names, p, &probe_name, side);
+                volume_objects.extend(p.storage.volumes(&n));
+                let (prebound, _) = split_claims(p, &n);
+                prebound_claims.extend(prebound);
+            }
+        }
+    }
+    if volume_objects.is_empty() && prebound_claims.is_empty() {
         return Ok(());
     }
     let client = t.client();
-    let classes: Api<StorageClass> = Api::all(client.clone());
-    let volumes: Api<PersistentVolume> = Api::all(client.clone());
-    let mut class_objects = Vec::new();
-    let mut volume_objects = Vec::new();
-    let mut claim_objects = Vec::new();
-    let mut prebound: Vec<(String, String)> = Vec::new();
-    for side in [Side::Kube, Side::Ours] {
-        class_objects.extend(storage::classes(&names.prefix, side, index));
-        for p in &probes {
-            let probe_name = p.name(side);
-            let n = naming(names, p, &probe_name, side);
-            volume_objects.extend(p.storage.volumes(&n));
-            claim_objects.extend(p.storage.claims(&n));
-            prebound.extend(
-                p.storage
-                    .prebound_claims(&n)
-                    .into_iter()
-                    .map(|c| (p.namespace.clone(), c)),
-            );
-        }
-    }
-    futures::stream::iter(&class_objects)
-        .map(|o| create_object(&classes, o))
-        .buffer_unordered(WRITERS)
-        .try_collect::<Vec<()>>()
-        .await?;
-    futures::stream::iter(&volume_objects)
-        .map(|o| create_object(&volumes, o))
-        .buffer_unordered(WRITERS)
-        .try_collect::<Vec<()>>()
-        .await?;
-    futures::stream::iter(&claim_objects)
-        .map(|o| {
-            let namespace = o["metadata"]["namespace"].as_str().unwrap_or_default();
-            let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-            async move { create_object(&api, o).await }
-        })
-        .buffer_unordered(WRITERS)
-        .try_collect::<Vec<()>>()
-        .await?;
+    create_all(&Api::<StorageClass>::all(client.clone()), &class_objects).await?;
+    create_all(&Api::<PersistentVolume>::all(client.clone()), &volume_objects).await?;
+    let of_run = ListParams::default().labels(&format!("{RUN_LABEL}={}", names.prefix));
+    t.wait_until("the volumes available", STORAGE_TIMEOUT, async || {
+        let volumes = Api::<PersistentVolume>::all(client.clone()).list(&of_run).await?.items;
+        let ready = volumes.len() == volume_objects.len()
+            && volumes
+                .iter()
+                .all(|v| v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available"));
+        Ok(ready.then_some(()))
+    })
+    .await?;
+    create_claims(t, &prebound_claims).await?;
     t.wait_until(
-        "the round's volumes available and the claims bound beforehand bound",
+        "the claims bound before their probes bound",
         STORAGE_TIMEOUT,
         async || {
-            for side in [Side::Kube, Side::Ours] {
-                let stored = list_storage(t, names, index, side).await?;
-                let volumes_ready = stored.volumes.iter().all(|v| {
-                    matches!(
-                        v.status.as_ref().and_then(|s| s.phase.as_deref()),
-                        Some("Available" | "Bound")
-                    )
-                });
-                let claims_ready = stored.claims.iter().all(|c| {
-                    let key = (
-                        c.metadata.namespace.clone().unwrap_or_default(),
-                        c.metadata.name.clone().unwrap_or_default(),
-                    );
-                    !prebound.contains(&key)
-                        || c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
-                });
-                if !(volumes_ready && claims_ready) {
+            for namespace in &names.namespaces {
+                let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
+                    .list(&of_run)
+                    .await?
+                    .items;
+                if !claims
+                    .iter()
+                    .all(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+                {
                     return Ok(None);
                 }
             }
@@ -413,7 +397,65 @@ async fn create_storage(
         },
     )
     .await?;
+    Ok(())
+}
+
+/// A probe's claims on one side: those bound before the probe (labelled with the run, so the test can
+/// wait for them), and the others.
+fn split_claims(p: &e2e::differential::Probe, n: &Naming<'_>) -> (Vec<Value>, Vec<Value>) {
+    let prebound = p.storage.prebound_claims(n);
+    p.storage.claims(n).into_iter().partition(|claim| {
+        prebound
+            .iter()
+            .any(|c| claim["metadata"]["name"] == c.as_str())
+    })
+}
+
+/// Creates the round's claims not bound beforehand (the claims the schedulers bind, and those that
+/// stay pending) for both sides, and gives the schedulers' watches time to take them in.
+async fn create_round_claims(
+    t: &TestEnv,
+    names: &Names,
+    round: &e2e::differential::generate::Round,
+) -> anyhow::Result<()> {
+    let mut claims = Vec::new();
+    for p in round.probes.iter().filter(|p| !p.storage.is_empty()) {
+        for side in [Side::Kube, Side::Ours] {
+            let probe_name = p.name(side);
+            let (_, others) = split_claims(p, &naming(names, p, &probe_name, side));
+            claims.extend(others);
+        }
+    }
+    if round.probes.iter().all(|p| p.storage.is_empty()) {
+        return Ok(());
+    }
+    create_claims(t, &claims).await?;
     tokio::time::sleep(STORAGE_SETTLE).await;
+    Ok(())
+}
+
+async fn create_all<K>(api: &Api<K>, objects: &[Value]) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    futures::stream::iter(objects)
+        .map(|o| create_object(api, o))
+        .buffer_unordered(WRITERS)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+async fn create_claims(t: &TestEnv, claims: &[Value]) -> anyhow::Result<()> {
+    futures::stream::iter(claims)
+        .map(|o| {
+            let namespace = o["metadata"]["namespace"].as_str().unwrap_or_default();
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(t.client().clone(), namespace);
+            async move { create_object(&api, o).await }
+        })
+        .buffer_unordered(WRITERS)
+        .try_collect::<Vec<()>>()
+        .await?;
     Ok(())
 }
 

@@ -153,24 +153,21 @@ pub fn generate(rng: &mut Rng, terrain: Terrain<'_>) -> StoragePlan {
             block,
         };
         match rng.below(100) {
-            // Unbound, waiting for its first consumer: usually one volume that fits somewhere.
-            0..55 => {
-                if rng.chance(70) {
+            // Unbound, waiting for its first consumer: usually a volume that fits somewhere, sometimes two.
+            0..65 => {
+                let fitting = match rng.below(20) {
+                    0..2 => 0,
+                    2..10 => 1,
+                    _ => 2,
+                };
+                for _ in 0..fitting {
                     let capacity_gi = rng.pick(&SIZES).max(request_gi);
-                    let place = place(rng, terrain);
-                    push_volume(
-                        &mut s,
-                        Class::WaitForFirstConsumer,
-                        capacity_gi,
-                        access_modes,
-                        block,
-                        place,
-                        None,
-                    );
+                    let place = wide_place(rng, terrain);
+                    push_volume(&mut s, Class::WaitForFirstConsumer, capacity_gi, access_modes, block, place, None);
                 }
             }
             // Bound before the probe to a volume on a node or in a zone.
-            55..70 => {
+            65..80 => {
                 claim.block = false;
                 let place = match rng.below(10) {
                     0..7 => Place::Nodes(vec![rng.pick(terrain.nodes)]),
@@ -189,9 +186,9 @@ pub fn generate(rng: &mut Rng, terrain: Terrain<'_>) -> StoragePlan {
                 );
                 claim.kind = ClaimKind::Bound(v);
             }
-            70..80 => claim.kind = ClaimKind::Missing,
-            80..87 => claim.class = Class::Immediate,
-            87..90 => claim.class = Class::Missing,
+            80..88 => claim.kind = ClaimKind::Missing,
+            88..93 => claim.class = Class::Immediate,
+            93..95 => claim.class = Class::Missing,
             // Larger than every volume.
             _ => claim.request_gi = 50,
         }
@@ -213,6 +210,21 @@ pub fn generate(rng: &mut Rng, terrain: Terrain<'_>) -> StoragePlan {
     s
 }
 
+/// Where a volume meant to fit goes: one node, two or three nodes, or a zone.
+fn wide_place(rng: &mut Rng, terrain: Terrain<'_>) -> Place {
+    match rng.below(4) {
+        0 | 1 => Place::Nodes(vec![rng.pick(terrain.nodes)]),
+        2 => {
+            let mut some: Vec<String> = (0..2 + rng.below(2)).map(|_| rng.pick(terrain.nodes)).collect();
+            some.sort();
+            some.dedup();
+            Place::Nodes(some)
+        }
+        _ => Place::Zone(rng.pick(terrain.zones)),
+    }
+}
+
+/// Where a distractor goes: mostly one node.
 fn place(rng: &mut Rng, terrain: Terrain<'_>) -> Place {
     match rng.below(20) {
         0..15 => Place::Nodes(vec![rng.pick(terrain.nodes)]),
