@@ -47,9 +47,12 @@ const PHASE_TIMEOUT: Duration = Duration::from_secs(30);
 const WRITERS: usize = 16;
 /// Disagreeing probes printed in full (all are written to the JSON file).
 const PRINTED: usize = 25;
-/// How long the round's storage may take to be ready (volumes available, claims bound before the
-/// probes bound by the PV controller).
+/// How long the storage may take to be ready (volumes made available and claims bound before their
+/// probes bound by the PV controller, which writes each in turn): this, plus [`STORAGE_TIMEOUT_EACH`]
+/// per object.
 const STORAGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// See [`STORAGE_TIMEOUT`].
+const STORAGE_TIMEOUT_EACH: Duration = Duration::from_millis(50);
 /// Time for the schedulers' watches of volumes, claims and classes to take in the round's storage
 /// once the API server has it: those watches are not the pods' watch, so nothing orders them before
 /// the probes.
@@ -367,7 +370,8 @@ async fn create_storage(t: &TestEnv, names: &Names, scenario: &Scenario) -> anyh
     create_all(&Api::<StorageClass>::all(client.clone()), &class_objects).await?;
     create_all(&Api::<PersistentVolume>::all(client.clone()), &volume_objects).await?;
     let of_run = ListParams::default().labels(&format!("{RUN_LABEL}={}", names.prefix));
-    t.wait_until("the volumes available", STORAGE_TIMEOUT, async || {
+    let timeout = |objects: usize| STORAGE_TIMEOUT + STORAGE_TIMEOUT_EACH * u32::try_from(objects).unwrap_or(u32::MAX);
+    t.wait_until("the volumes available", timeout(volume_objects.len()), async || {
         let volumes = Api::<PersistentVolume>::all(client.clone()).list(&of_run).await?.items;
         let ready = volumes.len() == volume_objects.len()
             && volumes
@@ -379,7 +383,7 @@ async fn create_storage(t: &TestEnv, names: &Names, scenario: &Scenario) -> anyh
     create_claims(t, &prebound_claims).await?;
     t.wait_until(
         "the claims bound before their probes bound",
-        STORAGE_TIMEOUT,
+        timeout(prebound_claims.len()),
         async || {
             for namespace in &names.namespaces {
                 let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
