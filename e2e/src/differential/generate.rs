@@ -39,17 +39,21 @@ pub const NO_SCHEDULER: &str = "e2e-differential-prebound";
 /// Which rules the generator may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rules {
-    /// Every rule of issues 13 and 14: a quarter of the probes have storage.
+    /// Every rule of issues 13 and 14: every probe of a quarter of the rounds (1, 5, 9, ...) has
+    /// storage. Gathered in a few rounds rather than spread over all, so only those rounds wait for
+    /// kube-scheduler's volume binding, which checks the claims once a second.
     All,
     /// Every rule, and every probe has storage.
     Volumes,
+    /// Every rule but volumes: the pods of `All` without their storage (the generator before issue 14).
+    PodRules,
     /// Only the rules the scheduler honoured before issue 13: resources, node selector, required node
     /// affinity, taints and tolerations, cordons.
     Supported,
 }
 
 impl Rules {
-    /// From `all`, `volumes` or `supported`.
+    /// From `all`, `volumes`, `pod-rules` or `supported`.
     ///
     /// # Errors
     /// On any other value.
@@ -57,8 +61,9 @@ impl Rules {
         match s {
             "all" => Ok(Rules::All),
             "volumes" => Ok(Rules::Volumes),
+            "pod-rules" => Ok(Rules::PodRules),
             "supported" => Ok(Rules::Supported),
-            _ => anyhow::bail!("rules must be `all`, `volumes` or `supported`, not {s:?}"),
+            _ => anyhow::bail!("rules must be `all`, `volumes`, `pod-rules` or `supported`, not {s:?}"),
         }
     }
 
@@ -68,6 +73,7 @@ impl Rules {
         match self {
             Rules::All => "all",
             Rules::Volumes => "volumes",
+            Rules::PodRules => "pod-rules",
             Rules::Supported => "supported",
         }
     }
@@ -76,12 +82,12 @@ impl Rules {
         self != Rules::Supported
     }
 
-    /// Percent of the probes with storage.
-    fn storage_percent(self) -> usize {
+    /// Whether the probes of round `r` have storage.
+    fn storage_in_round(self, r: usize) -> bool {
         match self {
-            Rules::All => 25,
-            Rules::Volumes => 100,
-            Rules::Supported => 0,
+            Rules::All => r % 4 == 1,
+            Rules::Volumes => true,
+            Rules::PodRules | Rules::Supported => false,
         }
     }
 }
@@ -374,7 +380,7 @@ pub fn generate(config: &Config, names: &Names) -> Scenario {
                 }
             }
             let mut probe = probe(&mut rng, world, r, names, config.rules);
-            if storage_rng.chance(config.rules.storage_percent()) {
+            if config.rules.storage_in_round(r) {
                 give_storage(&mut storage_rng, &mut probe, world);
             }
             round.probes.push(probe);
@@ -984,6 +990,7 @@ mod tests {
         };
         let all = generate(&config(Rules::All), &names());
         let volumes = generate(&config(Rules::Volumes), &names());
+        let pod_rules = generate(&config(Rules::PodRules), &names());
         let probes = |s: &Scenario| s.rounds.iter().flat_map(|r| r.probes.clone()).collect::<Vec<_>>();
         let with = probes(&all).iter().filter(|p| !p.storage.is_empty()).count();
         assert!((60..=140).contains(&with), "{with} of 400 probes with claims");
@@ -1000,6 +1007,8 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(base(&all), base(&volumes));
+        assert_eq!(base(&all), base(&pod_rules));
+        assert!(probes(&pod_rules).iter().all(|p| p.storage.is_empty()));
     }
 
     #[test]

@@ -163,7 +163,15 @@ pub fn generate(rng: &mut Rng, terrain: Terrain<'_>) -> StoragePlan {
                 for _ in 0..fitting {
                     let capacity_gi = rng.pick(&SIZES).max(request_gi);
                     let place = wide_place(rng, terrain);
-                    push_volume(&mut s, Class::WaitForFirstConsumer, capacity_gi, access_modes, block, place, None);
+                    push_volume(
+                        &mut s,
+                        Class::WaitForFirstConsumer,
+                        capacity_gi,
+                        access_modes,
+                        block,
+                        place,
+                        None,
+                    );
                 }
             }
             // Bound before the probe to a volume on a node or in a zone.
