@@ -169,9 +169,66 @@ async fn create_namespace(t: &TestEnv, name: &str) -> anyhow::Result<()> {
 struct Clock {
     setup: Duration,
     prebound: Duration,
+    /// Storage made while other rounds are played.
+    storage_beside: Duration,
+    /// Storage made in the rounds' own time.
     storage: Duration,
     kube: Duration,
     ours: Duration,
+    /// Phases of the rounds with claims (part of `kube` and `ours`).
+    kube_with_claims: Duration,
+    ours_with_claims: Duration,
+}
+
+/// What playing a round needs.
+struct Play<'a> {
+    t: &'a TestEnv,
+    names: &'a Names,
+    nodes: &'a [Node],
+    kube_name: &'a str,
+    pool: &'a BTreeMap<String, String>,
+}
+
+impl Play<'_> {
+    /// Plays round `r`: its claims, its pre-bound pods, each side's phase, and the verdicts.
+    async fn round(
+        &self,
+        round: &e2e::differential::generate::Round,
+        r: usize,
+        clock: &mut Clock,
+        results: &mut Vec<ProbeResult>,
+    ) -> anyhow::Result<()> {
+        let (t, names) = (self.t, self.names);
+        // The round's claims first: pre-binding gives the schedulers' watches time to take them in.
+        let step = Instant::now();
+        create_round_claims(t, names, round).await?;
+        clock.storage += step.elapsed();
+        let created = Instant::now();
+        prebind(t, round).await?;
+        clock.prebound += created.elapsed();
+        let with_claims = round.probes.iter().any(|p| !p.storage.is_empty());
+        if with_claims {
+            let settle = STORAGE_SETTLE.saturating_sub(created.elapsed());
+            tokio::time::sleep(settle).await;
+            clock.storage += settle;
+        }
+        let step = Instant::now();
+        let kube = phase(t, names, round, r, Side::Kube, self.kube_name, self.pool).await?;
+        clock.kube += step.elapsed();
+        if with_claims {
+            clock.kube_with_claims += step.elapsed();
+        }
+        let step = Instant::now();
+        let ours = phase(t, names, round, r, Side::Ours, keys::SCHEDULER_NAME, self.pool).await?;
+        clock.ours += step.elapsed();
+        if with_claims {
+            clock.ours_with_claims += step.elapsed();
+        }
+        for probe in &round.probes {
+            results.push(judge(probe, self.nodes, &kube, &ours)?);
+        }
+        Ok(())
+    }
 }
 
 async fn run(t: &TestEnv, second: &str, config: &Config) -> anyhow::Result<(Summary, String)> {
@@ -185,40 +242,49 @@ async fn run(t: &TestEnv, second: &str, config: &Config) -> anyhow::Result<(Summ
     let scenario = generate(config, &names);
     let pool = BTreeMap::from([(keys::NODE_POOL.to_owned(), ns.clone())]);
     let nodes = create_nodes(t, &scenario).await?;
-    let step = Instant::now();
-    create_storage(t, &names, &scenario).await?;
-    clock.storage += step.elapsed();
     let kube_name = format!("kube-{ns}");
     let log_dir = e2e::paths::target_dir().join("e2e-logs").join(&ns);
     let kubeconfig: PathBuf = t.kubeconfig_env().into();
     let _kube_scheduler =
         KubeScheduler::start(&kubeconfig, &kube_name, 500, &log_dir.join("kube-scheduler"))?;
     start_scheduler(t, "scheduler", &[])?;
-    clock.setup = started.elapsed() - clock.storage;
+    clock.setup = started.elapsed();
 
+    let play = Play {
+        t,
+        names: &names,
+        nodes: &nodes,
+        kube_name: &kube_name,
+        pool: &pool,
+    };
     let mut results = Vec::new();
-    for (r, round) in scenario.rounds.iter().enumerate() {
-        // The round's claims first: pre-binding gives the schedulers' watches time to take them in.
-        let step = Instant::now();
-        create_round_claims(t, &names, round).await?;
-        clock.storage += step.elapsed();
-        let created = Instant::now();
-        prebind(t, round).await?;
-        clock.prebound += created.elapsed();
-        if round.probes.iter().any(|p| !p.storage.is_empty()) {
-            let settle = STORAGE_SETTLE.saturating_sub(created.elapsed());
-            tokio::time::sleep(settle).await;
-            clock.storage += settle;
+    // Each round's storage is made while the rounds before it (since the last with claims) are played.
+    let mut next = 0;
+    for (index, round) in scenario.rounds.iter().enumerate() {
+        if round.probes.iter().all(|p| p.storage.is_empty()) {
+            continue;
         }
-        let step = Instant::now();
-        let kube = phase(t, &names, round, r, Side::Kube, &kube_name, &pool).await?;
-        clock.kube += step.elapsed();
-        let step = Instant::now();
-        let ours = phase(t, &names, round, r, Side::Ours, keys::SCHEDULER_NAME, &pool).await?;
-        clock.ours += step.elapsed();
-        for probe in &round.probes {
-            results.push(judge(probe, &nodes, &kube, &ours)?);
-        }
+        let storage = async {
+            let step = Instant::now();
+            create_storage(t, &names, round, index).await?;
+            anyhow::Ok(step.elapsed())
+        };
+        let before = async {
+            for r in next..index {
+                play.round(&scenario.rounds[r], r, &mut clock, &mut results)
+                    .await?;
+            }
+            anyhow::Ok(())
+        };
+        let (storage, before) = futures::join!(storage, before);
+        before?;
+        clock.storage_beside += storage?;
+        play.round(round, index, &mut clock, &mut results).await?;
+        next = index + 1;
+    }
+    for r in next..scenario.rounds.len() {
+        play.round(&scenario.rounds[r], r, &mut clock, &mut results)
+            .await?;
     }
     let summary = Summary::of(&results);
     let report = report(
@@ -344,71 +410,115 @@ where
     Ok(())
 }
 
-/// Creates every round's storage classes and volumes, and the claims bound before their probes, for
-/// both sides, and waits for the PV controller to make the volumes available and bind those claims.
-/// Done once, before the first round: the controller binds a pre-bound claim within a second, or, when
-/// its sync meets a conflict with its own writes, at a later sync seconds away; waiting for that each
-/// round would cost more than the phases. A round's objects are in its own classes, so they are no
-/// candidates for the probes of other rounds.
-async fn create_storage(t: &TestEnv, names: &Names, scenario: &Scenario) -> anyhow::Result<()> {
+/// Creates a round's storage classes and volumes, and the claims bound before their probes, for both
+/// sides, and waits until the PV controller has made the volumes available and set the bound pairs'
+/// phases. Those pairs are bound by the test: the claim (naming its volume), then the volume with the
+/// claim's UID in its `claimRef`, then, once the controller has seen the volume, the claim's
+/// `pv.kubernetes.io/bind-completed`. The controller binding a pre-bound pair itself takes seconds on a
+/// busy machine (four writes, and its next sync when one meets a conflict); here it only sets the
+/// phases. Done while the rounds before are played. The round's objects are in its own classes, so
+/// they are no candidates for the probes of other rounds.
+async fn create_storage(
+    t: &TestEnv,
+    names: &Names,
+    round: &e2e::differential::generate::Round,
+    index: usize,
+) -> anyhow::Result<()> {
     let mut class_objects = Vec::new();
     let mut volume_objects = Vec::new();
     let mut prebound_claims = Vec::new();
-    for (index, round) in scenario.rounds.iter().enumerate() {
-        let probes: Vec<&e2e::differential::Probe> =
-            round.probes.iter().filter(|p| !p.storage.is_empty()).collect();
-        if probes.is_empty() {
-            continue;
+    for side in [Side::Kube, Side::Ours] {
+        class_objects.extend(storage::classes(&names.prefix, side, index));
+        for p in round.probes.iter().filter(|p| !p.storage.is_empty()) {
+            let probe_name = p.name(side);
+            let n = naming(names, p, &probe_name, side);
+            volume_objects.extend(p.storage.volumes(&n));
+            let (prebound, _) = split_claims(p, &n);
+            prebound_claims.extend(prebound);
         }
-        for side in [Side::Kube, Side::Ours] {
-            class_objects.extend(storage::classes(&names.prefix, side, index));
-            for p in &probes {
-                let probe_name = p.name(side);
-                let n = naming(names, p, &probe_name, side);
-                volume_objects.extend(p.storage.volumes(&n));
-                let (prebound, _) = split_claims(p, &n);
-                prebound_claims.extend(prebound);
-            }
-        }
-    }
-    if volume_objects.is_empty() && prebound_claims.is_empty() {
-        return Ok(());
     }
     let client = t.client();
     create_all(&Api::<StorageClass>::all(client.clone()), &class_objects).await?;
+    let uids: HashMap<(String, String), String> = futures::stream::iter(&prebound_claims)
+        .map(|o| {
+            let namespace = o["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &namespace);
+            async move {
+                let typed: PersistentVolumeClaim = serde_json::from_value(o.clone())?;
+                let made = api
+                    .create(&PostParams::default(), &typed)
+                    .await
+                    .with_context(|| format!("creating {o}"))?;
+                anyhow::Ok((
+                    (namespace, made.metadata.name.unwrap_or_default()),
+                    made.metadata.uid.unwrap_or_default(),
+                ))
+            }
+        })
+        .buffer_unordered(WRITERS)
+        .try_collect()
+        .await?;
+    for v in &mut volume_objects {
+        let claim_ref = &mut v["spec"]["claimRef"];
+        if claim_ref.is_object() {
+            let key = (
+                claim_ref["namespace"].as_str().unwrap_or_default().to_owned(),
+                claim_ref["name"].as_str().unwrap_or_default().to_owned(),
+            );
+            claim_ref["uid"] = json!(uids.get(&key).context("the claim of a pre-bound volume")?);
+        }
+    }
     create_all(&Api::<PersistentVolume>::all(client.clone()), &volume_objects).await?;
-    let of_run = ListParams::default().labels(&format!("{RUN_LABEL}={}", names.prefix));
     let timeout =
         |objects: usize| STORAGE_TIMEOUT + STORAGE_TIMEOUT_EACH * u32::try_from(objects).unwrap_or(u32::MAX);
+    let phase = |status: Option<&str>, wanted: &str| status == Some(wanted);
     t.wait_until(
-        "the volumes available",
+        "the round's volumes available (or bound, those reserved)",
         timeout(volume_objects.len()),
         async || {
-            let volumes = Api::<PersistentVolume>::all(client.clone())
-                .list(&of_run)
-                .await?
-                .items;
-            let ready = volumes.len() == volume_objects.len()
-                && volumes
-                    .iter()
-                    .all(|v| v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available"));
-            Ok(ready.then_some(()))
+            for side in [Side::Kube, Side::Ours] {
+                let stored = list_storage(t, names, index, side).await?;
+                if !stored.volumes.iter().all(|v| {
+                    let reserved = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_some();
+                    phase(
+                        v.status.as_ref().and_then(|s| s.phase.as_deref()),
+                        if reserved { "Bound" } else { "Available" },
+                    )
+                }) {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
         },
     )
     .await?;
-    create_claims(t, &prebound_claims).await?;
+    let completed =
+        Patch::Merge(json!({ "metadata": { "annotations": { storage::BIND_COMPLETED: "yes" } } }));
+    futures::stream::iter(uids.keys())
+        .map(|(namespace, name)| {
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+            let completed = &completed;
+            async move {
+                api.patch(name, &PatchParams::default(), completed)
+                    .await
+                    .with_context(|| format!("marking claim {namespace}/{name} bound"))?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(WRITERS)
+        .try_collect::<Vec<()>>()
+        .await?;
+    // Until the round is played, its claims are those bound beforehand.
     t.wait_until(
-        "the claims bound before their probes bound",
-        timeout(prebound_claims.len()),
+        "the round's claims bound beforehand bound",
+        timeout(uids.len()),
         async || {
-            for namespace in &names.namespaces {
-                let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
-                    .list(&of_run)
-                    .await?
-                    .items;
-                if !claims
+            for side in [Side::Kube, Side::Ours] {
+                let stored = list_storage(t, names, index, side).await?;
+                if !stored
+                    .claims
                     .iter()
-                    .all(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+                    .all(|c| phase(c.status.as_ref().and_then(|s| s.phase.as_deref()), "Bound"))
                 {
                     return Ok(None);
                 }
@@ -824,7 +934,7 @@ fn report(
         .count();
     let mut out = format!(
         "\n==== differential test: seed {}, rules {:?}, {} worlds, {} nodes, {} rounds, {} probes per scheduler ({} with claims), {} pods pre-bound\n\
-         time: {:.1} s in all (setup {:.1} s, pre-binding {:.1} s, storage {:.1} s, kube-scheduler phases {:.1} s, kai-scheduler phases {:.1} s)\n\n",
+         time: {:.1} s in all (setup {:.1} s, pre-binding {:.1} s, storage {:.1} s (and {:.1} s made beside other rounds), kube-scheduler phases {:.1} s, kai-scheduler phases {:.1} s; of the phases, those of rounds with claims: {:.1} s and {:.1} s)\n\n",
         config.seed,
         config.rules,
         config.worlds,
@@ -837,8 +947,11 @@ fn report(
         clock.setup.as_secs_f64(),
         clock.prebound.as_secs_f64(),
         clock.storage.as_secs_f64(),
+        clock.storage_beside.as_secs_f64(),
         clock.kube.as_secs_f64(),
         clock.ours.as_secs_f64(),
+        clock.kube_with_claims.as_secs_f64(),
+        clock.ours_with_claims.as_secs_f64(),
     );
     out.push_str(&summary.render());
     let noted: Vec<&ProbeResult> = results.iter().filter(|r| !r.disagreements().is_empty()).collect();

@@ -39,9 +39,10 @@ pub const NO_SCHEDULER: &str = "e2e-differential-prebound";
 /// Which rules the generator may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rules {
-    /// Every rule of issues 13 and 14: every probe of a quarter of the rounds (1, 5, 9, ...) has
+    /// Every rule of issues 13 and 14: every probe of a quarter of the rounds (3, 7, 11, ...) has
     /// storage. Gathered in a few rounds rather than spread over all, so only those rounds wait for
-    /// kube-scheduler's volume binding, which checks the claims once a second.
+    /// kube-scheduler's volume binding, which checks the claims once a second; the test makes their
+    /// storage while the three rounds before them are played.
     All,
     /// Every rule, and every probe has storage.
     Volumes,
@@ -85,7 +86,7 @@ impl Rules {
     /// Whether the probes of round `r` have storage.
     fn storage_in_round(self, r: usize) -> bool {
         match self {
-            Rules::All => r % 4 == 1,
+            Rules::All => r % 4 == 3,
             Rules::Volumes => true,
             Rules::PodRules | Rules::Supported => false,
         }
@@ -966,6 +967,9 @@ mod tests {
             m.remove("annotations");
             m["labels"].as_object_mut().unwrap().remove(PHASE_LABEL);
             pod["spec"].as_object_mut().unwrap().remove("schedulerName");
+            for v in pod["spec"]["volumes"].as_array_mut().into_iter().flatten() {
+                v["persistentVolumeClaim"]["claimName"] = v["name"].clone();
+            }
         }
         assert_eq!(k, a);
         assert_eq!(p.pod_group(&extra)["spec"]["minMember"], 1);

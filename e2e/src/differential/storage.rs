@@ -12,7 +12,9 @@
 //! What a probe's claims can be ([`ClaimKind`]): unbound in the `WaitForFirstConsumer` class (the
 //! scheduler chooses a volume; often one fitting volume on one node, sometimes none, sometimes too
 //! small or with other access modes, among distractors), already bound to a volume on one node or zone
-//! (the PV controller binds it before the probe), missing, unbound in the `Immediate` class (no volume:
+//! (bound by the test as the PV controller leaves a pair it bound: the claim names the volume, the
+//! volume's `claimRef` the claim and its UID, the claim is marked `pv.kubernetes.io/bind-completed`;
+//! the controller then sets the phases), missing, unbound in the `Immediate` class (no volume:
 //! it never binds), or in a class that does not exist. Either side's pod must stay pending in the last
 //! three cases.
 
@@ -24,6 +26,8 @@ use super::generate::{PHASE_LABEL, Rng, Side, ZONE, phase};
 pub const RUN_LABEL: &str = "e2e.kai.dev/diff-run";
 /// The provisioner of classes whose volumes are made by hand.
 pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+/// The annotation of a claim whose binding is complete.
+pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 
 /// Storage sizes, GiB.
 const SIZES: [u32; 4] = [1, 2, 5, 10];
@@ -203,7 +207,7 @@ pub fn generate(rng: &mut Rng, terrain: Terrain<'_>) -> StoragePlan {
         s.claims.push(claim);
     }
     // Distractors: volumes of the class that may or may not fit, and volumes of another class.
-    for _ in 0..rng.below(4) {
+    for _ in 0..rng.below(3) {
         let class = if rng.chance(85) {
             Class::WaitForFirstConsumer
         } else {
@@ -428,25 +432,27 @@ impl StoragePlan {
                     "storageClassName": naming.class(c.class),
                     "volumeMode": if c.block { "Block" } else { "Filesystem" },
                 });
+                let metadata = json!({
+                    "name": naming.claim(&c.suffix),
+                    "namespace": naming.namespace,
+                    "labels": labels(naming.prefix, naming.side, naming.round),
+                });
                 if let ClaimKind::Bound(v) = c.kind {
+                    // Bound by the test (see the module doc).
                     spec["volumeName"] = json!(naming.volume(&self.volumes[v].suffix));
                 }
                 json!({
                     "apiVersion": "v1",
                     "kind": "PersistentVolumeClaim",
-                    "metadata": {
-                        "name": naming.claim(&c.suffix),
-                        "namespace": naming.namespace,
-                        "labels": labels(naming.prefix, naming.side, naming.round),
-                    },
+                    "metadata": metadata,
                     "spec": spec,
                 })
             })
             .collect()
     }
 
-    /// The claims bound before the probe, by name on one side (the test waits for the PV controller to
-    /// bind them).
+    /// The claims bound before the probe, by name on one side (the test makes them before their
+    /// volumes, whose `claimRef` needs their UID).
     #[must_use]
     pub fn prebound_claims(&self, naming: &Naming<'_>) -> Vec<String> {
         self.claims
