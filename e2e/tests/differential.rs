@@ -934,7 +934,7 @@ fn report(
         .count();
     let mut out = format!(
         "\n==== differential test: seed {}, rules {:?}, {} worlds, {} nodes, {} rounds, {} probes per scheduler ({} with claims), {} pods pre-bound\n\
-         time: {:.1} s in all (setup {:.1} s, pre-binding {:.1} s, storage {:.1} s (and {:.1} s made beside other rounds), kube-scheduler phases {:.1} s, kai-scheduler phases {:.1} s; of the phases, those of rounds with claims: {:.1} s and {:.1} s)\n\n",
+         time: {:.1} s in all (setup {:.1} s, pre-binding {:.1} s, storage {:.1} s in the rounds (and {:.1} s making the volumes and bound claims of the rounds with claims, while the rounds before each were played), kube-scheduler phases {:.1} s, kai-scheduler phases {:.1} s; of the phases, those of rounds with claims: {:.1} s and {:.1} s)\n\n",
         config.seed,
         config.rules,
         config.worlds,

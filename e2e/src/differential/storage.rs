@@ -16,7 +16,7 @@
 //! volume's `claimRef` the claim and its UID, the claim is marked `pv.kubernetes.io/bind-completed`;
 //! the controller then sets the phases), missing, unbound in the `Immediate` class (no volume:
 //! it never binds), or in a class that does not exist. Either side's pod must stay pending in the last
-//! three cases.
+//! three cases. No two volumes of a probe have the same capacity ([`VolumePlan::tie_breaker_mi`]).
 
 use serde_json::{Value, json};
 
@@ -80,7 +80,7 @@ pub struct VolumePlan {
     pub suffix: String,
     /// Its class.
     pub class: Class,
-    /// `capacity.storage`, GiB.
+    /// `capacity.storage`, GiB, plus [`VolumePlan::tie_breaker_mi`] MiB.
     pub capacity_gi: u32,
     /// `accessModes`.
     pub access_modes: &'static [&'static str],
@@ -343,6 +343,22 @@ impl Naming<'_> {
     }
 }
 
+impl VolumePlan {
+    /// MiB added to the capacity: the volume's index, so no two volumes of a probe are the same size.
+    /// kube-scheduler takes the first of equally small fitting volumes in the order of a Go map, so
+    /// with two claims of a pod a tie can decide whether the pod fits, at random.
+    #[must_use]
+    pub fn tie_breaker_mi(&self) -> u32 {
+        self.suffix.trim_start_matches('v').parse().unwrap_or(0)
+    }
+
+    /// `capacity.storage` as written.
+    #[must_use]
+    pub fn capacity(&self) -> String {
+        format!("{}Mi", self.capacity_gi * 1024 + self.tie_breaker_mi())
+    }
+}
+
 impl StoragePlan {
     /// Whether the probe has any claim.
     #[must_use]
@@ -377,7 +393,7 @@ impl StoragePlan {
             .map(|v| {
                 let mut labels = labels(naming.prefix, naming.side, naming.round);
                 let mut spec = json!({
-                    "capacity": { "storage": format!("{}Gi", v.capacity_gi) },
+                    "capacity": { "storage": v.capacity() },
                     "accessModes": v.access_modes,
                     "volumeMode": if v.block { "Block" } else { "Filesystem" },
                     "persistentVolumeReclaimPolicy": "Retain",
@@ -494,10 +510,10 @@ impl StoragePlan {
                     Place::ZoneLabel(z) => format!("zone {z} (label)"),
                 };
                 format!(
-                    "{}: class {}, {}Gi, {}{}, {place}",
+                    "{}: class {}, {}, {}{}, {place}",
                     v.suffix,
                     v.class.suffix(),
-                    v.capacity_gi,
+                    v.capacity(),
                     v.access_modes.join("+"),
                     if v.block { ", block" } else { "" }
                 )
