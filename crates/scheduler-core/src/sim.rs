@@ -46,6 +46,8 @@ pub struct Sim {
     pub evicted: Vec<String>,
     /// The last cycle's result.
     pub last: Option<CycleResult>,
+    /// Pods (namespace/name) whose binds the simulated API server refuses, with the reason.
+    pub refuse_binds: BTreeMap<String, String>,
     uid: u64,
 }
 
@@ -287,6 +289,7 @@ impl Sim {
             history: Vec::new(),
             evicted: Vec::new(),
             last: None,
+            refuse_binds: BTreeMap::new(),
             uid: 0,
         }
     }
@@ -554,6 +557,12 @@ impl Sim {
     /// pending by their controller.
     fn settle(&mut self, d: &Decisions) {
         for b in &d.binds {
+            if let Some(reason) = self.refuse_binds.get(&format!("{}/{}", b.namespace, b.name))
+                && let Some(id) = self.cluster.task_id(&b.uid)
+            {
+                self.cluster.bind_failed(id, reason.as_str().into(), self.now);
+                continue;
+            }
             if let Some(id) = self.cluster.task_id(&b.uid) {
                 let mut update = self.pod_update(id);
                 update.api = ApiView {

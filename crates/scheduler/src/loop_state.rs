@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use scheduler_core::model::{Cluster, GroupKey};
+use scheduler_core::model::{Cluster, GroupKey, Millis};
 
 /// When the next cycle runs: soon after a change (but not more often than the minimum interval),
 /// otherwise after the period.
@@ -77,8 +77,15 @@ pub const BUSY_INTERVAL: Duration = Duration::from_millis(200);
 /// A write that failed, so the loop can stop assuming its outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Feedback {
-    /// The bind was refused; the pod is pending again.
+    /// The bind was refused or abandoned; the pod is pending again, and backs off.
     BindFailed {
+        /// Pod UID.
+        uid: Arc<str>,
+        /// Why (for the gang's status).
+        reason: Arc<str>,
+    },
+    /// The bind was not sent (leadership lost): the pod is pending again, with no back-off.
+    BindDropped {
         /// Pod UID.
         uid: Arc<str>,
     },
@@ -104,12 +111,17 @@ pub enum Feedback {
     },
 }
 
-/// Drops what the model assumed about a write that failed.
-pub fn feedback(cluster: &mut Cluster, fb: Feedback) {
+/// Drops what the model assumed about a write that failed (`now`: the wall clock, for back-offs).
+pub fn feedback(cluster: &mut Cluster, fb: Feedback, now: Millis) {
     // Whatever failed is to be decided or written again: the next cycle must run.
     cluster.epochs.changed();
     match fb {
-        Feedback::BindFailed { uid } | Feedback::EvictFailed { uid } => {
+        Feedback::BindFailed { uid, reason } => {
+            if let Some(t) = cluster.task_id(&uid) {
+                cluster.bind_failed(t, reason, now);
+            }
+        }
+        Feedback::EvictFailed { uid } | Feedback::BindDropped { uid } => {
             if let Some(t) = cluster.task_id(&uid) {
                 cluster.clear_assumed(t);
             }

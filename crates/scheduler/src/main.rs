@@ -185,7 +185,7 @@ async fn main() -> anyhow::Result<()> {
                 }
             }
             Some(fb) = feedback_rx.recv() => {
-                loop_state::feedback(&mut cluster, fb);
+                loop_state::feedback(&mut cluster, fb, k8s_openapi::jiff::Timestamp::now().as_millisecond());
                 state.changed(Instant::now());
             }
             () = tokio::time::sleep_until(wake) => {
@@ -194,7 +194,7 @@ async fn main() -> anyhow::Result<()> {
                     ingest.apply(&mut cluster, event);
                 }
                 while let Ok(fb) = feedback_rx.try_recv() {
-                    loop_state::feedback(&mut cluster, fb);
+                    loop_state::feedback(&mut cluster, fb, k8s_openapi::jiff::Timestamp::now().as_millisecond());
                 }
                 let started = Instant::now();
                 state.cycled(started);

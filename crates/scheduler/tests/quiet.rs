@@ -76,7 +76,7 @@ fn a_settled_cluster_is_skipped_until_a_pod_changes_or_a_write_fails() {
         .next()
         .map(|(_, g)| g.key.clone())
         .unwrap();
-    loop_state::feedback(&mut s.cluster, Feedback::StatusFailed { key: key.clone() });
+    loop_state::feedback(&mut s.cluster, Feedback::StatusFailed { key: key.clone() }, s.now);
     let r = s.round();
     assert!(!r.skipped);
     assert!(

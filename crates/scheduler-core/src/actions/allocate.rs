@@ -136,6 +136,22 @@ fn blocked(ssn: &Session<'_>, g: usize) -> Option<Why> {
     if let Err(not_ready) = gang.ready(ssn.cluster) {
         return Some(Why::NotReady(not_ready));
     }
+    // A pod whose bind just failed holds its gang back until its back-off ends.
+    let backing_off = gang
+        .tasks()
+        .map(|t| ssn.cluster.task(t))
+        .filter(|t| t.ours && t.status == TaskStatus::Pending)
+        .filter_map(|t| t.bind_failure.as_ref().map(|f| (f, t)))
+        .filter(|(f, _)| f.retry_at > ssn.now)
+        .max_by_key(|(f, t)| (f.retry_at, t.uid.clone()));
+    if let Some((failure, task)) = backing_off {
+        ssn.wake_at(failure.retry_at);
+        return Some(Why::BindFailed {
+            pod: task.key(),
+            reason: failure.reason.clone(),
+            count: failure.count,
+        });
+    }
     None
 }
 

@@ -133,6 +133,38 @@ pub enum Assumed {
     Evicting,
 }
 
+/// The last bind of a pod that failed, and when the pod may be tried again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindFailure {
+    /// Why (the binder's words: the API's refusal, claims not bound in time, ...).
+    pub reason: Arc<str>,
+    /// Failures in a row (the back-off doubles with each).
+    pub count: u32,
+    /// Not tried again before.
+    pub retry_at: Millis,
+}
+
+/// Back-off after a pod's first failed bind; doubled per failure in a row, up to [`BIND_BACKOFF_MAX_MS`].
+pub const BIND_BACKOFF_MS: Millis = 5_000;
+/// Longest back-off after failed binds.
+pub const BIND_BACKOFF_MAX_MS: Millis = 300_000;
+
+impl BindFailure {
+    /// The failure after `previous` (if any) at `now`.
+    #[must_use]
+    pub fn after(previous: Option<&Self>, reason: Arc<str>, now: Millis) -> Self {
+        let count = previous.map_or(1, |p| p.count.saturating_add(1));
+        let backoff = BIND_BACKOFF_MS
+            .saturating_mul(1_i64 << count.saturating_sub(1).min(16))
+            .min(BIND_BACKOFF_MAX_MS);
+        Self {
+            reason,
+            count,
+            retry_at: now.saturating_add(backoff),
+        }
+    }
+}
+
 /// A pod in the model.
 #[derive(Clone, Debug)]
 pub struct Task {
@@ -182,6 +214,8 @@ pub struct Task {
     pub spec_problem: Option<Arc<str>>,
     /// The PersistentVolumeClaims it uses (empty for most pods: no allocation).
     pub claims: Vec<PodClaim>,
+    /// Its last bind failed (kept until it is bound, so failures in a row back off longer).
+    pub bind_failure: Option<BindFailure>,
     /// Fingerprint of the `PodScheduled` message last written (in memory only).
     pub condition_fingerprint: u64,
     /// For a GPU reservation pod: the shared-GPU group it holds the device for.

@@ -22,8 +22,15 @@ impl Applier {
         let Ok(_permit) = self.binds.acquire().await else {
             return;
         };
-        if !self.leading() || (b.group.is_some() && gang_failed.load(Ordering::Acquire)) {
-            let _ = self.feedback.send(Feedback::BindFailed { uid: b.uid.clone() });
+        if !self.leading() {
+            let _ = self.feedback.send(Feedback::BindDropped { uid: b.uid.clone() });
+            return;
+        }
+        if b.group.is_some() && gang_failed.load(Ordering::Acquire) {
+            let _ = self.feedback.send(Feedback::BindFailed {
+                uid: b.uid.clone(),
+                reason: "another pod of its gang failed to bind".into(),
+            });
             return;
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &b.namespace);
@@ -80,7 +87,10 @@ impl Applier {
             .binds
             .get_or_create(&ResultLabel { result: "error" })
             .inc();
-        let _ = self.feedback.send(Feedback::BindFailed { uid: b.uid.clone() });
+        let _ = self.feedback.send(Feedback::BindFailed {
+            uid: b.uid.clone(),
+            reason: message.as_str().into(),
+        });
         self.event(Event {
             object: EventObject::Pod {
                 namespace: b.namespace.clone(),

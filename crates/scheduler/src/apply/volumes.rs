@@ -4,7 +4,8 @@
 //! annotation (the provisioner then makes a volume there and the PV controller binds it). The gang's
 //! pods are bound only once every claim of the gang is bound, at most [`CLAIM_BIND_TIMEOUT`] later; on
 //! failure what the gang took is given back (where the claim is still unbound) and its pods go back to
-//! pending with a `FailedBinding` event saying why, so a later cycle tries again.
+//! pending with a `FailedBinding` event saying why; the loop holds the gang back before it tries again
+//! (the back-off of a failed bind), with the reason in its status.
 //!
 //! Writes are conditional: a volume is read, checked to be unclaimed (or reserved for this claim
 //! already) and patched with the resourceVersion read, so a concurrent change fails the write instead
@@ -20,7 +21,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use api::keys;
 use scheduler_core::framework::decisions::Bind;
@@ -28,6 +29,7 @@ use scheduler_core::model::GroupKey;
 use scheduler_core::model::volumes::{ClaimBinding, ClaimChoice, ClaimKey};
 
 use super::{Applier, LOG_TARGET, ResultLabel};
+use crate::loop_state::Feedback;
 
 /// How long a gang's claims may take to be bound once reserved or given a node: the PV controller
 /// binds a reserved volume within seconds, a provisioner takes longer (kube-scheduler waits up to
@@ -155,6 +157,9 @@ enum Taken {
 /// order. A gang goes whole to one side: if any of its pods has claims to bind, none of its pods is
 /// bound before them.
 pub(super) fn split_by_claims(binds: Vec<Bind>) -> (Vec<Bind>, Vec<Vec<Bind>>) {
+    if binds.iter().all(|b| b.volumes.is_empty()) {
+        return (binds, Vec::new());
+    }
     let gangs_with_claims: std::collections::HashSet<GroupKey> = binds
         .iter()
         .filter(|b| !b.volumes.is_empty())
@@ -276,6 +281,14 @@ impl Applier {
                 info!(target: LOG_TARGET, gang = %gang, claims = claims.len(), pods = binds.len(), "claims bound; binding the pods");
                 self.spawn_binds(binds);
             }
+            Err(why) if matches!(why, VolumeBindError::NotLeading) || !self.leading() => {
+                // Deposed (a write the fence refused fails the same way): the new leader decides
+                // again; no back-off, no event.
+                debug!(target: LOG_TARGET, gang = %gang, error = %why, "not the leader any more; the gang's binds are dropped");
+                for b in &binds {
+                    let _ = self.feedback.send(Feedback::BindDropped { uid: b.uid.clone() });
+                }
+            }
             Err(why) => {
                 self.metrics
                     .claim_bindings
@@ -324,6 +337,7 @@ impl Applier {
     /// One claim's reservation or node selection; `None` when nothing had to change.
     async fn take(&self, c: &ClaimBinding) -> Result<Option<Taken>, VolumeBindError> {
         let Ok(_permit) = self.binds.acquire().await else {
+            // Closed only when the applier goes away: the process is stopping.
             return Err(VolumeBindError::NotLeading);
         };
         match &c.choice {
@@ -592,6 +606,373 @@ impl Applier {
 mod tests {
     use super::*;
     use scheduler_core::model::{GpuRequest, GroupKind};
+
+    /// The binder against a fake API server holding PersistentVolumes and claims, in paused time.
+    mod against_a_fake_api {
+        use std::collections::HashMap;
+        use std::convert::Infallible;
+        use std::sync::Mutex;
+
+        use http::{Method, Request, Response, StatusCode};
+        use kube::client::Body;
+        use runtime::discovery::EvictionVersion;
+        use runtime::lease::{Elector, LeaderElection};
+        use scheduler_core::config::GpuSharingArgs;
+        use tokio::sync::mpsc;
+
+        use super::super::super::{ApplierOptions, ApplyMetrics};
+        use super::*;
+
+        /// Objects by path; GET, merge PATCH (refused with 409 when the resourceVersion it carries is
+        /// not the object's), and `react` after each PATCH (the PV controller's part).
+        struct FakeApi {
+            objects: Mutex<HashMap<String, Value>>,
+            /// (method, path, body) of every request, in order.
+            log: Mutex<Vec<(Method, String, Value)>>,
+            react: fn(&mut HashMap<String, Value>),
+        }
+
+        fn pv_path(name: &str) -> String {
+            format!("/api/v1/persistentvolumes/{name}")
+        }
+
+        fn pvc_path(name: &str) -> String {
+            format!("/api/v1/namespaces/ml/persistentvolumeclaims/{name}")
+        }
+
+        fn free_volume(name: &str) -> Value {
+            json!({ "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": { "name": name, "resourceVersion": "1" },
+                "spec": { "capacity": { "storage": "1Gi" } },
+                "status": { "phase": "Available" } })
+        }
+
+        fn unbound_claim(name: &str) -> Value {
+            json!({ "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": { "name": name, "namespace": "ml", "uid": format!("uid-{name}"), "resourceVersion": "1" },
+                "spec": {}, "status": { "phase": "Pending" } })
+        }
+
+        /// RFC 7386: objects merge, `null` removes, anything else replaces.
+        fn merge(target: &mut Value, patch: &Value) {
+            let Value::Object(fields) = patch else {
+                *target = patch.clone();
+                return;
+            };
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let object = target.as_object_mut().expect("an object");
+            for (k, v) in fields {
+                if v.is_null() {
+                    object.remove(k);
+                } else {
+                    merge(object.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+
+        impl FakeApi {
+            fn answer(&self, method: &Method, path: &str, body: &Value) -> (StatusCode, Value) {
+                let mut objects = self.objects.lock().expect("objects");
+                let Some(object) = objects.get_mut(path) else {
+                    let status = json!({ "kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found" });
+                    return (StatusCode::NOT_FOUND, status);
+                };
+                match *method {
+                    Method::GET => (StatusCode::OK, object.clone()),
+                    Method::PATCH => {
+                        let version = object["metadata"]["resourceVersion"].clone();
+                        let wanted = &body["metadata"]["resourceVersion"];
+                        if !wanted.is_null() && *wanted != version {
+                            let status = json!({ "kind": "Status", "apiVersion": "v1", "metadata": {},
+                                "status": "Failure", "reason": "Conflict", "code": 409, "message": "changed" });
+                            return (StatusCode::CONFLICT, status);
+                        }
+                        merge(object, body);
+                        let next: u64 = version.as_str().and_then(|v| v.parse().ok()).unwrap_or(0) + 1;
+                        object["metadata"]["resourceVersion"] = json!(next.to_string());
+                        let answer = object.clone();
+                        (self.react)(&mut objects);
+                        (StatusCode::OK, answer)
+                    }
+                    // Binds and events: accepted, nothing kept.
+                    _ => (StatusCode::CREATED, json!({})),
+                }
+            }
+
+            fn patches(&self) -> Vec<(String, Value)> {
+                let log = self.log.lock().expect("log");
+                log.iter()
+                    .filter(|(m, _, _)| *m == Method::PATCH)
+                    .map(|(_, p, b)| (p.clone(), b.clone()))
+                    .collect()
+            }
+
+            fn object(&self, path: &str) -> Value {
+                self.objects.lock().expect("objects")[path].clone()
+            }
+        }
+
+        /// An applier as `main.rs` builds it, whose client talks to `objects`.
+        fn applier(
+            objects: Vec<(String, Value)>,
+            react: fn(&mut HashMap<String, Value>),
+        ) -> (Arc<Applier>, Arc<FakeApi>, mpsc::UnboundedReceiver<Feedback>) {
+            let fake = Arc::new(FakeApi {
+                objects: Mutex::new(objects.into_iter().collect()),
+                log: Mutex::new(Vec::new()),
+                react,
+            });
+            let server = Arc::clone(&fake);
+            let service = tower::service_fn(move |request: Request<Body>| {
+                let server = Arc::clone(&server);
+                async move {
+                    let (parts, body) = request.into_parts();
+                    let bytes = body.collect_bytes().await.expect("request body");
+                    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                    let path = parts.uri.path().to_owned();
+                    let (code, answer) = server.answer(&parts.method, &path, &body);
+                    server.log.lock().expect("log").push((parts.method, path, body));
+                    let response = Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(Body::from(answer.to_string().into_bytes()))
+                        .expect("response");
+                    Ok::<_, Infallible>(response)
+                }
+            });
+            let client = kube::Client::new(service, "default");
+            let (_elector, leadership) = Elector::new(client.clone(), LeaderElection::Disabled);
+            let (feedback, feedback_rx) = mpsc::unbounded_channel();
+            let options = ApplierOptions {
+                identity: "test".to_owned(),
+                bind_concurrency: 4,
+                write_concurrency: 4,
+                gpu_sharing: GpuSharingArgs::default(),
+            };
+            let applier = Applier::new(
+                client,
+                EvictionVersion::V1,
+                leadership.guard(),
+                feedback,
+                options,
+                ApplyMetrics::default(),
+            );
+            (Arc::new(applier), fake, feedback_rx)
+        }
+
+        fn choice(claim: &str, choice: ClaimChoice) -> ClaimBinding {
+            ClaimBinding {
+                claim: ClaimKey {
+                    namespace: "ml".into(),
+                    name: claim.into(),
+                },
+                claim_uid: format!("uid-{claim}").into(),
+                choice,
+            }
+        }
+
+        fn gang_bind(name: &str, claims: Vec<ClaimBinding>) -> Bind {
+            Bind {
+                volumes: claims,
+                ..bind(name, Some("g"), &[])
+            }
+        }
+
+        /// The PV controller and a provisioner: a volume reserved for a claim, or a claim given a
+        /// node, ends bound.
+        fn bind_what_was_chosen(objects: &mut HashMap<String, Value>) {
+            let reserved: Vec<(String, String)> = objects
+                .values()
+                .filter(|o| o["kind"] == "PersistentVolume")
+                .filter_map(|v| {
+                    let claim = v["spec"]["claimRef"]["name"].as_str()?;
+                    Some((claim.to_owned(), v["metadata"]["name"].as_str()?.to_owned()))
+                })
+                .collect();
+            for (claim, volume) in reserved {
+                if let Some(c) = objects.get_mut(&pvc_path(&claim)) {
+                    c["spec"]["volumeName"] = json!(volume);
+                    c["status"]["phase"] = json!("Bound");
+                }
+            }
+            for c in objects
+                .values_mut()
+                .filter(|o| o["kind"] == "PersistentVolumeClaim")
+            {
+                if !c["metadata"]["annotations"][keys::SELECTED_NODE].is_null() {
+                    c["spec"]["volumeName"] = json!("pv-provisioned");
+                    c["status"]["phase"] = json!("Bound");
+                }
+            }
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_gangs_claims_are_bound_before_any_of_its_pods() {
+            let (applier, fake, _feedback) = applier(
+                vec![
+                    (pv_path("pv-0"), free_volume("pv-0")),
+                    (pvc_path("data-0"), unbound_claim("data-0")),
+                    (pvc_path("data-1"), unbound_claim("data-1")),
+                ],
+                bind_what_was_chosen,
+            );
+            let binds = vec![
+                gang_bind("w-0", vec![choice("data-0", ClaimChoice::Volume("pv-0".into()))]),
+                gang_bind("w-1", vec![choice("data-1", ClaimChoice::Provision("n1".into()))]),
+            ];
+            Arc::clone(&applier).bind_with_claims(binds).await;
+            // The pods' binds run as tasks of their own.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+
+            // Written concurrently: in either order.
+            let patches: HashMap<String, Value> = fake.patches().into_iter().collect();
+            assert_eq!(patches.len(), 2, "{patches:?}");
+            let claim = ClaimKey {
+                namespace: "ml".into(),
+                name: "data-0".into(),
+            };
+            assert_eq!(
+                patches.get(&pv_path("pv-0")),
+                Some(&reserve_patch(Some("1"), &claim, "uid-data-0"))
+            );
+            assert_eq!(
+                patches.get(&pvc_path("data-1")),
+                Some(&selected_node_patch(Some("1"), Some("n1")))
+            );
+
+            let log = fake.log.lock().expect("log").clone();
+            let last_patch = log
+                .iter()
+                .rposition(|(m, _, _)| *m == Method::PATCH)
+                .expect("patches");
+            let binds: Vec<usize> = log
+                .iter()
+                .enumerate()
+                .filter(|(_, (m, p, _))| *m == Method::POST && p.ends_with("/binding"))
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(binds.len(), 2, "both pods bound: {log:?}");
+            assert!(
+                binds.iter().all(|i| *i > last_patch),
+                "pods bound after their claims: {log:?}"
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn claims_not_bound_in_time_are_given_back() {
+            // No PV controller: nothing ever binds.
+            let (applier, fake, _feedback) = applier(
+                vec![
+                    (pv_path("pv-0"), free_volume("pv-0")),
+                    (pvc_path("data-0"), unbound_claim("data-0")),
+                    (pvc_path("data-1"), unbound_claim("data-1")),
+                ],
+                |_| {},
+            );
+            let claims = [
+                choice("data-0", ClaimChoice::Volume("pv-0".into())),
+                choice("data-1", ClaimChoice::Provision("n1".into())),
+            ];
+            let started = tokio::time::Instant::now();
+            let error = applier.bind_claims(&claims).await.expect_err("never bound");
+            assert_eq!(error.to_string(), "claim ml/data-0 not bound within 60 s");
+            assert_eq!(error.result(), "timeout");
+            assert!(started.elapsed() >= CLAIM_BIND_TIMEOUT);
+            // Both choices were written, then given back: the volume is free, the claim has no node.
+            assert_eq!(fake.patches().len(), 4, "{:?}", fake.patches());
+            let volume = fake.object(&pv_path("pv-0"));
+            assert!(volume["spec"]["claimRef"].is_null(), "{volume}");
+            assert!(
+                volume["metadata"]["annotations"][keys::BOUND_BY_CONTROLLER].is_null(),
+                "{volume}"
+            );
+            let claim = fake.object(&pvc_path("data-1"));
+            assert!(
+                claim["metadata"]["annotations"][keys::SELECTED_NODE].is_null(),
+                "{claim}"
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_volume_taken_meanwhile_fails_the_gang_and_frees_what_it_took() {
+            let mut taken = free_volume("pv-1");
+            taken["spec"]["claimRef"] = json!({ "namespace": "ml", "name": "other", "uid": "uid-other" });
+            let (applier, fake, mut feedback) = applier(
+                vec![
+                    (pv_path("pv-0"), free_volume("pv-0")),
+                    (pv_path("pv-1"), taken.clone()),
+                    (pvc_path("data-0"), unbound_claim("data-0")),
+                    (pvc_path("data-1"), unbound_claim("data-1")),
+                ],
+                |_| {},
+            );
+            let binds = vec![
+                gang_bind("w-0", vec![choice("data-0", ClaimChoice::Volume("pv-0".into()))]),
+                gang_bind("w-1", vec![choice("data-1", ClaimChoice::Volume("pv-1".into()))]),
+            ];
+            Arc::clone(&applier).bind_with_claims(binds).await;
+
+            assert!(
+                fake.object(&pv_path("pv-0"))["spec"]["claimRef"].is_null(),
+                "pv-0 given back"
+            );
+            assert_eq!(
+                fake.object(&pv_path("pv-1")),
+                taken,
+                "the other claim's volume untouched"
+            );
+            let log = fake.log.lock().expect("log").clone();
+            assert!(
+                !log.iter().any(|(_, p, _)| p.ends_with("/binding")),
+                "no pod of the gang bound: {log:?}"
+            );
+            let mut failed = Vec::new();
+            while let Ok(Feedback::BindFailed { uid, reason }) = feedback.try_recv() {
+                assert_eq!(
+                    &*reason,
+                    "binding volumes failed: persistentvolume pv-1 is reserved for claim ml/other"
+                );
+                failed.push(uid.to_string());
+            }
+            failed.sort();
+            assert_eq!(failed, ["uid-w-0", "uid-w-1"]);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_claim_already_reserved_or_given_the_node_is_not_written_again() {
+            let mut reserved = free_volume("pv-0");
+            reserved["spec"]["claimRef"] = json!({ "namespace": "ml", "name": "data-0" });
+            let mut selected = unbound_claim("data-1");
+            selected["metadata"]["annotations"] = json!({ keys::SELECTED_NODE: "n1" });
+            let (applier, fake, _feedback) = applier(
+                vec![
+                    (pv_path("pv-0"), reserved),
+                    (pvc_path("data-0"), unbound_claim("data-0")),
+                    (pvc_path("data-1"), selected),
+                ],
+                |_| {},
+            );
+            let claims = [
+                choice("data-0", ClaimChoice::Volume("pv-0".into())),
+                choice("data-1", ClaimChoice::Provision("n1".into())),
+            ];
+            let taken = join_all(claims.iter().map(|c| applier.take(c))).await;
+            assert!(taken.iter().all(|t| matches!(t, Ok(None))), "{taken:?}");
+            assert!(fake.patches().is_empty());
+            // Given to another node: refused.
+            let error = applier
+                .take(&choice("data-1", ClaimChoice::Provision("n2".into())))
+                .await
+                .expect_err("another node was selected");
+            assert_eq!(
+                error.to_string(),
+                "claim ml/data-1 is to be provisioned on node n1, not n2"
+            );
+        }
+    }
 
     fn bind(name: &str, group: Option<&str>, claims: &[&str]) -> Bind {
         Bind {

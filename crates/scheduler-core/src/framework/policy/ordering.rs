@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use crate::fairshare::OrderKey;
 use crate::framework::Session;
-use crate::model::{IdMap, QueueId, Resources, TaskStatus};
+use crate::model::{GroupKey, IdMap, QueueId, Resources, TaskStatus};
 
 /// A leaf queue and its front gang: the next gang to try under some queue.
 type Pick = Option<(QueueId, usize)>;
@@ -65,7 +65,7 @@ impl<T> PerQueue<T> {
 /// KAI's job order inside a queue: higher priority, then gangs below their minimum before those at it
 /// before elastic growth, then older, then by name.
 #[must_use]
-pub fn job_key(ssn: &Session<'_>, gang: usize) -> (i32, u8, i64, String) {
+pub fn job_key(ssn: &Session<'_>, gang: usize) -> (i32, u8, i64, SlashJoined) {
     let g = &ssn.gangs[gang];
     let cluster = &*ssn.cluster;
     let elastic = if !g.is_satisfied(cluster) {
@@ -84,8 +84,43 @@ pub fn job_key(ssn: &Session<'_>, gang: usize) -> (i32, u8, i64, String) {
         -g.priority,
         elastic,
         g.created,
-        cluster.group(g.root).key.to_string(),
+        SlashJoined(cluster.group(g.root).key.clone()),
     )
+}
+
+/// A gang's key ordered as its `namespace/name` text orders, without making the text (the last tie
+/// breaker of the job order; compared once per pair, not formatted once per comparison).
+#[derive(Clone, Debug)]
+pub struct SlashJoined(GroupKey);
+
+impl PartialEq for SlashJoined {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for SlashJoined {}
+
+impl SlashJoined {
+    fn bytes(&self) -> impl Iterator<Item = u8> + '_ {
+        self.0
+            .namespace
+            .bytes()
+            .chain(std::iter::once(b'/'))
+            .chain(self.0.name.bytes())
+    }
+}
+
+impl Ord for SlashJoined {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.bytes().cmp(other.bytes())
+    }
+}
+
+impl PartialOrd for SlashJoined {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl JobQueues {
@@ -96,7 +131,7 @@ impl JobQueues {
             reverse,
             ..Self::default()
         };
-        let mut keyed: Vec<((i32, u8, i64, String), usize)> = gangs
+        let mut keyed: Vec<((i32, u8, i64, SlashJoined), usize)> = gangs
             .filter(|g| ssn.gangs[*g].queue.is_some())
             .map(|g| (job_key(ssn, g), g))
             .collect();
@@ -319,5 +354,36 @@ mod tests {
         }
         assert!(cached.pop(&ssn).is_none());
         assert!(popped > 100, "popped {popped}");
+    }
+}
+
+#[cfg(test)]
+mod slash_joined_tests {
+    use std::sync::Arc;
+
+    use super::SlashJoined;
+    use crate::model::{GroupKey, GroupKind};
+
+    fn key(namespace: &str, name: &str) -> SlashJoined {
+        SlashJoined(GroupKey {
+            kind: GroupKind::Kai,
+            namespace: Arc::from(namespace),
+            name: Arc::from(name),
+        })
+    }
+
+    #[test]
+    fn orders_as_the_namespace_slash_name_text_does() {
+        let pairs = [
+            ("a", "b", "a-x", "b"),
+            ("a", "zz", "ab", "a"),
+            ("ns", "job-10", "ns", "job-9"),
+            ("ns", "j", "ns", "j"),
+            ("", "x", "a", ""),
+        ];
+        for (n1, m1, n2, m2) in pairs {
+            let text = format!("{n1}/{m1}").cmp(&format!("{n2}/{m2}"));
+            assert_eq!(key(n1, m1).cmp(&key(n2, m2)), text, "{n1}/{m1} vs {n2}/{m2}");
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! status writer turns them into the PodGroup condition, the events and `kai explain`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::framework::gang::NotReady;
 use crate::framework::policy::placement::NodeMiss;
@@ -69,6 +70,15 @@ pub enum Why {
     Pipelined,
     /// Pods that name a sub-group that is missing or are beyond `maxMember`.
     Elastic(String),
+    /// A pod's bind failed; the gang is tried again after a back-off.
+    BindFailed {
+        /// `namespace/name` of the pod.
+        pod: String,
+        /// The binder's reason.
+        reason: Arc<str>,
+        /// Failures in a row.
+        count: u32,
+    },
 }
 
 impl Why {
@@ -84,6 +94,7 @@ impl Why {
             Self::TimedOut { .. } => "ScheduleTimeout",
             Self::Pipelined => "WaitingForEvictions",
             Self::Elastic(_) => "Elastic",
+            Self::BindFailed { .. } => "BindFailed",
         }
     }
 
@@ -108,6 +119,14 @@ impl Why {
                     .to_owned()
             }
             Self::Elastic(m) => m.clone(),
+            Self::BindFailed { pod, reason, count } => {
+                let times = if *count > 1 {
+                    format!(" ({count} times in a row)")
+                } else {
+                    String::new()
+                };
+                format!("binding pod {pod} failed{times}: {reason}; the gang is tried again after a back-off")
+            }
         }
     }
 }

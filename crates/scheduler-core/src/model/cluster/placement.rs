@@ -8,7 +8,8 @@ use super::Cluster;
 use crate::model::ids::{NodeId, TaskId};
 use crate::model::node::PortUse;
 use crate::model::pod_rules::PodFacts;
-use crate::model::task::{Assumed, Task, TaskStatus};
+use crate::model::task::{Assumed, BindFailure, Task, TaskStatus};
+use crate::model::time::Millis;
 use crate::model::volumes::NodeRef;
 
 /// The previous placement of a task, returned by [`Cluster::set_assumed`] so it can be undone.
@@ -178,6 +179,21 @@ impl Cluster {
             let groups = self.tasks.get(id.0).map(|t| t.gpu_groups.clone());
             let _ = self.set_assumed(id, Assumed::None, groups);
             self.epochs.capacity_changed();
+        }
+    }
+
+    /// A bind failed: the assumption goes, and the pod (with its gang) is not tried again before its
+    /// back-off ends; the reason is kept for its gang's status.
+    pub fn bind_failed(&mut self, id: TaskId, reason: Arc<str>, now: Millis) {
+        self.clear_assumed(id);
+        let Some(task) = self.tasks.get_mut(id.0) else {
+            return;
+        };
+        task.bind_failure = Some(BindFailure::after(task.bind_failure.as_ref(), reason, now));
+        let group = task.group;
+        self.epochs.changed();
+        if let Some(g) = group {
+            self.group_mut(g).version += 1;
         }
     }
 

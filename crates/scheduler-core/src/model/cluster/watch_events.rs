@@ -221,6 +221,9 @@ impl Cluster {
             if caught_up {
                 task.assumed = Assumed::None;
             }
+            if task.api.status.holds_node() {
+                task.bind_failure = None;
+            }
             if !update.gpu_groups.is_empty() || task.api.status.holds_node() {
                 task.gpu_groups = update.gpu_groups;
             }
@@ -286,6 +289,7 @@ impl Cluster {
             problem: None,
             spec_problem: update.problem,
             claims: update.claims,
+            bind_failure: None,
             condition_fingerprint: 0,
             reservation_for: update.reservation_for,
             gpu_device: update.gpu_device,
