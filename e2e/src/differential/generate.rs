@@ -1067,7 +1067,14 @@ mod tests {
                     );
                 }
             }
+            // The PV controller binds claims of a class without a StorageClass object at once, to any
+            // volume of that class: no volume may be in a class such a claim names.
+            assert!(p.storage.volumes.iter().all(|v| matches!(
+                v.class,
+                storage::Class::WaitForFirstConsumer | storage::Class::Other
+            )));
             for c in &p.storage.claims {
+                assert_ne!(c.class, storage::Class::Other);
                 kinds.insert(
                     format!("{:?}/{:?}", c.kind, c.class).replace(|ch: char| ch.is_ascii_digit(), ""),
                 );

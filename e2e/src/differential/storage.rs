@@ -48,8 +48,11 @@ pub enum Class {
     WaitForFirstConsumer,
     /// `volumeBindingMode: Immediate`, no provisioner (and no volume: its claims never bind).
     Immediate,
-    /// A class no StorageClass object has.
+    /// A class no StorageClass object has, named by claims only (the PV controller treats their claims
+    /// as binding at once, so no volume may be in it).
     Missing,
+    /// A class no StorageClass object has, of volumes only: no claim asks for them.
+    Other,
 }
 
 impl Class {
@@ -58,6 +61,7 @@ impl Class {
             Class::WaitForFirstConsumer => "wffc",
             Class::Immediate => "immediate",
             Class::Missing => "missing",
+            Class::Other => "other",
         }
     }
 }
@@ -211,7 +215,7 @@ pub fn generate(rng: &mut Rng, terrain: Terrain<'_>) -> StoragePlan {
         let class = if rng.chance(85) {
             Class::WaitForFirstConsumer
         } else {
-            Class::Missing
+            Class::Other
         };
         let capacity_gi = rng.pick(&[1, 2, 5, 10, 20]);
         let modes = rng.pick(&MODES);
@@ -298,7 +302,7 @@ fn labels(prefix: &str, side: Side, round: usize) -> Value {
     json!({ PHASE_LABEL: phase(round, side), RUN_LABEL: prefix })
 }
 
-/// The StorageClasses of a side and round (those that exist: not [`Class::Missing`]).
+/// The StorageClasses of a side and round (those that exist: not [`Class::Missing`] nor [`Class::Other`]).
 #[must_use]
 pub fn classes(prefix: &str, side: Side, round: usize) -> Vec<Value> {
     [

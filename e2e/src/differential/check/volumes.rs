@@ -466,13 +466,11 @@ pub fn binding_faults(
             .and_then(|s| s.volume_name.as_deref())
             .filter(|v| !v.is_empty());
         let Some(node) = node else {
-            if was_volume.is_none()
-                && (volume_name.is_some()
-                    || !reserved.is_empty()
-                    || annotation(&claim.metadata, SELECTED_NODE).is_some())
-            {
+            let selected = annotation(&claim.metadata, SELECTED_NODE);
+            if was_volume.is_none() && (volume_name.is_some() || !reserved.is_empty() || selected.is_some()) {
                 faults.push(format!(
-                    "claim {claim_name} of a pod left pending was bound, reserved or given a node"
+                    "claim {claim_name} of a pod left pending was bound to {volume_name:?}, reserved by \
+                     volumes {reserved:?} or given node {selected:?}"
                 ));
             }
             continue;
