@@ -471,7 +471,7 @@ async fn create_storage(
     create_all(&Api::<PersistentVolume>::all(client.clone()), &volume_objects).await?;
     let timeout =
         |objects: usize| STORAGE_TIMEOUT + STORAGE_TIMEOUT_EACH * u32::try_from(objects).unwrap_or(u32::MAX);
-    let phase = |status: Option<&str>, wanted: &str| status == Some(wanted);
+    let is = |status: Option<&str>, wanted: &str| status == Some(wanted);
     t.wait_until(
         "the round's volumes available (or bound, those reserved)",
         timeout(volume_objects.len()),
@@ -480,7 +480,7 @@ async fn create_storage(
                 let stored = list_storage(t, names, index, side).await?;
                 if !stored.volumes.iter().all(|v| {
                     let reserved = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_some();
-                    phase(
+                    is(
                         v.status.as_ref().and_then(|s| s.phase.as_deref()),
                         if reserved { "Bound" } else { "Available" },
                     )
@@ -518,7 +518,7 @@ async fn create_storage(
                 if !stored
                     .claims
                     .iter()
-                    .all(|c| phase(c.status.as_ref().and_then(|s| s.phase.as_deref()), "Bound"))
+                    .all(|c| is(c.status.as_ref().and_then(|s| s.phase.as_deref()), "Bound"))
                 {
                     return Ok(None);
                 }
@@ -530,8 +530,8 @@ async fn create_storage(
     Ok(())
 }
 
-/// A probe's claims on one side: those bound before the probe (labelled with the run, so the test can
-/// wait for them), and the others.
+/// A probe's claims on one side: those bound before the probe (made with the volumes, while the rounds
+/// before are played), and the others (made at the start of the probe's round).
 fn split_claims(p: &e2e::differential::Probe, n: &Naming<'_>) -> (Vec<Value>, Vec<Value>) {
     let prebound = p.storage.prebound_claims(n);
     p.storage
@@ -554,9 +554,6 @@ async fn create_round_claims(
             let (_, others) = split_claims(p, &naming(names, p, &probe_name, side));
             claims.extend(others);
         }
-    }
-    if round.probes.iter().all(|p| p.storage.is_empty()) {
-        return Ok(());
     }
     create_claims(t, &claims).await
 }
