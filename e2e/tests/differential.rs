@@ -881,7 +881,10 @@ fn judge(
     let mut verdict = kube_judged.verdict;
     let mut current = ours_judged.verdict;
     // The other worlds' nodes fail the probe's world selector and tell nothing about the rules.
-    let world = format!("w{}", probe.world);
+    let world = probe.spec["nodeSelector"][WORLD_LABEL]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let of_world: std::collections::HashSet<&str> = nodes
         .iter()
         .filter(|n| n.metadata.labels.as_ref().and_then(|l| l.get(WORLD_LABEL)) == Some(&world))

@@ -118,6 +118,18 @@ pub struct Names {
     pub prefix: String,
 }
 
+impl Names {
+    /// The world label's value for world `w`, also the start of its zones and regions: unique to the run
+    /// (the prefix's last part), so runs sharing a cluster never select each other's nodes or pods, nor
+    /// share a topology domain (kube-scheduler counts a domain's pods on every node of it, tainted or
+    /// not; two runs' worlds of one name once disagreed with the checker on spread).
+    #[must_use]
+    pub fn world_value(&self, w: usize) -> String {
+        let run = self.prefix.rsplit('-').next().unwrap_or_default();
+        format!("w{w}-{run}")
+    }
+}
+
 /// One node to create.
 #[derive(Clone, Debug)]
 pub struct NodePlan {
@@ -397,9 +409,11 @@ fn node_name(prefix: &str, world: usize, node: usize) -> String {
 
 fn world(rng: &mut Rng, w: usize, names: &Names) -> (Vec<NodePlan>, World) {
     let zones: Vec<String> = (0..2 + rng.below(2))
-        .map(|z| format!("w{w}-z{}", ["a", "b", "c"][z]))
+        .map(|z| format!("{}-z{}", names.world_value(w), ["a", "b", "c"][z]))
         .collect();
-    let regions: Vec<String> = (0..1 + rng.below(2)).map(|r| format!("w{w}-r{r}")).collect();
+    let regions: Vec<String> = (0..1 + rng.below(2))
+        .map(|r| format!("{}-r{r}", names.world_value(w)))
+        .collect();
     let count = 3 + rng.below(4);
     let mut plans = Vec::new();
     let mut states = Vec::new();
@@ -416,7 +430,7 @@ fn world(rng: &mut Rng, w: usize, names: &Names) -> (Vec<NodePlan>, World) {
             .memory(&format!("{memory_gi}Gi"))
             .gpus(u32::try_from(gpus).unwrap_or(0))
             .pods(u32::try_from(pods).unwrap_or(110))
-            .label(WORLD_LABEL, &format!("w{w}"))
+            .label(WORLD_LABEL, &names.world_value(w))
             .taint(ISOLATION_TAINT, &names.prefix, "NoSchedule");
         if widgets > 0 {
             fake = fake.resource(WIDGET, &widgets.to_string());
@@ -472,13 +486,9 @@ fn world(rng: &mut Rng, w: usize, names: &Names) -> (Vec<NodePlan>, World) {
     (plans, world)
 }
 
-fn world_value(w: usize) -> String {
-    format!("w{w}")
-}
-
 /// Labels of a pod of world `w`: the world, usually an app, often a tier.
-fn pod_labels(rng: &mut Rng, w: usize) -> Value {
-    let mut labels = json!({ WORLD_LABEL: world_value(w) });
+fn pod_labels(rng: &mut Rng, w: usize, names: &Names) -> Value {
+    let mut labels = json!({ WORLD_LABEL: names.world_value(w) });
     if rng.chance(85) {
         labels["app"] = json!(rng.pick(&APPS));
     }
@@ -490,8 +500,8 @@ fn pod_labels(rng: &mut Rng, w: usize) -> Value {
 
 /// A label selector for pods of world `w`. Every selector names the world, so pods of other worlds never
 /// match: worlds stay independent for kube-scheduler too, whose affinity pre-filter looks at every node.
-fn selector(rng: &mut Rng, w: usize) -> Value {
-    let mut match_labels = json!({ WORLD_LABEL: world_value(w) });
+fn selector(rng: &mut Rng, w: usize, names: &Names) -> Value {
+    let mut match_labels = json!({ WORLD_LABEL: names.world_value(w) });
     let mut expressions = Vec::new();
     match rng.below(6) {
         0 | 1 => match_labels["app"] = json!(rng.pick(&APPS)),
@@ -510,7 +520,7 @@ fn selector(rng: &mut Rng, w: usize) -> Value {
 
 fn affinity_term(rng: &mut Rng, w: usize, names: &Names) -> Value {
     let mut term = json!({
-        "labelSelector": selector(rng, w),
+        "labelSelector": selector(rng, w, names),
         "topologyKey": if rng.chance(50) { HOSTNAME } else { ZONE },
     });
     match rng.below(6) {
@@ -608,7 +618,7 @@ fn prebound(rng: &mut Rng, world: &mut World, names: &Names, rules: Rules) -> Op
     let namespace = rng.pick(&names.namespaces);
     let name = format!("b-w{}-{}", world.index, world.next_pod);
     world.next_pod += 1;
-    let mut labels = pod_labels(rng, world.index);
+    let mut labels = pod_labels(rng, world.index, names);
     labels[ROLE_LABEL] = json!("bound");
     let mut requests = BTreeMap::from([
         ("cpu", format!("{cpu_milli}m")),
@@ -675,7 +685,7 @@ fn node_requirement(rng: &mut Rng, world: &World) -> Value {
 fn probe(rng: &mut Rng, world: &World, round: usize, names: &Names, rules: Rules) -> Probe {
     let w = world.index;
     let mut carries = BTreeSet::from([Rule::Resources]);
-    let mut labels = pod_labels(rng, w);
+    let mut labels = pod_labels(rng, w, names);
     labels[ROLE_LABEL] = json!("probe");
     let mut requests = BTreeMap::from([
         ("cpu", rng.pick(&["250m", "500m", "1", "2", "3"]).to_owned()),
@@ -696,7 +706,7 @@ fn probe(rng: &mut Rng, world: &World, round: usize, names: &Names, rules: Rules
     } else {
         Vec::new()
     };
-    let mut node_selector = json!({ WORLD_LABEL: world_value(w) });
+    let mut node_selector = json!({ WORLD_LABEL: names.world_value(w) });
     if rng.chance(25) {
         carries.insert(Rule::NodeSelector);
         match rng.below(3) {
@@ -806,7 +816,7 @@ fn probe(rng: &mut Rng, world: &World, round: usize, names: &Names, rules: Rules
                     "maxSkew": 1 + rng.below(2),
                     "topologyKey": key,
                     "whenUnsatisfiable": when,
-                    "labelSelector": selector(rng, w),
+                    "labelSelector": selector(rng, w, names),
                 }));
             }
         }
@@ -1062,7 +1072,8 @@ mod tests {
                 {
                     let value = value.as_str().unwrap();
                     assert!(
-                        world.contains(value) || value.starts_with(&format!("w{}-z", p.world)),
+                        world.contains(value)
+                            || value.starts_with(&format!("{}-z", names().world_value(p.world))),
                         "{v}"
                     );
                 }
@@ -1101,15 +1112,14 @@ mod tests {
     fn selectors_and_node_selectors_always_name_the_world() {
         let s = generate(&config(Rules::All), &names());
         for p in s.rounds.iter().flat_map(|r| &r.probes) {
-            assert_eq!(p.spec["nodeSelector"][WORLD_LABEL], format!("w{}", p.world));
+            let world = names().world_value(p.world);
+            assert_eq!(p.spec["nodeSelector"][WORLD_LABEL], world.as_str());
             let text = p.spec.to_string();
             let selectors = text.matches("labelSelector").count();
             let named = text
-                .matches(&format!("\"matchLabels\":{{\"{WORLD_LABEL}\":\"w{}\"", p.world))
+                .matches(&format!("\"matchLabels\":{{\"{WORLD_LABEL}\":\"{world}\""))
                 .count()
-                + text
-                    .matches(&format!("\"{WORLD_LABEL}\":\"w{}\"", p.world))
-                    .count();
+                + text.matches(&format!("\"{WORLD_LABEL}\":\"{world}\"")).count();
             assert!(named >= selectors, "{text}");
         }
     }
