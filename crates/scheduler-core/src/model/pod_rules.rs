@@ -70,6 +70,15 @@ impl LabelBook {
             .is_some_and(|shared| Arc::ptr_eq(shared, labels))
     }
 
+    /// Sets held here alone that no pointer of `carried` is (sets no pod carries any more).
+    #[must_use]
+    pub fn orphans(&self, carried: &HashSet<*const Labels>) -> usize {
+        self.sets
+            .iter()
+            .filter(|set| Arc::strong_count(set) == 1 && !carried.contains(&Arc::as_ptr(set)))
+            .count()
+    }
+
     /// Distinct label sets held.
     #[must_use]
     pub fn len(&self) -> usize {

@@ -124,11 +124,11 @@ impl Cluster {
             }
             carried.insert(Arc::as_ptr(&task.labels));
         }
-        if carried.len() != self.labels.len() {
+        // A set no pod carries stays only while something else (a clone of the model) holds it.
+        let orphans = self.labels.orphans(&carried);
+        if orphans > 0 {
             return Err(format!(
-                "the label book holds {} sets, the pods carry {}",
-                self.labels.len(),
-                carried.len()
+                "the label book holds {orphans} sets no pod carries and nothing else holds"
             ));
         }
         Ok(())
