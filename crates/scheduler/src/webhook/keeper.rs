@@ -61,6 +61,16 @@ impl Settings {
     }
 }
 
+/// How long the webhook configuration must have carried a new CA before a certificate it signed is
+/// served: the API servers read webhook configurations through their own caches.
+const PROPAGATION: Duration = Duration::from_secs(5);
+
+/// What the keeper remembers between rounds: since when the configuration has carried the current CA.
+#[derive(Debug, Default)]
+struct Seen {
+    served: Option<(String, tokio::time::Instant)>,
+}
+
 /// Runs until `shutdown`: one round at once, then one every [`Settings::period`]. `ready` opens once a
 /// certificate is served.
 pub async fn run(
@@ -73,8 +83,9 @@ pub async fn run(
 ) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
     let configurations: Api<MutatingWebhookConfiguration> = Api::all(client);
+    let mut seen = Seen::default();
     loop {
-        if let Err(e) = round(&secrets, &configurations, &settings, &guard, &store).await {
+        if let Err(e) = round(&secrets, &configurations, &settings, &guard, &store, &mut seen).await {
             warn!(
                 secret = %format!("{}/{}", settings.namespace, settings.secret),
                 error = %e,
@@ -107,6 +118,7 @@ async fn round(
     settings: &Settings,
     guard: &LeaderGuard,
     store: &CertStore,
+    seen: &mut Seen,
 ) -> Result<(), String> {
     let Some(secret) = secrets
         .get_opt(&settings.secret)
@@ -133,7 +145,7 @@ async fn round(
             let annotations = secret.metadata.annotations.clone().unwrap_or_default();
             let mut stored = Stored::from_secret(&data, &annotations);
             if guard.check().is_ok() {
-                stored = keep(secrets, configurations, settings, secret, stored).await?;
+                stored = keep(secrets, configurations, settings, secret, stored, seen).await?;
             }
             match stored {
                 Some(s) => (s.cert, s.key),
@@ -165,6 +177,7 @@ async fn keep(
     settings: &Settings,
     mut secret: Secret,
     stored: Option<Stored>,
+    seen: &mut Seen,
 ) -> Result<Option<Stored>, String> {
     let configuration = match &settings.configuration {
         Some(name) => Some(
@@ -181,14 +194,30 @@ async fn keep(
             .as_ref()
             .is_none_or(|c| bundles(c).iter().all(|b| contains(b, &s.ca.pem)) && !bundles(c).is_empty())
     };
+    // The current CA counts as served once the configuration has carried it for PROPAGATION.
+    let bundle_served = match stored.as_ref().filter(|s| served(s)) {
+        Some(s) if configuration.is_none() => {
+            seen.served = Some((s.ca.name.clone(), tokio::time::Instant::now()));
+            true
+        }
+        Some(s) => {
+            let since = match &seen.served {
+                Some((name, at)) if *name == s.ca.name => *at,
+                _ => {
+                    let at = tokio::time::Instant::now();
+                    seen.served = Some((s.ca.name.clone(), at));
+                    at
+                }
+            };
+            since.elapsed() >= PROPAGATION
+        }
+        None => {
+            seen.served = None;
+            false
+        }
+    };
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let step = certs::plan(
-        stored.as_ref(),
-        &settings.hosts,
-        now,
-        settings.validity,
-        stored.as_ref().is_some_and(served),
-    );
+    let step = certs::plan(stored.as_ref(), &settings.hosts, now, settings.validity, bundle_served);
     let mut current = stored;
     if step != Step::Keep
         && let Some(next) = certs::renew(step, current.as_ref(), &settings.hosts, now, settings.validity)?
