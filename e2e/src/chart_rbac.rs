@@ -434,6 +434,97 @@ spec:
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
+    const WEBHOOK: &str = r"
+apiVersion: v1
+kind: Secret
+metadata: {name: kai-scheduler-webhook-tls, namespace: kai-scheduler}
+type: Opaque
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: kai-scheduler}
+rules:
+  - {apiGroups: [''], resources: [pods], verbs: [list]}
+  - {apiGroups: [''], resources: [configmaps], verbs: [create, patch]}
+  - {apiGroups: [admissionregistration.k8s.io], resources: [mutatingwebhookconfigurations], resourceNames: [kai-scheduler-gpu-sharing], verbs: [get, patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: kai-scheduler}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kai-scheduler}
+subjects: [{kind: ServiceAccount, name: kai-scheduler, namespace: kai-scheduler}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: kai-scheduler-webhook-tls, namespace: kai-scheduler}
+rules: [{apiGroups: [''], resources: [secrets], resourceNames: [kai-scheduler-webhook-tls], verbs: [get, update]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: kai-scheduler-webhook-tls, namespace: kai-scheduler}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: kai-scheduler-webhook-tls}
+subjects: [{kind: ServiceAccount, name: kai-scheduler, namespace: kai-scheduler}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: kai-scheduler-gpu-sharing}
+webhooks:
+  - name: gpu-sharing.kai.scheduler
+    failurePolicy: Ignore
+    clientConfig: {service: {name: kai-scheduler-webhook, namespace: kai-scheduler, path: /mutate-pods}}
+    namespaceSelector: {matchExpressions: [{key: kubernetes.io/metadata.name, operator: NotIn, values: [kai-scheduler]}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: kai-scheduler, namespace: kai-scheduler, labels: {app.kubernetes.io/component: scheduler}}
+spec:
+  template:
+    spec:
+      serviceAccountName: kai-scheduler
+      containers:
+        - name: scheduler
+          command: [/usr/local/bin/kai-scheduler]
+          args: [--webhook-secret=kai-scheduler-webhook-tls, --webhook-configuration=kai-scheduler-gpu-sharing]
+";
+
+    #[test]
+    fn webhook_objects_select_only_the_test_namespace_and_are_owned_by_it() {
+        let rendered = Rendered::parse(WEBHOOK).expect("parse");
+        let components = rendered.components().expect("components");
+        let chart = ChartRbac {
+            rendered,
+            components,
+            tokens: BTreeMap::new(),
+        };
+        let owner = serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "name": "e2e-t", "uid": "u" });
+        let objects = chart
+            .webhook_objects("e2e-t", "e2e-t-gpu-sharing", "https://127.0.0.1:1/mutate-pods", "scope", &owner)
+            .expect("objects");
+        let find = |kind: &str| {
+            objects
+                .iter()
+                .find(|o| o["kind"] == kind)
+                .unwrap_or_else(|| panic!("no {kind}"))
+        };
+        for kind in ["Secret", "Role", "RoleBinding"] {
+            assert_eq!(find(kind)["metadata"]["namespace"], "e2e-t", "{kind}");
+        }
+        assert_eq!(find("RoleBinding")["subjects"][0]["namespace"], "kai-scheduler");
+        let webhook = find("MutatingWebhookConfiguration");
+        assert_eq!(webhook["metadata"]["name"], "e2e-t-gpu-sharing");
+        let w = &webhook["webhooks"][0];
+        assert_eq!(w["clientConfig"], serde_json::json!({ "url": "https://127.0.0.1:1/mutate-pods" }));
+        assert_eq!(w["namespaceSelector"], serde_json::json!({ "matchLabels": { "scope": "e2e-t" } }));
+        assert_eq!(w["failurePolicy"], "Ignore", "the chart's settings stay");
+        let role = find("ClusterRole");
+        assert_eq!(role["rules"][0]["resourceNames"], serde_json::json!(["e2e-t-gpu-sharing"]));
+        assert_eq!(role["rules"][1]["resources"], serde_json::json!(["configmaps"]));
+        assert_eq!(find("ClusterRoleBinding")["subjects"][0]["name"], "kai-scheduler");
+        for kind in ["MutatingWebhookConfiguration", "ClusterRole", "ClusterRoleBinding"] {
+            assert_eq!(find(kind)["metadata"]["ownerReferences"][0], owner, "{kind}");
+        }
+    }
+
     #[test]
     fn lease_objects_move_only_the_namespace() {
         let (objects, lease) = chart()
