@@ -120,32 +120,9 @@ impl LocalWebhook {
     /// # Errors
     /// When that does not happen within `timeout`.
     pub async fn wait_until_serving(&self, client: &Client, timeout: Duration) -> anyhow::Result<()> {
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.namespace);
-        let probe: Pod = serde_json::from_value(json!({
-            "metadata": { "generateName": "webhook-probe-",
-                          "annotations": { api::keys::GPU_FRACTION: "0.5" } },
-            "spec": { "schedulerName": api::keys::SCHEDULER_NAME,
-                      "containers": [{ "name": "c", "image": "example.com/probe:1" }] },
-        }))?;
-        let params = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let last = match pods.create(&params, &probe).await {
-                Ok(p) if p.annotations().contains_key(api::keys::GPU_SHARING_CONFIGMAP) => return Ok(()),
-                Ok(_) => "the pod came back unchanged".to_owned(),
-                Err(e) => e.to_string(),
-            };
-            if tokio::time::Instant::now() >= deadline {
-                bail!(
-                    "the GPU-sharing webhook on 127.0.0.1:{} did not answer within {timeout:?} ({last})",
-                    self.port
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        wait_until_serving(client, &self.namespace, timeout)
+            .await
+            .with_context(|| format!("the webhook at 127.0.0.1:{}", self.port))
     }
 
     /// The CA bundle the webhook configuration carries (what the API server trusts), as text.
@@ -194,5 +171,37 @@ impl LocalWebhook {
                 .map(drop),
         )?;
         Ok(())
+    }
+}
+
+/// Waits until the API server sends pods of `namespace` through the GPU-sharing webhook and takes its
+/// answer: a dry-run creation of a pod asking for half a GPU comes back pointed at its ConfigMap (the
+/// scheduler has made its certificate and the API server has read the CA bundle).
+///
+/// # Errors
+/// When that does not happen within `timeout`.
+pub async fn wait_until_serving(client: &Client, namespace: &str, timeout: Duration) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": { "generateName": "webhook-probe-",
+                      "annotations": { api::keys::GPU_FRACTION: "0.5" } },
+        "spec": { "schedulerName": api::keys::SCHEDULER_NAME,
+                  "containers": [{ "name": "c", "image": "example.com/probe:1" }] },
+    }))?;
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let last = match pods.create(&params, &probe).await {
+            Ok(p) if p.annotations().contains_key(api::keys::GPU_SHARING_CONFIGMAP) => return Ok(()),
+            Ok(_) => "the pod came back unchanged".to_owned(),
+            Err(e) => e.to_string(),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            bail!("the GPU-sharing webhook did not answer within {timeout:?} ({last})");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
