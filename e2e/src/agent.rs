@@ -878,7 +878,10 @@ mod tests {
         };
         let mut maps = BTreeMap::from([("gpu".to_owned(), None), ("other".to_owned(), None)]);
         maps.insert("gpu-evar".to_owned(), data(&[]));
-        assert_eq!(config_env(&p, &maps), Err("configmap \"gpu\" not found".to_owned()));
+        assert_eq!(
+            config_env(&p, &maps),
+            Err("configmap \"gpu\" not found".to_owned())
+        );
         maps.insert("gpu".to_owned(), data(&[]));
         assert_eq!(
             config_env(&p, &maps),

@@ -316,7 +316,9 @@ impl ChartRbac {
         let mut webhook = self
             .rendered
             .find("MutatingWebhookConfiguration", chart_configuration)
-            .with_context(|| format!("the chart renders no MutatingWebhookConfiguration {chart_configuration}"))?
+            .with_context(|| {
+                format!("the chart renders no MutatingWebhookConfiguration {chart_configuration}")
+            })?
             .clone();
         webhook["metadata"]["name"] = configuration.into();
         for w in webhook["webhooks"].as_array_mut().into_iter().flatten() {
@@ -496,9 +498,16 @@ spec:
             components,
             tokens: BTreeMap::new(),
         };
-        let owner = serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "name": "e2e-t", "uid": "u" });
+        let owner =
+            serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "name": "e2e-t", "uid": "u" });
         let objects = chart
-            .webhook_objects("e2e-t", "e2e-t-gpu-sharing", "https://127.0.0.1:1/mutate-pods", "scope", &owner)
+            .webhook_objects(
+                "e2e-t",
+                "e2e-t-gpu-sharing",
+                "https://127.0.0.1:1/mutate-pods",
+                "scope",
+                &owner,
+            )
             .expect("objects");
         let find = |kind: &str| {
             objects
@@ -513,14 +522,27 @@ spec:
         let webhook = find("MutatingWebhookConfiguration");
         assert_eq!(webhook["metadata"]["name"], "e2e-t-gpu-sharing");
         let w = &webhook["webhooks"][0];
-        assert_eq!(w["clientConfig"], serde_json::json!({ "url": "https://127.0.0.1:1/mutate-pods" }));
-        assert_eq!(w["namespaceSelector"], serde_json::json!({ "matchLabels": { "scope": "e2e-t" } }));
+        assert_eq!(
+            w["clientConfig"],
+            serde_json::json!({ "url": "https://127.0.0.1:1/mutate-pods" })
+        );
+        assert_eq!(
+            w["namespaceSelector"],
+            serde_json::json!({ "matchLabels": { "scope": "e2e-t" } })
+        );
         assert_eq!(w["failurePolicy"], "Ignore", "the chart's settings stay");
         let role = find("ClusterRole");
-        assert_eq!(role["rules"][0]["resourceNames"], serde_json::json!(["e2e-t-gpu-sharing"]));
+        assert_eq!(
+            role["rules"][0]["resourceNames"],
+            serde_json::json!(["e2e-t-gpu-sharing"])
+        );
         assert_eq!(role["rules"][1]["resources"], serde_json::json!(["configmaps"]));
         assert_eq!(find("ClusterRoleBinding")["subjects"][0]["name"], "kai-scheduler");
-        for kind in ["MutatingWebhookConfiguration", "ClusterRole", "ClusterRoleBinding"] {
+        for kind in [
+            "MutatingWebhookConfiguration",
+            "ClusterRole",
+            "ClusterRoleBinding",
+        ] {
             assert_eq!(find(kind)["metadata"]["ownerReferences"][0], owner, "{kind}");
         }
     }

@@ -131,7 +131,10 @@ fn rbac_names_every_verb_and_resource() {
             );
             // The one Secret: the webhook's certificate, by name, in the release's namespace.
             if resources.contains(&"secrets") {
-                assert_eq!(role["kind"], "Role", "{name}: no cluster-wide Secret access: {rule}");
+                assert_eq!(
+                    role["kind"], "Role",
+                    "{name}: no cluster-wide Secret access: {rule}"
+                );
                 assert_eq!(
                     rule["resourceNames"],
                     serde_json::json!(["kai-scheduler-webhook-tls"]),
@@ -544,7 +547,10 @@ fn gpu_sharing_installs_the_webhook_its_certificate_and_its_rbac() {
     };
     assert_eq!(webhook["failurePolicy"], "Ignore", "never blocks a pod");
     assert_eq!(webhook["sideEffects"], "None");
-    assert!(webhook["timeoutSeconds"].as_u64().is_some_and(|t| t <= 10), "{webhook}");
+    assert!(
+        webhook["timeoutSeconds"].as_u64().is_some_and(|t| t <= 10),
+        "{webhook}"
+    );
     assert_eq!(webhook["admissionReviewVersions"], serde_json::json!(["v1"]));
     assert_eq!(
         webhook["rules"],
@@ -555,18 +561,26 @@ fn gpu_sharing_installs_the_webhook_its_certificate_and_its_rbac() {
     assert_eq!(excluded["operator"], "NotIn");
     for namespace in ["kai-scheduler", "kai-resource-reservation", "kube-system"] {
         assert!(
-            excluded["values"].as_array().is_some_and(|v| v.iter().any(|n| n == namespace)),
+            excluded["values"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|n| n == namespace)),
             "{namespace} never goes through the webhook: {excluded}"
         );
     }
-    assert!(webhook["clientConfig"].get("caBundle").is_none(), "the scheduler keeps the bundle");
+    assert!(
+        webhook["clientConfig"].get("caBundle").is_none(),
+        "the scheduler keeps the bundle"
+    );
     let service = &webhook["clientConfig"]["service"];
     assert_eq!(service["path"], "/mutate-pods");
     let svc = rendered
         .find("Service", service["name"].as_str().unwrap_or_default())
         .expect("the webhook's Service");
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], "webhook");
-    assert_eq!(svc["spec"]["selector"]["app.kubernetes.io/component"], "scheduler");
+    assert_eq!(
+        svc["spec"]["selector"]["app.kubernetes.io/component"],
+        "scheduler"
+    );
     let deployment = rendered.find("Deployment", "kai-scheduler").expect("scheduler");
     let ports = &deployment["spec"]["template"]["spec"]["containers"][0]["ports"];
     let port = ports
@@ -581,18 +595,27 @@ fn gpu_sharing_installs_the_webhook_its_certificate_and_its_rbac() {
     );
     let hosts = scheduler.flag("webhook-hosts").expect("hosts");
     assert!(
-        hosts.split(',').any(|h| h == "kai-scheduler-webhook.kai-scheduler.svc"),
+        hosts
+            .split(',')
+            .any(|h| h == "kai-scheduler-webhook.kai-scheduler.svc"),
         "the name the API server calls: {hosts}"
     );
     assert_eq!(scheduler.flag("webhook-certificates"), Some("self"));
-    assert_eq!(scheduler.flag("webhook-configuration"), Some("kai-scheduler-gpu-sharing"));
+    assert_eq!(
+        scheduler.flag("webhook-configuration"),
+        Some("kai-scheduler-gpu-sharing")
+    );
     let secret = scheduler.flag("webhook-secret").expect("secret");
-    let made = rendered.find("Secret", secret).expect("the chart makes the Secret");
+    let made = rendered
+        .find("Secret", secret)
+        .expect("the chart makes the Secret");
     assert!(made.get("data").is_none(), "empty: the scheduler fills it");
     assert_eq!(scheduler.flag("webhook-secret-namespace"), Some("kai-scheduler"));
     let role = rendered.find("Role", "kai-scheduler-webhook-tls").expect("Role");
     assert!(grants(role, "", "secrets", "update") && !grants(role, "", "secrets", "create"));
-    let cluster_role = rendered.find("ClusterRole", "kai-scheduler").expect("ClusterRole");
+    let cluster_role = rendered
+        .find("ClusterRole", "kai-scheduler")
+        .expect("ClusterRole");
     assert!(grants(cluster_role, "", "configmaps", "patch"));
     assert!(grants(
         cluster_role,
@@ -604,10 +627,17 @@ fn gpu_sharing_installs_the_webhook_its_certificate_and_its_rbac() {
     // Off by default, and off on request (sharing pods then see what the runtime gives them).
     for values in [
         vec![],
-        vec![("global.gpuSharing", "true"), ("gpuSharingWebhook.enabled", "false")],
+        vec![
+            ("global.gpuSharing", "true"),
+            ("gpuSharingWebhook.enabled", "false"),
+        ],
     ] {
         let plain = render(&values);
-        assert_eq!(plain.of_kind("MutatingWebhookConfiguration").count(), 0, "{values:?}");
+        assert_eq!(
+            plain.of_kind("MutatingWebhookConfiguration").count(),
+            0,
+            "{values:?}"
+        );
         assert!(plain.find("Role", "kai-scheduler-webhook-tls").is_none());
         let components = plain.components().expect("components");
         let scheduler = component(&components, "scheduler");
@@ -647,11 +677,16 @@ fn the_webhook_certificate_can_come_from_cert_manager() {
         .expect("configuration");
     assert_eq!(
         configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
-        format!("kai-scheduler/{}", certificate["metadata"]["name"].as_str().unwrap_or_default())
+        format!(
+            "kai-scheduler/{}",
+            certificate["metadata"]["name"].as_str().unwrap_or_default()
+        )
     );
     let role = rendered.find("Role", "kai-scheduler-webhook-tls").expect("Role");
     assert!(grants(role, "", "secrets", "get") && !grants(role, "", "secrets", "update"));
-    let cluster_role = rendered.find("ClusterRole", "kai-scheduler").expect("ClusterRole");
+    let cluster_role = rendered
+        .find("ClusterRole", "kai-scheduler")
+        .expect("ClusterRole");
     assert!(!grants(
         cluster_role,
         "admissionregistration.k8s.io",
@@ -663,7 +698,10 @@ fn the_webhook_certificate_can_come_from_cert_manager() {
             &helm(),
             chart::RELEASE,
             chart::NAMESPACE,
-            &[("global.gpuSharing", "true"), ("gpuSharingWebhook.certificates.source", "vault")]
+            &[
+                ("global.gpuSharing", "true"),
+                ("gpuSharingWebhook.certificates.source", "vault")
+            ]
         )
         .is_err(),
         "an unknown source fails the render"

@@ -82,7 +82,7 @@ fn started_env(p: &Pod) -> BTreeMap<String, BTreeMap<String, String>> {
         .unwrap_or_default()
 }
 
-fn env_of<'a>(p: &'a Pod, container: &str, key: &str) -> Option<String> {
+fn env_of(p: &Pod, container: &str, key: &str) -> Option<String> {
     started_env(p).get(container).and_then(|e| e.get(key).cloned())
 }
 
@@ -166,11 +166,17 @@ async fn half_gpu_pods_share_one_device_and_see_only_it() -> anyhow::Result<()> 
     let half = json!({ keys::GPU_FRACTION: "0.5" });
     // The user's own variables stay; an image-style NVIDIA_VISIBLE_DEVICES=all is replaced.
     let mut first = container("trainer");
-    first["env"] = json!([{ "name": "EPOCHS", "value": "3" }, { "name": keys::NVIDIA_VISIBLE_DEVICES, "value": "all" }]);
+    first["env"] =
+        json!([{ "name": "EPOCHS", "value": "3" }, { "name": keys::NVIDIA_VISIBLE_DEVICES, "value": "all" }]);
     let mut objects = Vec::new();
     objects.extend(pod(&t, "half-a", &half, &json!([first])));
     objects.extend(pod(&t, "half-b", &half, &json!([container("trainer")])));
-    objects.extend(pod(&t, "big", &json!({ keys::GPU_FRACTION: "0.6" }), &json!([container("trainer")])));
+    objects.extend(pod(
+        &t,
+        "big",
+        &json!({ keys::GPU_FRACTION: "0.6" }),
+        &json!([container("trainer")]),
+    ));
     let mut cpu = container("web");
     cpu["resources"] = json!({ "requests": { "cpu": "100m" } });
     objects.extend(pod(&t, "cpu-only", &json!({}), &json!([cpu])));
@@ -192,16 +198,30 @@ async fn half_gpu_pods_share_one_device_and_see_only_it() -> anyhow::Result<()> 
             device(big),
             portion(big)
         );
-        assert!(device(a).is_some(), "half-a started without its device: {:?}", started_env(a));
+        assert!(
+            device(a).is_some(),
+            "half-a started without its device: {:?}",
+            started_env(a)
+        );
         assert_eq!(device(a), device(b), "the two halves see the same device");
         assert_eq!(portion(a).as_deref(), Some("0.50"));
         assert_eq!(portion(b).as_deref(), Some("0.50"));
-        assert_eq!(env_of(a, "trainer", keys::RUNAI_NUM_OF_GPUS).as_deref(), Some("0.50"));
-        assert_ne!(device(big), device(a), "0.6 does not fit beside them: another device");
+        assert_eq!(
+            env_of(a, "trainer", keys::RUNAI_NUM_OF_GPUS).as_deref(),
+            Some("0.50")
+        );
+        assert_ne!(
+            device(big),
+            device(a),
+            "0.6 does not fit beside them: another device"
+        );
         assert_eq!(portion(big).as_deref(), Some("0.60"));
         let seen: BTreeSet<String> = [device(a), device(big)].into_iter().flatten().collect();
         let node_devices: BTreeSet<String> = (0..2).map(|i| fake_gpu_uuid(&node, i)).collect();
-        assert_eq!(seen, node_devices, "each is a device of the node, as its device plugin named it");
+        assert_eq!(
+            seen, node_devices,
+            "each is a device of the node, as its device plugin named it"
+        );
         for p in [a, b, big] {
             assert_eq!(node_of(p), Some(node.as_str()));
             assert_eq!(
@@ -220,18 +240,37 @@ async fn half_gpu_pods_share_one_device_and_see_only_it() -> anyhow::Result<()> 
         assert_eq!(held, node_devices);
 
         // The spec as the webhook left it: the user's variable first, the device from the ConfigMap.
-        let spec_env = a.spec.as_ref().map(|s| s.containers[0].env.clone().unwrap_or_default()).unwrap_or_default();
+        let spec_env = a
+            .spec
+            .as_ref()
+            .map(|s| s.containers[0].env.clone().unwrap_or_default())
+            .unwrap_or_default();
         let names: Vec<&str> = spec_env.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(
             names,
-            ["EPOCHS", keys::NVIDIA_VISIBLE_DEVICES, keys::GPU_PORTION, keys::RUNAI_NUM_OF_GPUS]
+            [
+                "EPOCHS",
+                keys::NVIDIA_VISIBLE_DEVICES,
+                keys::GPU_PORTION,
+                keys::RUNAI_NUM_OF_GPUS
+            ]
         );
-        assert!(spec_env[1].value.is_none() && spec_env[1].value_from.is_some(), "{spec_env:?}");
-        let configmap = a.annotations().get(keys::GPU_SHARING_CONFIGMAP).cloned().unwrap_or_default();
+        assert!(
+            spec_env[1].value.is_none() && spec_env[1].value_from.is_some(),
+            "{spec_env:?}"
+        );
+        let configmap = a
+            .annotations()
+            .get(keys::GPU_SHARING_CONFIGMAP)
+            .cloned()
+            .unwrap_or_default();
         let cm = t.api::<ConfigMap>().get(&configmap).await?;
         let owner = cm.metadata.owner_references.clone().unwrap_or_default();
         assert_eq!(owner.len(), 1);
-        assert_eq!((owner[0].kind.as_str(), Some(owner[0].uid.as_str())), ("Pod", a.uid().as_deref()));
+        assert_eq!(
+            (owner[0].kind.as_str(), Some(owner[0].uid.as_str())),
+            ("Pod", a.uid().as_deref())
+        );
 
         // The pod that asks for no GPU is as it was written.
         assert!(!plain.annotations().contains_key(keys::GPU_SHARING_CONFIGMAP));
@@ -269,11 +308,21 @@ async fn half_gpu_pods_share_one_device_and_see_only_it() -> anyhow::Result<()> 
 async fn memory_shares_two_device_shares_and_named_containers_see_the_right_devices() -> anyhow::Result<()> {
     let (t, webhook) = start("gpu-isolation-memory", true, &[]).await?;
     let nodes = t
-        .create_nodes(pool_nodes(&t, "gm").count(1).gpus(4).label(keys::NODE_GPU_MEMORY, "40000"))
+        .create_nodes(
+            pool_nodes(&t, "gm")
+                .count(1)
+                .gpus(4)
+                .label(keys::NODE_GPU_MEMORY, "40000"),
+        )
         .await?;
     let node = nodes[0].clone();
     let mut objects = Vec::new();
-    objects.extend(pod(&t, "memory", &json!({ keys::GPU_MEMORY: "10000" }), &json!([container("c")])));
+    objects.extend(pod(
+        &t,
+        "memory",
+        &json!({ keys::GPU_MEMORY: "10000" }),
+        &json!([container("c")]),
+    ));
     objects.extend(pod(
         &t,
         "two-devices",
@@ -294,13 +343,21 @@ async fn memory_shares_two_device_shares_and_named_containers_see_the_right_devi
             anyhow::bail!("3 pods expected");
         };
         let node_devices: BTreeSet<String> = (0..4).map(|i| fake_gpu_uuid(&node, i)).collect();
-        assert_eq!(env_of(memory, "c", keys::GPU_PORTION).as_deref(), Some("0.25"), "10000 of 40000 MiB");
+        assert_eq!(
+            env_of(memory, "c", keys::GPU_PORTION).as_deref(),
+            Some("0.25"),
+            "10000 of 40000 MiB"
+        );
         let devices = env_of(two, "c", keys::NVIDIA_VISIBLE_DEVICES).unwrap_or_default();
         println!("two-devices sees {devices}");
         let list: BTreeSet<String> = devices.split(',').map(str::to_owned).collect();
         assert_eq!(list.len(), 2, "two distinct devices: {devices}");
         assert!(list.is_subset(&node_devices), "{devices}");
-        assert_eq!(env_of(two, "c", keys::GPU_PORTION).as_deref(), Some("0.50"), "per device");
+        assert_eq!(
+            env_of(two, "c", keys::GPU_PORTION).as_deref(),
+            Some("0.50"),
+            "per device"
+        );
         let groups = two
             .labels()
             .keys()
@@ -316,7 +373,12 @@ async fn memory_shares_two_device_shares_and_named_containers_see_the_right_devi
         assert_eq!(env_of(named, "main", keys::GPU_PORTION).as_deref(), Some("0.25"));
 
         // Refused at creation, with the reason, while the webhook runs.
-        let [group, refused] = pod(&t, "whole-by-fraction", &json!({ keys::GPU_FRACTION: "1" }), &json!([container("c")]));
+        let [group, refused] = pod(
+            &t,
+            "whole-by-fraction",
+            &json!({ keys::GPU_FRACTION: "1" }),
+            &json!([container("c")]),
+        );
         apply(&t, &[group]).await?;
         let error = t
             .api::<Pod>()
@@ -324,7 +386,12 @@ async fn memory_shares_two_device_shares_and_named_containers_see_the_right_devi
             .await
             .expect_err("refused");
         println!("refused: {error}");
-        assert!(error.to_string().contains("GPU sharing: gpu-fraction must be below 1"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("GPU sharing: gpu-fraction must be below 1"),
+            "{error}"
+        );
         for name in ["memory", "two-devices", "named"] {
             t.api::<Pod>().delete(name, &DeleteParams::default()).await?;
         }
@@ -348,7 +415,8 @@ async fn memory_shares_two_device_shares_and_named_containers_see_the_right_devi
 /// created at once (failurePolicy Ignore); a pod that asks for no GPU is placed, a pod that asks for half a
 /// GPU is not, and says why on its PodScheduled condition and in a Warning event.
 #[tokio::test]
-async fn with_the_webhook_down_sharing_pods_wait_with_a_message_and_other_pods_are_created() -> anyhow::Result<()> {
+async fn with_the_webhook_down_sharing_pods_wait_with_a_message_and_other_pods_are_created()
+-> anyhow::Result<()> {
     let (t, webhook) = start("gpu-isolation-down", false, &[]).await?;
     t.create_nodes(pool_nodes(&t, "gd").count(1).gpus(1)).await?;
     let mut cpu = container("web");
@@ -356,7 +424,12 @@ async fn with_the_webhook_down_sharing_pods_wait_with_a_message_and_other_pods_a
     let timeout = webhook_timeout()?;
     for [group, p] in [
         pod(&t, "plain", &json!({}), &json!([cpu])),
-        pod(&t, "half", &json!({ keys::GPU_FRACTION: "0.5" }), &json!([container("c")])),
+        pod(
+            &t,
+            "half",
+            &json!({ keys::GPU_FRACTION: "0.5" }),
+            &json!([container("c")]),
+        ),
     ] {
         apply(&t, &[group]).await?;
         let created = Instant::now();
@@ -374,7 +447,10 @@ async fn with_the_webhook_down_sharing_pods_wait_with_a_message_and_other_pods_a
     let outcome = async {
         wait_started(&t, &["plain"]).await?;
         let half = pod_named(&t, "half").await?;
-        assert!(!half.annotations().contains_key(keys::GPU_SHARING_CONFIGMAP), "not prepared");
+        assert!(
+            !half.annotations().contains_key(keys::GPU_SHARING_CONFIGMAP),
+            "not prepared"
+        );
         let needle = "GPU-sharing admission webhook";
         let message = t
             .wait_until("the sharing pod's PodScheduled=False", TIMEOUT, async || {
@@ -472,10 +548,21 @@ async fn certificates_are_renewed_while_the_webhook_serves() -> anyhow::Result<(
             }
             tokio::time::sleep(Duration::from_millis(700)).await;
         }
-        println!("{probes} probes, {} CAs, {} serving certificates, failures: {failures:?}", cas.len(), certs.len());
+        println!(
+            "{probes} probes, {} CAs, {} serving certificates, failures: {failures:?}",
+            cas.len(),
+            certs.len()
+        );
         assert!(cas.len() >= 2, "the CA was replaced: {cas:?}");
-        assert!(certs.len() >= 3, "the serving certificate was renewed: {}", certs.len());
-        assert!(failures.is_empty(), "every pod went through the webhook: {failures:?}");
+        assert!(
+            certs.len() >= 3,
+            "the serving certificate was renewed: {}",
+            certs.len()
+        );
+        assert!(
+            failures.is_empty(),
+            "every pod went through the webhook: {failures:?}"
+        );
         let bundle = webhook.ca_bundle(t.client()).await?;
         let current = secrets.get(&secret_name).await?;
         let ca = current
@@ -542,7 +629,7 @@ async fn certificates_kept_by_cert_manager_are_served_and_left_alone() -> anyhow
         std::fs::create_dir_all(&config_dir)?;
         let config = config_dir.join("scheduler.yaml");
         std::fs::write(&config, "plugins:\n  gpusharing:\n    enabled: true\n    requireWebhook: true\n")?;
-        let args = vec![
+        let args = [
             "--config".to_owned(),
             config.to_string_lossy().into_owned(),
             format!("--webhook-address={}", flag("webhook-address")),

@@ -191,10 +191,7 @@ async fn seed_002_two_half_gpu_ray_workers_share_one_gpu_through_one_reservation
     assert_eq!(node_of(reservation), Some(node.as_str()));
     assert_eq!(group_of(reservation).as_deref(), Some(group.as_str()));
     assert_eq!(
-        reservation
-            .annotations()
-            .get(keys::RESERVED_GPU_INDEX)
-            .cloned(),
+        reservation.annotations().get(keys::RESERVED_GPU_INDEX).cloned(),
         Some(e2e::agent::fake_gpu_uuid(&node, 0))
     );
 

@@ -159,14 +159,13 @@ async fn start_processes(client: &Client, kubeconfig: &Path, webhook_port: u16) 
     let dir = demo_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let helm = Helm::find_or_fetch()?;
-    let components =
-        Rendered::render(
-            &helm,
-            chart::RELEASE,
-            chart::NAMESPACE,
-            &values(&chart_values(webhook_port)),
-        )?
-        .components()?;
+    let components = Rendered::render(
+        &helm,
+        chart::RELEASE,
+        chart::NAMESPACE,
+        &values(&chart_values(webhook_port)),
+    )?
+    .components()?;
     let admin =
         std::fs::read_to_string(kubeconfig).with_context(|| format!("reading {}", kubeconfig.display()))?;
     for spec in &components {

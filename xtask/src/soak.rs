@@ -194,7 +194,11 @@ async fn leftovers(client: &Client, node_selector: &str) -> anyhow::Result<Vec<S
         if Instant::now() >= deadline {
             let mut leaks = Vec::new();
             if !maps.is_empty() {
-                leaks.push(format!("{} GPU-sharing ConfigMaps ({:?}...)", maps.len(), maps.first()));
+                leaks.push(format!(
+                    "{} GPU-sharing ConfigMaps ({:?}...)",
+                    maps.len(),
+                    maps.first()
+                ));
             }
             if !held.is_empty() {
                 leaks.push(format!("{} reservation pods ({:?}...)", held.len(), held.first()));

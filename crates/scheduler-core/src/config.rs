@@ -440,7 +440,10 @@ mod tests {
         let e = Config::from_yaml("plugins: {gpusharing: {requireWebhook: true, reservationPods: false}}")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("requireWebhook needs gpusharing.reservationPods"), "{e}");
+        assert!(
+            e.contains("requireWebhook needs gpusharing.reservationPods"),
+            "{e}"
+        );
         let c = Config::from_yaml("plugins: {gpusharing: {enabled: true, requireWebhook: true}}").unwrap();
         assert!(c.plugins.gpusharing.require_webhook);
     }

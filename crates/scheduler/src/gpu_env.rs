@@ -165,14 +165,16 @@ fn validate(
 /// Every container of the pod as (list, index, object): init containers first, as KAI looks a named one
 /// up.
 fn containers(pod: &Value) -> impl Iterator<Item = (&'static str, usize, &Value)> {
-    ["initContainers", "containers"].into_iter().flat_map(move |list| {
-        pod.pointer(&format!("/spec/{list}"))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .map(move |(i, c)| (list, i, c))
-    })
+    ["initContainers", "containers"]
+        .into_iter()
+        .flat_map(move |list| {
+            pod.pointer(&format!("/spec/{list}"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(move |(i, c)| (list, i, c))
+        })
 }
 
 /// The containers to point at the device: the one named by `gpu-fraction-container-name`, else all.
@@ -264,7 +266,11 @@ fn point_at(container: &mut Map<String, Value>, configmap: &str) {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    env.retain(|e| !e.get("name").and_then(Value::as_str).is_some_and(|n| KEYS.contains(&n)));
+    env.retain(|e| {
+        !e.get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|n| KEYS.contains(&n))
+    });
     for key in KEYS {
         env.push(json!({
             "name": key,
@@ -301,7 +307,11 @@ pub fn device_sources(pod: &Pod) -> Option<Vec<String>> {
             }
         }
         for from in c.env_from.iter().flatten() {
-            if let Some(r) = from.config_map_ref.as_ref().filter(|r| r.name.starts_with(prefix.as_str())) {
+            if let Some(r) = from
+                .config_map_ref
+                .as_ref()
+                .filter(|r| r.name.starts_with(prefix.as_str()))
+            {
                 names.push(r.name.clone());
             }
         }

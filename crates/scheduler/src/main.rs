@@ -249,7 +249,8 @@ async fn main() -> anyhow::Result<()> {
         value: args.node_pool.clone(),
     };
     let mut ingest = Ingest::new(&args.scheduler_name, &args.default_queue, partition);
-    ingest.require_gpu_webhook = config.plugins.gpusharing.enabled && config.plugins.gpusharing.require_webhook;
+    ingest.require_gpu_webhook =
+        config.plugins.gpusharing.enabled && config.plugins.gpusharing.require_webhook;
     let mut cluster = Cluster::default();
     if args.node_pool.is_some() {
         cluster.queue_reports = scheduler_core::model::QueueReports::UsedByPool;

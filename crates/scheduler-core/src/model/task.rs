@@ -260,12 +260,19 @@ mod tests {
         assert_eq!(fraction(333).portion_text(None).as_deref(), Some("0.33"));
         assert_eq!(fraction(335).portion_text(None).as_deref(), Some("0.34"));
         assert_eq!(fraction(1000).portion_text(None).as_deref(), Some("1.00"));
-        let two = GpuRequest::Fraction { milli: 250, devices: 2 };
+        let two = GpuRequest::Fraction {
+            milli: 250,
+            devices: 2,
+        };
         assert_eq!(two.portion_text(None).as_deref(), Some("0.25"), "per device");
         let memory = |mib| GpuRequest::Memory { mib, devices: 1 };
         assert_eq!(memory(10_000).portion_text(Some(40_000)).as_deref(), Some("0.25"));
         assert_eq!(memory(2_000).portion_text(Some(81_920)).as_deref(), Some("0.02"));
-        assert_eq!(memory(90_000).portion_text(Some(80_000)).as_deref(), Some("1.00"), "at most a device");
+        assert_eq!(
+            memory(90_000).portion_text(Some(80_000)).as_deref(),
+            Some("1.00"),
+            "at most a device"
+        );
         assert_eq!(memory(2_000).portion_text(None), None, "no memory label");
         assert_eq!(memory(2_000).portion_text(Some(0)), None);
         assert_eq!(GpuRequest::Whole(1).portion_text(Some(80_000)), None);

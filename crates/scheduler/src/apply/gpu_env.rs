@@ -118,7 +118,9 @@ mod tests {
 
     /// An applier whose API server answers every request with `prepared_pod` (or the body it was sent),
     /// with reservation pods on or off; returns its request log and feedback.
-    fn applier(reservation_pods: bool) -> (Applier, Arc<Mutex<Vec<Seen>>>, mpsc::UnboundedReceiver<Feedback>) {
+    fn applier(
+        reservation_pods: bool,
+    ) -> (Applier, Arc<Mutex<Vec<Seen>>>, mpsc::UnboundedReceiver<Feedback>) {
         let log = Arc::new(Mutex::new(Vec::new()));
         let seen_log = Arc::clone(&log);
         let service = tower::service_fn(move |request: Request<Body>| {
@@ -190,7 +192,9 @@ mod tests {
     #[tokio::test]
     async fn a_prepared_pod_gets_its_device_in_its_configmap_before_its_binding() {
         let (applier, log, _feedback) = applier(true);
-        applier.bind(bind(Some("GPU-1234")), &AtomicBool::new(false)).await;
+        applier
+            .bind(bind(Some("GPU-1234")), &AtomicBool::new(false))
+            .await;
         let log = log.lock().expect("log").clone();
         let configmap = log
             .iter()

@@ -40,10 +40,7 @@ fn env_names(container: &Value) -> Vec<String> {
 }
 
 fn reference(container: &Value, key: &str) -> Option<(String, String, bool)> {
-    let entry = container["env"]
-        .as_array()?
-        .iter()
-        .find(|e| e["name"] == key)?;
+    let entry = container["env"].as_array()?.iter().find(|e| e["name"] == key)?;
     let r = &entry["valueFrom"]["configMapKeyRef"];
     Some((
         r["name"].as_str()?.to_owned(),
@@ -54,7 +51,10 @@ fn reference(container: &Value, key: &str) -> Option<(String, String, bool)> {
 
 #[test]
 fn pods_of_other_schedulers_and_pods_without_a_share_are_left_alone() {
-    let mut other = pod(json!({ keys::GPU_FRACTION: "0.5" }), json!([container("c", json!([]))]));
+    let mut other = pod(
+        json!({ keys::GPU_FRACTION: "0.5" }),
+        json!([container("c", json!([]))]),
+    );
     other["spec"]["schedulerName"] = json!("default-scheduler");
     assert_eq!(admit(&other, SCHEDULER, "u1"), Admission::Unchanged);
     let plain = pod(json!({ "team": "a" }), json!([container("c", json!([]))]));
@@ -72,11 +72,14 @@ fn every_container_is_pointed_at_the_pods_configmap_and_its_other_env_is_kept() 
     let mut p = pod(
         json!({ keys::GPU_FRACTION: "0.5" }),
         json!([
-            container("trainer", json!([
-                { "name": "EPOCHS", "value": "3" },
-                { "name": keys::NVIDIA_VISIBLE_DEVICES, "value": "all" },
-                { "name": "RANK", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
-            ])),
+            container(
+                "trainer",
+                json!([
+                    { "name": "EPOCHS", "value": "3" },
+                    { "name": keys::NVIDIA_VISIBLE_DEVICES, "value": "all" },
+                    { "name": "RANK", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+                ])
+            ),
             json!({ "name": "sidecar", "image": "busybox" }),
         ]),
     );
@@ -87,10 +90,14 @@ fn every_container_is_pointed_at_the_pods_configmap_and_its_other_env_is_kept() 
         .as_str()
         .expect("the ConfigMap is named on the pod")
         .to_owned();
-    assert!(name.starts_with("worker-0-") && name.ends_with("-shared-gpu"), "{name}");
+    assert!(
+        name.starts_with("worker-0-") && name.ends_with("-shared-gpu"),
+        "{name}"
+    );
     assert_eq!(name.len(), "worker-0-".len() + 7 + "-shared-gpu".len(), "{name}");
     assert_eq!(
-        out["metadata"]["annotations"][keys::GPU_FRACTION], "0.5",
+        out["metadata"]["annotations"][keys::GPU_FRACTION],
+        "0.5",
         "other annotations stay"
     );
 
@@ -108,11 +115,14 @@ fn every_container_is_pointed_at_the_pods_configmap_and_its_other_env_is_kept() 
     );
     assert_eq!(trainer["env"][0], json!({ "name": "EPOCHS", "value": "3" }));
     assert_eq!(
-        trainer["env"][1],
-        p["spec"]["containers"][0]["env"][2],
+        trainer["env"][1], p["spec"]["containers"][0]["env"][2],
         "entries are kept as written"
     );
-    for c in [trainer, &out["spec"]["containers"][1], &out["spec"]["initContainers"][0]] {
+    for c in [
+        trainer,
+        &out["spec"]["containers"][1],
+        &out["spec"]["initContainers"][0],
+    ] {
         for key in super::KEYS {
             assert_eq!(
                 reference(c, key),
@@ -130,7 +140,10 @@ fn every_container_is_pointed_at_the_pods_configmap_and_its_other_env_is_kept() 
 fn admitting_an_admitted_pod_again_changes_nothing() {
     let p = pod(
         json!({ keys::GPU_MEMORY: "10000" }),
-        json!([container("c", json!([{ "name": "A", "value": "1" }])), container("d", json!(null))]),
+        json!([
+            container("c", json!([{ "name": "A", "value": "1" }])),
+            container("d", json!(null))
+        ]),
     );
     let once = admitted(&p, "request-1");
     // A reinvocation, or the same manifest created again with the annotation and references in it
@@ -171,7 +184,10 @@ fn a_configmap_named_on_the_pod_already_is_kept() {
         json!([container("c", json!([]))]),
     );
     let out = admitted(&p, "u");
-    assert_eq!(out["metadata"]["annotations"][keys::GPU_SHARING_CONFIGMAP], "mine-shared-gpu");
+    assert_eq!(
+        out["metadata"]["annotations"][keys::GPU_SHARING_CONFIGMAP],
+        "mine-shared-gpu"
+    );
     assert_eq!(
         reference(&out["spec"]["containers"][0], keys::GPU_PORTION).map(|r| r.0),
         Some("mine-shared-gpu".to_owned())
@@ -185,9 +201,18 @@ fn generated_names_follow_kais_shape() {
     assert!(name.starts_with("train.job-with-a-name-much-longer-"), "{name}");
     assert!(name.len() <= 33 + 1 + 7 + 1 + 10, "{name}");
     let generated = json!({ "metadata": { "generateName": "job-" } });
-    assert!(generated_name(&generated, "uid-1").starts_with("job-"), "the base loses its dash");
-    assert_ne!(generated_name(&generated, "uid-1"), generated_name(&generated, "uid-2"));
-    assert_eq!(generated_name(&generated, "uid-1"), generated_name(&generated, "uid-1"));
+    assert!(
+        generated_name(&generated, "uid-1").starts_with("job-"),
+        "the base loses its dash"
+    );
+    assert_ne!(
+        generated_name(&generated, "uid-1"),
+        generated_name(&generated, "uid-2")
+    );
+    assert_eq!(
+        generated_name(&generated, "uid-1"),
+        generated_name(&generated, "uid-1")
+    );
     assert!(generated_name(&json!({}), "u").starts_with("pod-"));
     for n in [name, generated_name(&generated, "x")] {
         assert!(
@@ -215,7 +240,10 @@ fn requests_that_cannot_be_served_are_refused_with_the_reason() {
     assert!(why.contains("1.5"), "{why}");
     let why = refused(json!({ keys::GPU_FRACTION: "half" }), none.clone());
     assert!(why.contains("half"), "{why}");
-    let why = refused(json!({ keys::GPU_FRACTION: "0.5", keys::GPU_MEMORY: "1000" }), none.clone());
+    let why = refused(
+        json!({ keys::GPU_FRACTION: "0.5", keys::GPU_MEMORY: "1000" }),
+        none.clone(),
+    );
     assert!(why.contains("both"), "{why}");
     let why = refused(
         json!({ keys::GPU_FRACTION: "0.5" }),
@@ -252,14 +280,24 @@ fn fields_this_build_does_not_know_are_never_touched() {
     let out = admitted(&p, "u");
     assert_eq!(out["spec"]["futureSpecField"], true);
     assert_eq!(out["spec"]["containers"][0]["futureField"], json!({ "x": 1 }));
-    assert_eq!(out["spec"]["containers"][0]["env"][0], p["spec"]["containers"][0]["env"][0]);
+    assert_eq!(
+        out["spec"]["containers"][0]["env"][0],
+        p["spec"]["containers"][0]["env"][0]
+    );
 }
 
 #[test]
 fn device_sources_are_the_configmaps_of_the_pods_prefix() {
-    let p = pod(json!({ keys::GPU_FRACTION: "0.5" }), json!([container("c", json!([]))]));
+    let p = pod(
+        json!({ keys::GPU_FRACTION: "0.5" }),
+        json!([container("c", json!([]))]),
+    );
     let typed: Pod = serde_json::from_value(p.clone()).expect("a pod");
-    assert_eq!(device_sources(&typed), None, "not admitted: nothing points at a device");
+    assert_eq!(
+        device_sources(&typed),
+        None,
+        "not admitted: nothing points at a device"
+    );
 
     let out = admitted(&p, "u");
     let name = out["metadata"]["annotations"][keys::GPU_SHARING_CONFIGMAP]

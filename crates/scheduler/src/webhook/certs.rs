@@ -116,7 +116,10 @@ impl Stored {
             (ANNOTATION_CA_NAME.to_owned(), self.ca.name.clone()),
             (ANNOTATION_CA_NOT_AFTER.to_owned(), self.ca.not_after.to_string()),
             (ANNOTATION_CERT_ISSUER.to_owned(), self.cert_issuer.clone()),
-            (ANNOTATION_CERT_NOT_AFTER.to_owned(), self.cert_not_after.to_string()),
+            (
+                ANNOTATION_CERT_NOT_AFTER.to_owned(),
+                self.cert_not_after.to_string(),
+            ),
             (ANNOTATION_CERT_HOSTS.to_owned(), self.cert_hosts.join(",")),
         ]);
         if let Some(previous) = &self.previous_ca {
@@ -132,7 +135,10 @@ impl Stored {
     /// Reads what [`Stored::to_secret`] wrote; `None` when anything is missing or unreadable (the
     /// Secret is then made anew).
     #[must_use]
-    pub fn from_secret(data: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>) -> Option<Self> {
+    pub fn from_secret(
+        data: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Option<Self> {
         let text = |key: &str| data.get(key).filter(|v| !v.is_empty()).cloned();
         let note = |key: &str| annotations.get(key).filter(|v| !v.is_empty()).cloned();
         let time = |key: &str| note(key).and_then(|v| v.parse::<i64>().ok());

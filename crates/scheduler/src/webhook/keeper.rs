@@ -108,7 +108,13 @@ fn text_data(secret: &Secret) -> BTreeMap<String, String> {
         .iter()
         .flatten()
         .map(|(k, ByteString(v))| (k.clone(), String::from_utf8_lossy(v).into_owned()))
-        .chain(secret.string_data.iter().flatten().map(|(k, v)| (k.clone(), v.clone())))
+        .chain(
+            secret
+                .string_data
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        )
         .collect()
 }
 
@@ -217,7 +223,13 @@ async fn keep(
         }
     };
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let step = certs::plan(stored.as_ref(), &settings.hosts, now, settings.validity, bundle_served);
+    let step = certs::plan(
+        stored.as_ref(),
+        &settings.hosts,
+        now,
+        settings.validity,
+        bundle_served,
+    );
     let mut current = stored;
     if step != Step::Keep
         && let Some(next) = certs::renew(step, current.as_ref(), &settings.hosts, now, settings.validity)?
@@ -286,13 +298,15 @@ async fn publish_bundle(
             continue;
         }
         ops.push(json!({ "op": "test", "path": format!("/webhooks/{i}/name"), "value": webhook.name }));
-        ops.push(json!({ "op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": encoded }));
+        ops.push(
+            json!({ "op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": encoded }),
+        );
     }
     if ops.is_empty() {
         return Ok(());
     }
-    let patch: json_patch::Patch =
-        serde_json::from_value(serde_json::Value::Array(ops)).map_err(|e| format!("building the patch: {e}"))?;
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
+        .map_err(|e| format!("building the patch: {e}"))?;
     let params = PatchParams {
         field_manager: Some(api::keys::FIELD_MANAGER_WEBHOOK_CA.to_owned()),
         ..PatchParams::default()

@@ -60,13 +60,16 @@ async fn start(store: Arc<CertStore>) -> u16 {
 async fn post(port: u16, bundle: &str, body: &Value) -> Result<(Vec<u8>, Value), String> {
     let mut roots = rustls::RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
-        roots.add(ca.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        roots
+            .add(ca.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
     }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -85,7 +88,9 @@ async fn post(port: u16, bundle: &str, body: &Value) -> Result<(Vec<u8>, Value),
         "POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    tls.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+    tls.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
     let mut response = Vec::new();
     let _ = tls.read_to_end(&mut response).await;
     let text = String::from_utf8_lossy(&response);
@@ -116,12 +121,20 @@ async fn the_webhook_answers_over_tls_and_takes_a_renewed_certificate_without_a_
         "no certificate loaded yet: no handshake"
     );
     assert!(store.load(&first.cert, &first.key).expect("loads"));
-    assert!(!store.load(&first.cert, &first.key).expect("loads"), "the same again is no change");
+    assert!(
+        !store.load(&first.cert, &first.key).expect("loads"),
+        "the same again is no change"
+    );
 
     let (shown, answer) = post(port, &first.bundle(), &review(&sharing_pod("0.5")))
         .await
         .expect("answered");
-    assert_eq!(shown, CertificateDer::from_pem_slice(first.cert.as_bytes()).expect("pem").to_vec());
+    assert_eq!(
+        shown,
+        CertificateDer::from_pem_slice(first.cert.as_bytes())
+            .expect("pem")
+            .to_vec()
+    );
     let response = &answer["response"];
     assert_eq!(answer["kind"], "AdmissionReview");
     assert_eq!(response["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
@@ -135,7 +148,12 @@ async fn the_webhook_answers_over_tls_and_takes_a_renewed_certificate_without_a_
     let (shown, _) = post(port, &second.bundle(), &review(&sharing_pod("0.5")))
         .await
         .expect("answered with the new certificate");
-    assert_eq!(shown, CertificateDer::from_pem_slice(second.cert.as_bytes()).expect("pem").to_vec());
+    assert_eq!(
+        shown,
+        CertificateDer::from_pem_slice(second.cert.as_bytes())
+            .expect("pem")
+            .to_vec()
+    );
     assert!(
         post(port, &first.bundle(), &review(&sharing_pod("0.5")))
             .await
@@ -170,12 +188,20 @@ fn answers_carry_the_patch_the_refusal_or_nothing() {
     let ops: json_patch::Patch = serde_json::from_value(ops).expect("ops");
     json_patch::patch(&mut pod, &ops).expect("applies");
     assert!(pod["metadata"]["annotations"][keys::GPU_SHARING_CONFIGMAP].is_string());
-    assert_eq!(pod["spec"]["containers"][0]["env"][0]["name"], keys::NVIDIA_VISIBLE_DEVICES);
+    assert_eq!(
+        pod["spec"]["containers"][0]["env"][0]["name"],
+        keys::NVIDIA_VISIBLE_DEVICES
+    );
 
     let refused = answer_for(&sharing_pod("1"));
     assert_eq!(refused["response"]["allowed"], false);
-    let message = refused["response"]["status"]["message"].as_str().unwrap_or_default();
-    assert!(message.starts_with("GPU sharing: gpu-fraction must be below 1"), "{message}");
+    let message = refused["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.starts_with("GPU sharing: gpu-fraction must be below 1"),
+        "{message}"
+    );
 
     let mut plain = sharing_pod("0.5");
     plain["metadata"]["annotations"] = json!({});

@@ -63,10 +63,7 @@ impl CertStore {
         let signer = rustls::crypto::ring::sign::any_supported_type(&key)
             .map_err(|e| format!("unusable private key: {e}"))?;
         let certified = Arc::new(CertifiedKey::new(chain, signer));
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Loaded {
-            pem,
-            key: certified,
-        });
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Loaded { pem, key: certified });
         Ok(true)
     }
 
@@ -115,7 +112,9 @@ impl TlsListener {
     /// Listens on `tcp`, handshaking each connection on a task of its own.
     #[must_use]
     pub fn new(tcp: TcpListener, config: Arc<ServerConfig>) -> Self {
-        let local = tcp.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let local = tcp
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let (tx, ready) = mpsc::channel(64);
         let acceptor = TlsAcceptor::from(config);
         let accepting = tokio::spawn(async move {

@@ -34,7 +34,9 @@ fn fresh(now: i64) -> Stored {
 fn verifies(bundle: &str, s: &Stored, host: &str, now: i64) -> Result<(), String> {
     let mut roots = RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
-        roots.add(ca.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        roots
+            .add(ca.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
     }
     let verifier = WebPkiServerVerifier::builder_with_provider(
         Arc::new(roots),
@@ -74,7 +76,10 @@ fn a_fresh_store_serves_every_host_and_round_trips_through_the_secret() {
 #[test]
 fn the_serving_certificate_is_reissued_before_it_expires_and_when_hosts_change() {
     let s = fresh(START);
-    assert_eq!(plan(Some(&s), &hosts(), START + 19 * DAY, VALIDITY, true), Step::Keep);
+    assert_eq!(
+        plan(Some(&s), &hosts(), START + 19 * DAY, VALIDITY, true),
+        Step::Keep
+    );
     let due = START + 21 * DAY;
     assert_eq!(plan(Some(&s), &hosts(), due, VALIDITY, true), Step::Reissue);
     let next = renew(Step::Reissue, Some(&s), &hosts(), due, VALIDITY)
@@ -133,7 +138,10 @@ fn a_new_ca_joins_the_bundle_before_it_signs_the_served_certificate() {
     let fresh_cert = renew(Step::Reissue, Some(&switched), &hosts(), after - DAY, VALIDITY)
         .expect("made")
         .expect("changed");
-    assert_eq!(plan(Some(&fresh_cert), &hosts(), after, VALIDITY, true), Step::DropPreviousCa);
+    assert_eq!(
+        plan(Some(&fresh_cert), &hosts(), after, VALIDITY, true),
+        Step::DropPreviousCa
+    );
     let dropped = renew(Step::DropPreviousCa, Some(&fresh_cert), &hosts(), after, VALIDITY)
         .expect("made")
         .expect("changed");
@@ -144,7 +152,10 @@ fn a_new_ca_joins_the_bundle_before_it_signs_the_served_certificate() {
 #[test]
 fn an_expired_ca_starts_over() {
     let s = fresh(START);
-    assert_eq!(plan(Some(&s), &hosts(), START + 301 * DAY, VALIDITY, true), Step::Fresh);
+    assert_eq!(
+        plan(Some(&s), &hosts(), START + 301 * DAY, VALIDITY, true),
+        Step::Fresh
+    );
 }
 
 #[test]
