@@ -336,3 +336,53 @@ pub async fn reservation_service_account(client: &kube::Client) -> anyhow::Resul
     crate::apply::apply_typed(client, &account).await?;
     Ok(())
 }
+
+/// Deletes cluster-scoped objects a test made (PersistentVolumes, StorageClasses, ...) when dropped,
+/// pass or fail (best effort, not waiting: a PersistentVolume goes once its claim is gone). Name them
+/// after the test's namespace so parallel tests never share one. Synchronous through the project's
+/// kubectl, as a drop may run while the runtime unwinds.
+#[derive(Debug)]
+pub struct ClusterObjectsCleanup {
+    kubectl: std::path::PathBuf,
+    kubeconfig: std::ffi::OsString,
+    /// (resource, name), in the order added.
+    objects: Vec<(String, String)>,
+}
+
+impl ClusterObjectsCleanup {
+    /// Deletes nothing yet; [`ClusterObjectsCleanup::add`] names what to delete.
+    ///
+    /// # Errors
+    /// When the project's kubectl was not built.
+    pub fn new(t: &TestEnv) -> anyhow::Result<Self> {
+        Ok(Self {
+            kubectl: t.kubectl()?.path().to_owned(),
+            kubeconfig: t.kubeconfig_env(),
+            objects: Vec::new(),
+        })
+    }
+
+    /// Deletes `name` of `resource` (`persistentvolumes`, `storageclasses.storage.k8s.io`) when dropped.
+    pub fn add(&mut self, resource: &str, name: &str) {
+        self.objects.push((resource.to_owned(), name.to_owned()));
+    }
+}
+
+impl Drop for ClusterObjectsCleanup {
+    fn drop(&mut self) {
+        for (resource, name) in &self.objects {
+            let result = std::process::Command::new(&self.kubectl)
+                .args(["delete", resource, name, "--ignore-not-found", "--wait=false"])
+                .env("KUBECONFIG", &self.kubeconfig)
+                .output();
+            match result {
+                Ok(out) if out.status.success() => {}
+                Ok(out) => eprintln!(
+                    "{resource} {name} not deleted: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+                Err(err) => eprintln!("{resource} {name} not deleted: {err}"),
+            }
+        }
+    }
+}

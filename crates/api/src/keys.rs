@@ -159,6 +159,21 @@ pub const NODE_GPU_COUNT: &str = "nvidia.com/gpu.count";
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
 // ---------------------------------------------------------------------------------------------
+// Storage (Kubernetes' own keys: kube-scheduler's volume binding and the PV controller)
+// ---------------------------------------------------------------------------------------------
+
+/// Claim annotation: the node a claim waiting for its first consumer is to be provisioned for. Written by
+/// the scheduler before the pod's bind (as kube-scheduler does), read by external provisioners and by the
+/// scheduler (a claim already given a node provisions only there).
+pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// PersistentVolume annotation: its `claimRef` was set by a controller, not by the user. Written by the
+/// scheduler with the `claimRef` it reserves a volume with, read by the PV controller.
+pub const BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+/// The deprecated storage class annotation of claims and volumes, which still wins over
+/// `spec.storageClassName` in Kubernetes. Read by the scheduler.
+pub const BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+
+// ---------------------------------------------------------------------------------------------
 // Events and field managers
 // ---------------------------------------------------------------------------------------------
 

@@ -8,8 +8,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::ListParams;
 use kube::{Api, Client};
 use runtime::client::RateLimit;
@@ -354,6 +355,19 @@ async fn fetch(client: &Client) -> anyhow::Result<Snapshot> {
         list(Api::<PriorityClass>::all(client.clone()), "priorityclasses"),
         list(Api::<Namespace>::all(client.clone()), "namespaces"),
     )?;
+    // Storage, for pods' volumes (the scheduler reads the same four kinds).
+    let (claims, volumes, storage_classes, csi_nodes) = tokio::try_join!(
+        list(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            "persistentvolumeclaims"
+        ),
+        list(Api::<PersistentVolume>::all(client.clone()), "persistentvolumes"),
+        list(
+            Api::<StorageClass>::all(client.clone()),
+            "storageclasses.storage.k8s.io"
+        ),
+        list(Api::<CSINode>::all(client.clone()), "csinodes.storage.k8s.io"),
+    )?;
     let volcano_pod_groups = if volcano {
         list(
             Api::<api::VolcanoPodGroup>::all(client.clone()),
@@ -381,6 +395,10 @@ async fn fetch(client: &Client) -> anyhow::Result<Snapshot> {
         priority_classes,
         topologies,
         namespaces,
+        claims,
+        volumes,
+        storage_classes,
+        csi_nodes,
     })
 }
 
@@ -503,6 +521,10 @@ mod fetch_tests {
             "/apis/scheduling.run.ai/v2/queues" => list("Queue", vec![], ""),
             "/apis/scheduling.k8s.io/v1/priorityclasses" => list("PriorityClass", vec![], ""),
             "/api/v1/namespaces" => list("Namespace", vec![], ""),
+            "/api/v1/persistentvolumeclaims" => list("PersistentVolumeClaim", vec![], ""),
+            "/api/v1/persistentvolumes" => list("PersistentVolume", vec![], ""),
+            "/apis/storage.k8s.io/v1/storageclasses" => list("StorageClass", vec![], ""),
+            "/apis/storage.k8s.io/v1/csinodes" => list("CSINode", vec![], ""),
             _ => not_found(),
         }
     }

@@ -6,8 +6,9 @@
 //!
 //! Must not: do I/O (the `app` module lists the objects) or interpret the model (the reports do).
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use scheduler::cache::ingest::{Ingest, Partition};
 use scheduler::cache::watch::{Change, Event};
 use scheduler_core::model::{Cluster, GroupKey, GroupKind};
@@ -45,6 +46,14 @@ pub struct Snapshot {
     pub topologies: Vec<api::Topology>,
     /// Namespaces (their labels, for pod affinity terms with a namespace selector).
     pub namespaces: Vec<Namespace>,
+    /// PersistentVolumeClaims of every namespace.
+    pub claims: Vec<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub volumes: Vec<PersistentVolume>,
+    /// StorageClasses.
+    pub storage_classes: Vec<StorageClass>,
+    /// CSINodes (per-node attach limits).
+    pub csi_nodes: Vec<CSINode>,
 }
 
 /// What the model needs to know that is not in the objects: the scheduler's settings.
@@ -147,6 +156,14 @@ impl Snapshot {
             }
             ("kai.scheduler", "Topology") => self.topologies.push(parse(value, "Topology", index)?),
             ("", "Namespace") => self.namespaces.push(parse(value, "Namespace", index)?),
+            ("", "PersistentVolumeClaim") => {
+                self.claims.push(parse(value, "PersistentVolumeClaim", index)?);
+            }
+            ("", "PersistentVolume") => self.volumes.push(parse(value, "PersistentVolume", index)?),
+            ("storage.k8s.io", "StorageClass") => {
+                self.storage_classes.push(parse(value, "StorageClass", index)?);
+            }
+            ("storage.k8s.io", "CSINode") => self.csi_nodes.push(parse(value, "CSINode", index)?),
             ("", "") => return Err(bad("missing apiVersion and kind".to_owned())),
             _ => {}
         }
@@ -174,6 +191,19 @@ impl Snapshot {
         }
         for ns in &self.namespaces {
             ingest.apply(&mut cluster, Event::Namespace(Change::Apply(ns.clone())));
+        }
+        // Storage before pods, so each pod's claims are read once.
+        for sc in &self.storage_classes {
+            ingest.apply(&mut cluster, Event::StorageClass(Change::Apply(sc.clone())));
+        }
+        for pv in &self.volumes {
+            ingest.apply(&mut cluster, Event::Volume(Box::new(Change::Apply(pv.clone()))));
+        }
+        for pvc in &self.claims {
+            ingest.apply(&mut cluster, Event::Claim(Box::new(Change::Apply(pvc.clone()))));
+        }
+        for csi in &self.csi_nodes {
+            ingest.apply(&mut cluster, Event::CsiNode(Change::Apply(csi.clone())));
         }
         for n in &self.nodes {
             ingest.apply(&mut cluster, Event::Node(Box::new(Change::Apply(n.clone()))));

@@ -526,3 +526,73 @@ fn gated_pods_are_counted_and_named_as_the_reason() {
     assert!(text.contains("1 pending, 1 gated"), "{text}");
     assert!(text.contains("have scheduling gates"), "{text}");
 }
+
+/// A pod of gang `group` asking `gpus` GPUs whose volume `data` uses claim `claim`.
+fn pod_with_claim(ns: &str, group: &str, gpus: u32, claim: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {group}-0, namespace: {ns}, uid: {ns}-{group}-0, annotations: {{pod-group-name: {group}}}, creationTimestamp: \"2026-01-01T00:00:00Z\"}}\nspec:\n  schedulerName: kai-scheduler\n  containers: [{{name: c, image: x, resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}}}]\n  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {claim}}}}}]\nstatus: {{phase: Pending}}\n"
+    )
+}
+
+#[test]
+fn nodes_a_bound_volume_excludes_are_counted() {
+    let yaml = stream(&[
+        default_priority_classes(),
+        node("node-0", 2, &[("kubernetes.io/hostname", "node-0")]),
+        node("node-1", 2, &[("kubernetes.io/hostname", "node-1")]),
+        // The volume's node has no GPU left for it.
+        node("node-2", 0, &[("kubernetes.io/hostname", "node-2")]),
+        queue("team-a", None, -1.0, -1.0),
+        pod_group("ml", "ckpt", "team-a", 1, "train"),
+        pod_with_claim("ml", "ckpt", 1, "data"),
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: ml, uid: c1}\nspec: {storageClassName: local, volumeName: pv-a, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\nstatus: {phase: Bound}\n".to_owned(),
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pv-a}\nspec:\n  storageClassName: local\n  capacity: {storage: 1Gi}\n  accessModes: [ReadWriteOnce]\n  claimRef: {namespace: ml, name: data, uid: c1}\n  nodeAffinity: {required: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [node-2]}]}]}}\nstatus: {phase: Bound}\n".to_owned(),
+    ]);
+    let (snapshot, model) = load(&yaml);
+    assert_eq!(snapshot.claims.len(), 1);
+    assert_eq!(snapshot.volumes.len(), 1);
+    let e = explain(&snapshot, &model, &key("ml", "ckpt"), &Config::default(), NOW).unwrap();
+    let nodes = e.analysis.nodes.as_ref().unwrap();
+    assert_eq!(
+        nodes.refused,
+        vec![
+            NodeCount {
+                reason: "insufficient nvidia.com/gpu".to_owned(),
+                nodes: 1
+            },
+            NodeCount {
+                reason: "volume node affinity conflict".to_owned(),
+                nodes: 2
+            },
+        ],
+        "{}",
+        render(&e, 1000)
+    );
+    let text = render(&e, 1000);
+    assert!(
+        text.contains("fits 0/3 nodes: 1 insufficient nvidia.com/gpu, 2 volume node affinity conflict"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_missing_claim_is_the_reason() {
+    let yaml = stream(&[
+        default_priority_classes(),
+        node("node-0", 2, &[]),
+        queue("team-a", None, -1.0, -1.0),
+        pod_group("ml", "ckpt", "team-a", 1, "train"),
+        pod_with_claim("ml", "ckpt", 1, "ghost"),
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: local}\nprovisioner: kubernetes.io/no-provisioner\nvolumeBindingMode: WaitForFirstConsumer\n".to_owned(),
+        "apiVersion: storage.k8s.io/v1\nkind: CSINode\nmetadata: {name: node-0}\nspec: {drivers: [{name: ebs.csi.aws.com, nodeID: i-1, allocatable: {count: 2}}]}\n".to_owned(),
+    ]);
+    let (snapshot, model) = load(&yaml);
+    assert_eq!((snapshot.storage_classes.len(), snapshot.csi_nodes.len()), (1, 1));
+    let e = explain(&snapshot, &model, &key("ml", "ckpt"), &Config::default(), NOW).unwrap();
+    assert_eq!(e.analysis.verdict, Verdict::Waiting);
+    let text = render(&e, 1000);
+    assert!(
+        text.contains("persistentvolumeclaim \"ghost\" not found"),
+        "{text}"
+    );
+}

@@ -216,3 +216,62 @@ fn fractions_wait_when_gpu_sharing_is_disabled_and_say_why() {
     let why = s.why("f").unwrap();
     assert!(why.contains("GPU sharing is disabled"), "{why}");
 }
+
+/// Two half-GPU pods on two devices of a 2-GPU node, and a pod waiting for a whole GPU: consolidation
+/// moves one half onto the other's device, which frees a whole one (evicting a device's last sharer
+/// frees the device).
+#[test]
+fn consolidation_packs_two_halves_onto_one_device_to_free_a_whole_gpu() {
+    let mut s = sim();
+    s.node("n0", 64_000, 256, 2);
+    let half = |name: &str, created: i64| {
+        GangSpec::new(name, "q", 1)
+            .fraction(500)
+            .priority_class("train")
+            .running_on(&["n0"])
+            .created(created)
+    };
+    s.gang(half("a", 0));
+    s.gang(half("b", 1));
+    s.gang(
+        GangSpec::new("whole", "q", 1)
+            .gpus(1)
+            .priority_class("train")
+            .created(10),
+    );
+    s.rounds(4);
+    s.cluster.check_invariants().expect("invariants");
+    assert_eq!(s.count("whole", TaskStatus::Running), 1, "{:?}", s.why("whole"));
+    assert_eq!(s.evicted.len(), 1, "{:?}", s.evicted);
+    assert_eq!(
+        s.count("a", TaskStatus::Running) + s.count("b", TaskStatus::Running),
+        2
+    );
+    let (a, b) = (groups(&s, "a"), groups(&s, "b"));
+    assert_eq!(a, b, "the two halves share one device now");
+}
+
+/// A pod waiting for a whole GPU on a node whose devices each hold one half-GPU pod of lower priority:
+/// preempting one half frees its device.
+#[test]
+fn preempting_a_devices_last_sharer_frees_the_device() {
+    let mut s = sim();
+    s.node("n0", 64_000, 256, 1);
+    s.gang(
+        GangSpec::new("half", "q", 1)
+            .fraction(500)
+            .priority_class("train")
+            .running_on(&["n0"])
+            .created(0),
+    );
+    s.gang(
+        GangSpec::new("urgent", "q", 1)
+            .gpus(1)
+            .priority_class("build")
+            .created(10),
+    );
+    s.rounds(4);
+    s.cluster.check_invariants().expect("invariants");
+    assert_eq!(s.evicted, vec!["ns/half-0".to_owned()]);
+    assert_eq!(s.count("urgent", TaskStatus::Running), 1, "{:?}", s.why("urgent"));
+}

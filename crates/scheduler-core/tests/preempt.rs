@@ -159,6 +159,22 @@ fn s45_consolidation_moves_a_train_to_make_room() {
     );
 }
 
+/// The first victim in order (the newest, a 2-GPU job) has nowhere to go; the older 1-GPU job beside
+/// it does. Consolidation searches again without the victim that cannot move and moves the one that can.
+#[test]
+fn consolidation_moves_the_victim_that_can_move_not_the_first_in_order() {
+    let mut s = one_queue(1.0);
+    s.node("n0", 64_000, 256, 4).node("n1", 64_000, 256, 1);
+    s.gang(train("small", 1, 1).running_on(&["n0"]).created(0));
+    s.gang(train("mid", 1, 2).running_on(&["n0"]).created(1));
+    s.gang(train("big", 1, 2).created(10));
+    settle(&mut s, 4);
+    assert_eq!(s.count("big", TaskStatus::Running), 1, "{:?}", s.why("big"));
+    assert_eq!(s.evicted, vec!["ns/small-0".to_owned()]);
+    assert_eq!(s.placement("small").keys().collect::<Vec<_>>(), ["n1"]);
+    assert_eq!(s.count("mid", TaskStatus::Running), 1);
+}
+
 #[test]
 fn s46_builds_are_not_moved() {
     let mut s = one_queue(1.0);

@@ -344,6 +344,49 @@ fn one_volume_is_never_handed_to_two_claims_and_the_smallest_that_fits_is_chosen
 }
 
 #[test]
+fn a_pods_claims_take_volumes_by_increasing_request_as_kube_scheduler_matches_them() {
+    let mut s = sim();
+    cpu_nodes(&mut s, &["n0"]);
+    local_class(&mut s);
+    let rwo_rwx = AccessModes::READ_WRITE_ONCE.with(AccessModes::READ_WRITE_MANY);
+    let mut both = local_pv("pv-rwx", "local", 5, "n0");
+    both.access_modes = rwo_rwx;
+    s.cluster.apply_volume(both);
+    s.cluster.apply_volume(local_pv("pv-rwo", "local", 10, "n0"));
+    let mut big = claim("big", "local", 5);
+    big.access_modes = AccessModes::READ_WRITE_MANY;
+    s.cluster.apply_claim(big);
+    s.cluster.apply_claim(claim("small", "local", 1));
+    // In the pod's order both claims would find a volume (big: pv-rwx, small: pv-rwo); kube-scheduler
+    // matches the small claim first, which takes pv-rwx, the smallest that fits it, and finds none for
+    // the big one: the pod waits, as there.
+    s.gang(pods("app", 1).claims(&["big", "small"]));
+    settle(&mut s, 2);
+    assert_eq!(node_of(&s, "app-0"), None);
+    // A second volume the big claim can use: the small claim still takes the smallest.
+    let mut more = local_pv("pv-rwx-10", "local", 10, "n0");
+    more.access_modes = rwo_rwx;
+    s.cluster.apply_volume(more);
+    settle(&mut s, 2);
+    assert_eq!(node_of(&s, "app-0").as_deref(), Some("n0"));
+    let mut chosen: Vec<(String, ClaimChoice)> = s
+        .history
+        .iter()
+        .flat_map(|d| &d.binds)
+        .flat_map(|b| &b.volumes)
+        .map(|v| (v.claim.name.to_string(), v.choice.clone()))
+        .collect();
+    chosen.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        chosen,
+        vec![
+            ("big".to_owned(), ClaimChoice::Volume("pv-rwx-10".into())),
+            ("small".to_owned(), ClaimChoice::Volume("pv-rwx".into())),
+        ]
+    );
+}
+
+#[test]
 fn a_bound_claims_volume_limits_the_nodes_by_affinity_and_zone() {
     let mut s = sim();
     s.node_with("a-0", 8_000, 32, 0, &[("topology.kubernetes.io/zone", "a")], &[]);

@@ -8,14 +8,16 @@
 //! and then trimmed: units whose eviction turned out unnecessary are given back.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::fairshare::ReclaimRejection;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::policy::placement::Mode;
 use crate::framework::policy::topology;
+use crate::model::resources::GPU;
 use crate::model::volumes::{NodeRef, VolumeMiss};
-use crate::model::{Cluster, GroupId, NodeId, Resources, Task, TaskId, TaskStatus};
+use crate::model::{Cluster, GroupId, Node, NodeId, Resources, Task, TaskId, TaskStatus};
 
 /// Something that may be evicted at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,8 +56,8 @@ pub enum NoVictims {
     ReplayFailed,
     /// The action's rule refused the victims.
     Refused(ReclaimRejection),
-    /// Consolidation: some victim pod would have nowhere else to run.
-    VictimsCannotMove,
+    /// Consolidation: these victim units (of the plan found) would have nowhere else to run.
+    VictimsCannotMove(Vec<Unit>),
 }
 
 impl NoVictims {
@@ -78,7 +80,9 @@ impl NoVictims {
             }
             Self::ReplayFailed => "internal: replay of an accepted scenario failed".to_owned(),
             Self::Refused(r) => ssn.fairness.explain_rejection(r, ssn.cluster),
-            Self::VictimsCannotMove => "the pods that would have to move have nowhere else to go".to_owned(),
+            Self::VictimsCannotMove(_) => {
+                "the pods that would have to move have nowhere else to go".to_owned()
+            }
         }
     }
 }
@@ -224,6 +228,47 @@ pub fn protected_by_min_runtime(ssn: &Session<'_>, gang: usize, reclaim: bool) -
     protected
 }
 
+/// The sharers still holding each shared device of a node as victims are picked: a device whose
+/// last active sharer is picked is freed whole (fractions are not in a pod's node-level request).
+struct SharersLeft(HashMap<Arc<str>, u32>);
+
+impl SharersLeft {
+    fn on(node: &Node) -> Self {
+        Self(
+            node.shared_gpus
+                .iter()
+                .filter(|d| d.nominated_holders == 0)
+                .map(|d| {
+                    let active = d.holders - d.nominated_holders - d.releasing_holders;
+                    (d.group.clone(), active)
+                })
+                .collect(),
+        )
+    }
+
+    /// Milli-GPUs freed on `node` by evicting `unit` after the units counted before.
+    fn freed_by(&mut self, cluster: &Cluster, unit: &Unit, node: NodeId) -> i64 {
+        let mut freed = 0;
+        for t in &unit.tasks {
+            let task = cluster.task(*t);
+            if task.node != Some(node) || !task.status.is_allocated() || !task.gpu.is_shared() {
+                continue;
+            }
+            for group in &task.gpu_groups {
+                if let Some(left) = self.0.get_mut(group)
+                    && *left > 0
+                {
+                    *left -= 1;
+                    if *left == 0 {
+                        freed += 1000;
+                    }
+                }
+            }
+        }
+        freed
+    }
+}
+
 fn unit_request_on(ssn: &Session<'_>, unit: &Unit, node: NodeId) -> Resources {
     let mut r = Resources::ZERO;
     for t in &unit.tasks {
@@ -314,12 +359,18 @@ fn solve_in(
         return Err(NoVictims::Refused(rejection));
     }
     if req.victims_must_move {
+        // Every unit is tried (not only up to the first that cannot move), so the caller can search
+        // again without all of those that cannot.
         let before_moves = ssn.checkpoint();
-        let moved = chosen.iter().all(|u| u.tasks.iter().all(|t| relocate(ssn, *t)));
+        let stuck: Vec<Unit> = chosen
+            .iter()
+            .filter(|u| !u.tasks.iter().all(|t| relocate(ssn, *t)))
+            .cloned()
+            .collect();
         ssn.rollback(before_moves);
-        if !moved {
+        if !stuck.is_empty() {
             ssn.rollback(start);
-            return Err(NoVictims::VictimsCannotMove);
+            return Err(NoVictims::VictimsCannotMove(stuck));
         }
     }
     Ok(chosen)
@@ -443,6 +494,7 @@ fn place_with_victims(
             // are not room for this one: every reservation here counts against it.
             let (_, mut later) = ssn.cluster.node(*node).available(&Resources::ZERO);
             let need = task.request;
+            let mut sharers = SharersLeft::on(ssn.cluster.node(*node));
             let mut picked = Vec::new();
             for u in blocking.into_iter().chain(rest) {
                 if need.fits_in(&later) && blockers.is_empty() {
@@ -455,15 +507,18 @@ fn place_with_victims(
                     continue;
                 }
                 later.add(&unit_request_on(ssn, &req.candidates[u], *node));
+                later.0[GPU] += sharers.freed_by(ssn.cluster, &req.candidates[u], *node);
                 blockers.retain(|b| !req.candidates[u].tasks.contains(b));
                 picked.push(u);
             }
             if !need.fits_in(&later) || !blockers.is_empty() || picked.is_empty() {
                 continue;
             }
-            // Rules over a domain wider than the node (zone anti-affinity, spread) are settled by
-            // trying: evict the picked units, ask the node, undo.
-            if (rules_matter || volumes_matter) && !fits_once_evicted(ssn, req, t, *node, &picked) {
+            // Rules over a domain wider than the node (zone anti-affinity, spread), and a fraction's
+            // room on a device, are settled by trying: evict the picked units, ask the node, undo.
+            if (rules_matter || volumes_matter || task.gpu.is_shared())
+                && !fits_once_evicted(ssn, req, t, *node, &picked)
+            {
                 continue;
             }
             let key = (picked.len(), *picked.last().unwrap_or(&usize::MAX), *node);
@@ -633,7 +688,7 @@ mod tests {
         let moving =
             Request::new(wait, units.clone(), EvictionCause::Consolidation, &no_message).victims_must_move();
         let no = solve(&mut ssn, &moving).expect_err("one node: the victim cannot move");
-        assert_eq!(no, NoVictims::VictimsCannotMove);
+        assert_eq!(no, NoVictims::VictimsCannotMove(units.clone()));
         assert_eq!(
             no.explain(&ssn),
             "the pods that would have to move have nowhere else to go"

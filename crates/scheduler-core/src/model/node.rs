@@ -49,10 +49,13 @@ impl SharedGpu {
     /// How the whole device counts on the node: (used, releasing, nominated) in milli-GPUs.
     #[must_use]
     pub fn device_contribution(&self) -> (i64, i64, i64) {
-        if self.reservation.is_some() {
-            return (0, 0, 0);
-        }
         let active = self.holders - self.nominated_holders;
+        if self.reservation.is_some() {
+            // The reservation pod's own request counts the device as used; once every sharer is
+            // leaving, the device is on its way out too (the reservation pod goes with the last sharer).
+            let leaving = active > 0 && active == self.releasing_holders && self.nominated_holders == 0;
+            return (0, if leaving { 1000 } else { 0 }, 0);
+        }
         if active > 0 {
             let releasing = if active == self.releasing_holders { 1000 } else { 0 };
             (1000, releasing, 0)

@@ -355,6 +355,30 @@ impl VolumeBook {
         self.volumes.get(name).map(|v| &v.spec)
     }
 
+    /// Every claim the book holds (a relist removes those it no longer sees).
+    #[must_use]
+    pub fn claim_keys(&self) -> Vec<ClaimKey> {
+        self.claims.keys().cloned().collect()
+    }
+
+    /// Every volume's name.
+    #[must_use]
+    pub fn volume_names(&self) -> Vec<Arc<str>> {
+        self.volumes.keys().cloned().collect()
+    }
+
+    /// Every storage class's name.
+    #[must_use]
+    pub fn class_names(&self) -> Vec<Arc<str>> {
+        self.classes.keys().cloned().collect()
+    }
+
+    /// Every node with attach limits.
+    #[must_use]
+    pub fn nodes_with_attach_limits(&self) -> Vec<Arc<str>> {
+        self.attach_limits.keys().cloned().collect()
+    }
+
     /// The claim a volume is bound or reserved to, if the model knows one.
     #[must_use]
     pub fn claim_of_volume(&self, name: &str) -> Option<ClaimKey> {
@@ -496,6 +520,22 @@ impl VolumeBook {
     // Whether one node can take a pod
     // -----------------------------------------------------------------------------------------
 
+    /// A pod's claims in the order kube-scheduler matches them to volumes: by increasing request
+    /// (`findMatchingVolumes` sorts them so; a stable sort here, as Go's is for a pod's few claims).
+    /// Each takes the smallest volume that fits it, so the order decides whether all find one: a small
+    /// claim taken first may take the only volume a larger claim's access modes allow.
+    fn matching_order<'c>(&self, namespace: &Arc<str>, claims: &'c [PodClaim]) -> Vec<&'c PodClaim> {
+        let mut ordered: Vec<&PodClaim> = claims.iter().collect();
+        ordered.sort_by_key(|c| {
+            let key = ClaimKey {
+                namespace: namespace.clone(),
+                name: c.name.clone(),
+            };
+            self.claims.get(&key).map_or(0, |claim| claim.spec.request_bytes)
+        });
+        ordered
+    }
+
     /// Whether `node` can take a pod with these claims now, with the volumes other claims have taken.
     ///
     /// # Errors
@@ -508,7 +548,7 @@ impl VolumeBook {
         placed_here: bool,
     ) -> Result<(), VolumeMiss> {
         let mut picked: Vec<&str> = Vec::new();
-        for c in claims {
+        for c in self.matching_order(namespace, claims) {
             let key = ClaimKey {
                 namespace: namespace.clone(),
                 name: c.name.clone(),
@@ -687,7 +727,7 @@ impl VolumeBook {
     /// first placed user chooses; later users follow).
     pub fn contribute(&mut self, namespace: &Arc<str>, claims: &[PodClaim], node: NodeRef<'_>, sign: i32) {
         let mut picked: Vec<Arc<str>> = Vec::new();
-        for c in claims {
+        for c in self.matching_order(namespace, claims) {
             let key = ClaimKey {
                 namespace: namespace.clone(),
                 name: c.name.clone(),

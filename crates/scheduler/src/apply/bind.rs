@@ -81,7 +81,7 @@ impl Applier {
 
     /// A bind that did not happen: the rest of its gang stops, the loop drops the assumption, and the
     /// pod gets a `FailedBinding` event saying why.
-    async fn bind_failed(&self, b: &Bind, gang_failed: &AtomicBool, message: String) {
+    pub(super) async fn bind_failed(&self, b: &Bind, gang_failed: &AtomicBool, message: String) {
         gang_failed.store(true, Ordering::Release);
         self.metrics
             .binds

@@ -1,6 +1,7 @@
 //! The I/O edge that executes decisions: binds through `pods/binding` (concurrently, under the client's
-//! QPS budget), evictions through the Eviction API (so PodDisruptionBudgets hold), PodGroup and queue
-//! statuses with server-side apply, pod conditions, and events.
+//! QPS budget), claims bound before the pods that use them, evictions through the Eviction API (so
+//! PodDisruptionBudgets hold), PodGroup and queue statuses with server-side apply, pod conditions, and
+//! events.
 //!
 //! Results come back to the model as watch events, not as trusted local state; only failures are
 //! reported back ([`Feedback`]) so the loop can drop what it assumed. Every write checks leadership
@@ -9,8 +10,9 @@
 //! This file holds the [`Applier`], its options and counters, and the dispatch of a cycle's decisions
 //! (binds first, the other writes deferred behind them). Each kind of write is in its own file:
 //! `bind` (binds, including labelling a shared-GPU pod with its devices), `gpu_env` (a shared-GPU pod's
-//! ConfigMaps with its devices, before its bind), `reservation` (GPU reservation pods), `evict`, `status` (PodGroup and queue statuses, PodGroup annotations, pod
-//! conditions) and `events`.
+//! ConfigMaps with its devices, before its bind), `volumes` (a gang's claims, bound before its pods),
+//! `reservation` (GPU reservation pods), `evict`, `status` (PodGroup and queue statuses, PodGroup
+//! annotations, pod conditions) and `events`.
 
 mod bind;
 mod events;
@@ -18,6 +20,7 @@ mod evict;
 mod gpu_env;
 mod reservation;
 mod status;
+mod volumes;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,10 +39,11 @@ use runtime::lease::LeaderGuard;
 use tokio::sync::{Notify, Semaphore, mpsc};
 
 use scheduler_core::config::GpuSharingArgs;
-use scheduler_core::framework::decisions::{Decisions, GroupStatus, PodCondition, QueueStatus};
+use scheduler_core::framework::decisions::{Bind, Decisions, GroupStatus, PodCondition, QueueStatus};
 use scheduler_core::model::GroupKey;
 
 use events::EventSeries;
+pub use volumes::CLAIM_BIND_TIMEOUT;
 
 /// The tracing target of every applier log line, whichever file it is written in: log filters
 /// (`RUST_LOG=kai_scheduler::apply=debug`) and e2e/tests/reliability.rs, which counts the
@@ -63,6 +67,7 @@ pub struct ApplyMetrics {
     binds: Family<ResultLabel, Counter>,
     evictions: Family<EvictLabel, Counter>,
     status_writes: Family<ResultLabel, Counter>,
+    claim_bindings: Family<ResultLabel, Counter>,
 }
 
 impl ApplyMetrics {
@@ -78,6 +83,11 @@ impl ApplyMetrics {
             "status_writes",
             "PodGroup, queue and pod status writes by result",
             self.status_writes.clone(),
+        );
+        registry.register(
+            "claim_bindings",
+            "Gangs whose claims were bound before their pods, by result",
+            self.claim_bindings.clone(),
         );
     }
 }
@@ -190,23 +200,13 @@ impl Applier {
     /// once; statuses, annotations, pod conditions and events wait for the binds in flight to finish
     /// (see [`MAX_WRITE_DEFERRAL`]), and a status decided again meanwhile replaces the one waiting.
     pub fn submit(self: &Arc<Self>, d: Decisions) {
-        // Binds of one gang share a flag: after one fails, the gang's binds not yet sent are dropped (the
-        // pods go back to pending) instead of binding more of a gang that is no longer whole.
-        let mut gangs: HashMap<Option<GroupKey>, Arc<AtomicBool>> = HashMap::new();
-        self.binds_in_flight
-            .count
-            .fetch_add(d.binds.len(), Ordering::AcqRel);
-        for b in d.binds {
-            let failed = gangs
-                .entry(b.group.clone())
-                .or_insert_with(|| Arc::new(AtomicBool::new(false)))
-                .clone();
+        // A gang with claims to bind first waits for them apart (not counted as binds in flight, so the
+        // other writes do not wait behind a provisioner); every other bind goes at once.
+        let (plain, with_claims) = volumes::split_by_claims(d.binds);
+        self.spawn_binds(plain);
+        for gang in with_claims {
             let this = self.clone();
-            let ticket = BindTicket(self.binds_in_flight.clone());
-            tokio::spawn(async move {
-                this.bind(b, &failed).await;
-                drop(ticket);
-            });
+            tokio::spawn(async move { this.bind_with_claims(gang).await });
         }
         for e in d.evictions {
             let this = self.clone();
@@ -258,6 +258,28 @@ impl Applier {
             tokio::spawn(async move {
                 this.after_binds().await;
                 this.event(e).await;
+            });
+        }
+    }
+
+    /// Sends binds, each counted in flight until it is done. Binds of one gang share a flag: after one
+    /// fails, the gang's binds not yet sent are dropped (the pods go back to pending) instead of binding
+    /// more of a gang that is no longer whole.
+    fn spawn_binds(self: &Arc<Self>, binds: Vec<Bind>) {
+        let mut gangs: HashMap<Option<GroupKey>, Arc<AtomicBool>> = HashMap::new();
+        self.binds_in_flight
+            .count
+            .fetch_add(binds.len(), Ordering::AcqRel);
+        for b in binds {
+            let failed = gangs
+                .entry(b.group.clone())
+                .or_insert_with(|| Arc::new(AtomicBool::new(false)))
+                .clone();
+            let this = self.clone();
+            let ticket = BindTicket(self.binds_in_flight.clone());
+            tokio::spawn(async move {
+                this.bind(b, &failed).await;
+                drop(ticket);
             });
         }
     }

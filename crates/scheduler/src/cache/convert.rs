@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use api::keys;
 use api::quantity;
-use k8s_openapi::api::core::v1::{Container, Node, NodeSelectorRequirement, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, PodStatus,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -579,6 +581,18 @@ fn requirement(r: &NodeSelectorRequirement, field: bool) -> Requirement {
     }
 }
 
+/// A node selector term as an AND of requirements: its label expressions, then its field expressions.
+pub(super) fn term_requirements(t: &NodeSelectorTerm) -> Vec<Requirement> {
+    let mut reqs: Vec<Requirement> = t
+        .match_expressions
+        .iter()
+        .flatten()
+        .map(|r| requirement(r, false))
+        .collect();
+    reqs.extend(t.match_fields.iter().flatten().map(|r| requirement(r, true)));
+    reqs
+}
+
 fn constraints(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Constraints {
     let Some(spec) = spec else {
         return Constraints::default();
@@ -597,19 +611,7 @@ fn constraints(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Constraint
         .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
         .map(|s| s.node_selector_terms.clone())
         .unwrap_or_default();
-    let affinity_terms = terms
-        .iter()
-        .map(|t| {
-            let mut reqs: Vec<Requirement> = t
-                .match_expressions
-                .iter()
-                .flatten()
-                .map(|r| requirement(r, false))
-                .collect();
-            reqs.extend(t.match_fields.iter().flatten().map(|r| requirement(r, true)));
-            reqs
-        })
-        .collect();
+    let affinity_terms = terms.iter().map(term_requirements).collect();
     let preferred = spec
         .affinity
         .as_ref()
@@ -618,14 +620,7 @@ fn constraints(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Constraint
         .into_iter()
         .flatten()
         .filter_map(|p| {
-            let t = &p.preference;
-            let mut reqs: Vec<Requirement> = t
-                .match_expressions
-                .iter()
-                .flatten()
-                .map(|r| requirement(r, false))
-                .collect();
-            reqs.extend(t.match_fields.iter().flatten().map(|r| requirement(r, true)));
+            let reqs = term_requirements(&p.preference);
             // An empty preference term matches nothing worth a weight (kube-scheduler gives it none).
             (!reqs.is_empty()).then_some((p.weight, reqs))
         })

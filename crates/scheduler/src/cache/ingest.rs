@@ -3,11 +3,13 @@
 
 use std::collections::HashSet;
 
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::ResourceExt;
 
-use super::convert;
 use super::watch::{Change, Event, Kind, key, pod_key};
+use super::{convert, volumes};
+use scheduler_core::model::volumes::ClaimKey;
 use scheduler_core::model::{Cluster, GroupKey, GroupKind};
 
 /// Event ingestion state.
@@ -195,6 +197,89 @@ impl Ingest {
                     self.listed.insert(Kind::Topology);
                 }
             },
+            Event::Claim(c) => self.claim(cluster, *c),
+            Event::Volume(c) => self.volume(cluster, *c),
+            Event::StorageClass(c) => match c {
+                Change::Apply(sc) => cluster.apply_storage_class(volumes::storage_class(&sc)),
+                Change::Delete(sc) => cluster.remove_storage_class(&sc.name_any()),
+                Change::Listed(keys) => {
+                    for name in cluster.volumes.class_names() {
+                        if !keys.contains(&*name) {
+                            cluster.remove_storage_class(&name);
+                        }
+                    }
+                    self.listed.insert(Kind::StorageClass);
+                }
+            },
+            Event::CsiNode(c) => match c {
+                Change::Apply(csi) => {
+                    let (node, limits) = volumes::attach_limits(&csi);
+                    cluster.apply_attach_limits(node, limits);
+                }
+                Change::Delete(csi) => cluster.apply_attach_limits(csi.name_any().into(), Vec::new()),
+                Change::Listed(keys) => {
+                    for node in cluster.volumes.nodes_with_attach_limits() {
+                        if !keys.contains(&*node) {
+                            cluster.apply_attach_limits(node, Vec::new());
+                        }
+                    }
+                    self.listed.insert(Kind::CsiNode);
+                }
+            },
+        }
+    }
+
+    fn claim(&mut self, cluster: &mut Cluster, change: Change<PersistentVolumeClaim>) {
+        match change {
+            Change::Apply(pvc) => {
+                let (claim, faults) = volumes::claim(&pvc);
+                if !faults.is_empty() {
+                    tracing::warn!(
+                        claim = %claim.key,
+                        faults = %faults.join("; "),
+                        "claim fields that cannot be read are read as fitting no volume"
+                    );
+                }
+                cluster.apply_claim(claim);
+            }
+            Change::Delete(pvc) => cluster.remove_claim(&volumes::claim_key(&pvc)),
+            Change::Listed(keys) => {
+                let gone: Vec<ClaimKey> = cluster
+                    .volumes
+                    .claim_keys()
+                    .into_iter()
+                    .filter(|k| !keys.contains(&k.to_string()))
+                    .collect();
+                for k in gone {
+                    cluster.remove_claim(&k);
+                }
+                self.listed.insert(Kind::Claim);
+            }
+        }
+    }
+
+    fn volume(&mut self, cluster: &mut Cluster, change: Change<PersistentVolume>) {
+        match change {
+            Change::Apply(pv) => {
+                let (volume, faults) = volumes::volume(&pv);
+                if !faults.is_empty() {
+                    tracing::warn!(
+                        volume = %volume.name,
+                        faults = %faults.join("; "),
+                        "volume fields that cannot be read are read as fitting no claim"
+                    );
+                }
+                cluster.apply_volume(volume);
+            }
+            Change::Delete(pv) => cluster.remove_volume(&pv.name_any()),
+            Change::Listed(keys) => {
+                for name in cluster.volumes.volume_names() {
+                    if !keys.contains(&*name) {
+                        cluster.remove_volume(&name);
+                    }
+                }
+                self.listed.insert(Kind::Volume);
+            }
         }
     }
 
@@ -272,6 +357,120 @@ fn not_prepared_problem(u: &mut scheduler_core::model::PodUpdate, pod: &k8s_open
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+    use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+    use scheduler_core::model::Cluster;
+    use scheduler_core::model::volumes::ClaimKey;
+
+    use super::{Ingest, Partition};
+    use crate::cache::watch::{Change, Event};
+
+    fn yaml<T: serde::de::DeserializeOwned>(y: &str) -> T {
+        serde_yaml::from_str(y).expect("yaml")
+    }
+
+    fn listed(keys: &[&str]) -> HashSet<String> {
+        keys.iter().map(|k| (*k).to_owned()).collect()
+    }
+
+    fn claim(name: &str) -> PersistentVolumeClaim {
+        yaml(&format!(
+            "metadata: {{name: {name}, namespace: ml, uid: u-{name}}}\nspec: {{storageClassName: local}}"
+        ))
+    }
+
+    #[test]
+    fn storage_objects_reach_the_model_and_a_relist_drops_what_vanished() {
+        let mut ingest = Ingest::new("kai-scheduler", "default-queue", Partition::default());
+        let mut cluster = Cluster::default();
+        for name in ["a", "b"] {
+            ingest.apply(&mut cluster, Event::Claim(Box::new(Change::Apply(claim(name)))));
+            let pv: PersistentVolume = yaml(&format!("metadata: {{name: pv-{name}}}\nspec: {{}}"));
+            ingest.apply(&mut cluster, Event::Volume(Box::new(Change::Apply(pv))));
+            let sc: StorageClass = yaml(&format!("metadata: {{name: sc-{name}}}\nprovisioner: x"));
+            ingest.apply(&mut cluster, Event::StorageClass(Change::Apply(sc)));
+            let csi: CSINode = yaml(&format!(
+                "metadata: {{name: n-{name}}}\nspec: {{drivers: [{{name: d, nodeID: x, allocatable: {{count: 3}}}}]}}"
+            ));
+            ingest.apply(&mut cluster, Event::CsiNode(Change::Apply(csi)));
+        }
+        let key = |name: &str| ClaimKey {
+            namespace: "ml".into(),
+            name: name.into(),
+        };
+        assert!(cluster.volumes.claim(&key("a")).is_some());
+        assert!(cluster.volumes.volume("pv-b").is_some());
+
+        ingest.apply(
+            &mut cluster,
+            Event::Claim(Box::new(Change::Listed(listed(&["ml/b"])))),
+        );
+        ingest.apply(
+            &mut cluster,
+            Event::Volume(Box::new(Change::Listed(listed(&["pv-b"])))),
+        );
+        ingest.apply(
+            &mut cluster,
+            Event::StorageClass(Change::Listed(listed(&["sc-b"]))),
+        );
+        ingest.apply(&mut cluster, Event::CsiNode(Change::Listed(listed(&["n-b"]))));
+        assert!(cluster.volumes.claim(&key("a")).is_none());
+        assert!(cluster.volumes.claim(&key("b")).is_some());
+        assert_eq!(cluster.volumes.volume_names(), [std::sync::Arc::from("pv-b")]);
+        assert_eq!(cluster.volumes.class_names(), [std::sync::Arc::from("sc-b")]);
+        assert_eq!(
+            cluster.volumes.nodes_with_attach_limits(),
+            [std::sync::Arc::from("n-b")]
+        );
+
+        // Deletes, one by one.
+        ingest.apply(&mut cluster, Event::Claim(Box::new(Change::Delete(claim("b")))));
+        assert!(cluster.volumes.claim(&key("b")).is_none());
+        let csi: CSINode = yaml("metadata: {name: n-b}\nspec: {drivers: []}");
+        ingest.apply(&mut cluster, Event::CsiNode(Change::Delete(csi)));
+        assert!(cluster.volumes.nodes_with_attach_limits().is_empty());
+        for kind in [
+            super::Kind::Claim,
+            super::Kind::Volume,
+            super::Kind::StorageClass,
+            super::Kind::CsiNode,
+        ] {
+            assert!(ingest.synced(&[kind]), "{kind:?} listed");
+        }
+    }
+
+    #[test]
+    fn a_pod_waits_for_its_missing_claim_until_the_claim_appears() {
+        let mut ingest = Ingest::new("kai-scheduler", "default-queue", Partition::default());
+        let mut cluster = Cluster::default();
+        let pod: Pod = yaml(
+            r#"
+metadata: {name: w-0, namespace: ml, uid: p1, annotations: {pod-group-name: g}}
+spec:
+  schedulerName: kai-scheduler
+  containers: [{name: c, image: x}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+"#,
+        );
+        ingest.apply(&mut cluster, Event::Pod(Box::new(Change::Apply(pod))));
+        let task = cluster.task_id("p1").expect("pod in the model");
+        assert_eq!(
+            cluster.task(task).problem.as_deref(),
+            Some("persistentvolumeclaim \"data\" not found")
+        );
+        let sc: StorageClass = yaml(
+            "metadata: {name: local}\nprovisioner: kubernetes.io/no-provisioner\nvolumeBindingMode: WaitForFirstConsumer",
+        );
+        ingest.apply(&mut cluster, Event::StorageClass(Change::Apply(sc)));
+        ingest.apply(&mut cluster, Event::Claim(Box::new(Change::Apply(claim("data")))));
+        assert_eq!(cluster.task(task).problem, None);
+    }
+}
+
+#[cfg(test)]
+mod gpu_webhook_tests {
     use k8s_openapi::api::core::v1::Pod;
     use scheduler_core::model::Cluster;
     use serde_json::json;

@@ -98,7 +98,7 @@ pub fn rules(spec: &PodSpec, namespace: &str, labels: &Labels, problems: &mut Ve
 
 /// A label selector; `None` for an absent one. Unknown operators are a problem (the API server rejects
 /// them, so this only guards against a newer server's additions).
-fn selector(s: Option<&ApiSelector>, problems: &mut Vec<String>) -> Option<LabelSelector> {
+pub(super) fn selector(s: Option<&ApiSelector>, problems: &mut Vec<String>) -> Option<LabelSelector> {
     let s = s?;
     let mut requirements: Vec<SelectorRequirement> = s
         .match_labels

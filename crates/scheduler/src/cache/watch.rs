@@ -10,8 +10,9 @@ use std::collections::HashSet;
 use std::fmt::Debug;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use runtime::liveness::{Liveness, TaskGuard};
@@ -38,6 +39,14 @@ pub enum Kind {
     Topology,
     /// Namespaces (their labels, for namespace selectors).
     Namespace,
+    /// PersistentVolumeClaims.
+    Claim,
+    /// PersistentVolumes.
+    Volume,
+    /// StorageClasses.
+    StorageClass,
+    /// CSINodes (per-node attach limits).
+    CsiNode,
 }
 
 /// One change.
@@ -70,6 +79,14 @@ pub enum Event {
     Topology(Change<api::Topology>),
     /// Namespace.
     Namespace(Change<Namespace>),
+    /// PersistentVolumeClaim (boxed: claims and volumes are large).
+    Claim(Box<Change<PersistentVolumeClaim>>),
+    /// PersistentVolume.
+    Volume(Box<Change<PersistentVolume>>),
+    /// StorageClass.
+    StorageClass(Change<StorageClass>),
+    /// CSINode.
+    CsiNode(Change<CSINode>),
 }
 
 /// The key an object is tracked by: UID for pods, `namespace/name` for namespaced objects, name otherwise.
@@ -182,6 +199,10 @@ pub fn start(
         Kind::Queue,
         Kind::PriorityClass,
         Kind::Namespace,
+        Kind::Claim,
+        Kind::Volume,
+        Kind::StorageClass,
+        Kind::CsiNode,
     ];
     spawn(
         "pods",
@@ -235,6 +256,42 @@ pub fn start(
         Kind::Namespace,
         Event::Namespace,
         key::<Namespace>,
+        liveness,
+    );
+    spawn(
+        "persistentvolumeclaims",
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        tx.clone(),
+        Kind::Claim,
+        |c| Event::Claim(Box::new(c)),
+        key::<PersistentVolumeClaim>,
+        liveness,
+    );
+    spawn(
+        "persistentvolumes",
+        Api::<PersistentVolume>::all(client.clone()),
+        tx.clone(),
+        Kind::Volume,
+        |c| Event::Volume(Box::new(c)),
+        key::<PersistentVolume>,
+        liveness,
+    );
+    spawn(
+        "storageclasses",
+        Api::<StorageClass>::all(client.clone()),
+        tx.clone(),
+        Kind::StorageClass,
+        Event::StorageClass,
+        key::<StorageClass>,
+        liveness,
+    );
+    spawn(
+        "csinodes",
+        Api::<CSINode>::all(client.clone()),
+        tx.clone(),
+        Kind::CsiNode,
+        Event::CsiNode,
+        key::<CSINode>,
         liveness,
     );
     if offered.volcano {

@@ -590,6 +590,18 @@ impl NodeIndex {
         (self.free_now_total, self.free_later_total)
     }
 
+    /// Milli-GPUs free inside shared devices (room a fraction could take, once releasing sharers are
+    /// gone): fragments that moving fractions together could turn into whole devices.
+    #[must_use]
+    pub fn shared_fragments_milli(&self, cluster: &Cluster) -> i64 {
+        self.shared
+            .iter()
+            .filter_map(|n| cluster.nodes.get(n.0))
+            .flat_map(|node| node.shared_gpus.iter())
+            .map(|d| i64::from(d.free_later()))
+            .sum()
+    }
+
     /// Nodes currently in the index (for summaries).
     pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.gpu_nodes

@@ -147,6 +147,22 @@ mod tests {
         Cluster::contribute_shared(&mut node, &group, 500, TaskStatus::Running, -1);
         assert!(node.shared_gpus.is_empty());
         assert_eq!(node.used.gpu(), 0);
+        // With the reservation pod holding the device, the device is on its way out once every sharer
+        // is: it counts as releasing (the reservation pod goes with the last sharer).
+        Cluster::contribute_shared(&mut node, &group, 500, TaskStatus::Running, 1);
+        Cluster::contribute_reservation(&mut node, &group, "r".into(), Some("0".into()), true);
+        assert_eq!((node.used.gpu(), node.releasing.gpu()), (0, 0));
+        Cluster::contribute_shared(&mut node, &group, 500, TaskStatus::Running, -1);
+        Cluster::contribute_shared(&mut node, &group, 500, TaskStatus::Releasing, 1);
+        assert_eq!(node.releasing.gpu(), 1000);
+        Cluster::contribute_shared(&mut node, &group, 500, TaskStatus::Releasing, -1);
+        assert_eq!(
+            node.releasing.gpu(),
+            0,
+            "no sharer left: the reservation pod alone holds it"
+        );
+        Cluster::contribute_reservation(&mut node, &group, "r".into(), None, false);
+        assert!(node.shared_gpus.is_empty());
         // A holder leaving a device that is already gone changes nothing.
         Cluster::contribute_shared(&mut node, &group, 500, TaskStatus::Running, -1);
         assert!(node.shared_gpus.is_empty());
