@@ -28,6 +28,13 @@
 //!   of that term (a node without the key passes); (c) the symmetric rule: no existing pod whose required
 //!   anti-affinity term matches this pod in the node's domain of that term. A term's `namespaces` default
 //!   to its own pod's namespace.
+//! - `VolumeBinding`, `VolumeZone` (issue 14), over one side's claims, volumes and classes
+//!   ([`Storage`], given with [`State::with_storage`]): the pod's claims must exist and be bound or wait
+//!   for their first consumer; a bound claim's volume must admit the node (node affinity, zone labels);
+//!   the unbound claims, by increasing request, must each find an available volume that fits them on
+//!   the node, none taken twice (the rules in full: the `volumes` submodule). [`binding_faults`] then
+//!   judges what the scheduler wrote: the claims bound to such volumes, or left alone if the pod is
+//!   pending.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -74,11 +81,23 @@ pub enum Rule {
     PreferredPodAntiAffinity,
     /// `ScheduleAnyway` topology spread constraints (scoring).
     SpreadScheduleAnyway,
+    /// The pod's claims exist, and each is bound or waits for its first consumer (VolumeBinding's
+    /// PreFilter): when not, no node can take the pod.
+    Claims,
+    /// A bound claim's volume's node affinity.
+    VolumeNodeAffinity,
+    /// A bound claim's volume's zone labels (VolumeZone).
+    VolumeZone,
+    /// The unbound `WaitForFirstConsumer` claims find volumes on the node.
+    VolumeBinding,
+    /// Once decided, the claims are bound as the decision says, or left alone (not a filter: a check
+    /// of what the scheduler wrote, [`binding_faults`]).
+    ClaimBinding,
 }
 
 impl Rule {
     /// Every rule, in report order.
-    pub const ALL: [Rule; 13] = [
+    pub const ALL: [Rule; 18] = [
         Rule::Resources,
         Rule::NodeSelector,
         Rule::NodeAffinity,
@@ -92,6 +111,11 @@ impl Rule {
         Rule::PreferredPodAffinity,
         Rule::PreferredPodAntiAffinity,
         Rule::SpreadScheduleAnyway,
+        Rule::Claims,
+        Rule::VolumeNodeAffinity,
+        Rule::VolumeZone,
+        Rule::VolumeBinding,
+        Rule::ClaimBinding,
     ];
 
     /// The name in reports.
@@ -111,33 +135,56 @@ impl Rule {
             Rule::PreferredPodAffinity => "preferred pod affinity",
             Rule::PreferredPodAntiAffinity => "preferred pod anti-affinity",
             Rule::SpreadScheduleAnyway => "topology spread ScheduleAnyway",
+            Rule::Claims => "claims usable (exist, bound or waiting for a consumer)",
+            Rule::VolumeNodeAffinity => "bound volume's node affinity",
+            Rule::VolumeZone => "bound volume's zone",
+            Rule::VolumeBinding => "unbound claims find volumes",
+            Rule::ClaimBinding => "claims bound as decided (after the decision)",
         }
     }
 
-    /// Whether the rule filters nodes (the others only score them).
+    /// Whether the rule filters nodes (the others score them, or judge what was written afterwards).
     #[must_use]
     pub fn filters(self) -> bool {
         !matches!(
             self,
-            Rule::PreferredPodAffinity | Rule::PreferredPodAntiAffinity | Rule::SpreadScheduleAnyway
+            Rule::PreferredPodAffinity
+                | Rule::PreferredPodAntiAffinity
+                | Rule::SpreadScheduleAnyway
+                | Rule::ClaimBinding
         )
     }
 
-    /// Whether the rule is one issue 13 adds (pod affinity, topology spread, host ports); the others
-    /// were honoured before.
+    /// Whether the scheduler honoured the rule before issue 13 (resources, node selector, required node
+    /// affinity, taints, cordons); issue 13 added pod affinity, topology spread and host ports, issue 14
+    /// volumes.
     #[must_use]
-    pub fn added_by_issue_13(self) -> bool {
-        !matches!(
+    pub fn honoured_before_issue_13(self) -> bool {
+        matches!(
             self,
             Rule::Resources | Rule::NodeSelector | Rule::NodeAffinity | Rule::Taints | Rule::Cordon
         )
     }
+
+    /// Whether the rule is about volumes (issue 14).
+    #[must_use]
+    pub fn is_volume_rule(self) -> bool {
+        matches!(
+            self,
+            Rule::Claims
+                | Rule::VolumeNodeAffinity
+                | Rule::VolumeZone
+                | Rule::VolumeBinding
+                | Rule::ClaimBinding
+        )
+    }
 }
 
-/// The cluster a pod is checked against: nodes, and the live pods bound to them.
+/// The cluster a pod is checked against: nodes, the live pods bound to them, and storage.
 #[derive(Debug)]
 pub struct State<'a> {
     nodes: Vec<&'a Node>,
+    storage: &'a Storage,
     by_name: HashMap<&'a str, &'a Node>,
     /// Live pods bound to one of the nodes, with the node.
     bound: Vec<(&'a Pod, &'a Node)>,
@@ -199,10 +246,18 @@ impl<'a> State<'a> {
         }
         Self {
             nodes: nodes.iter().collect(),
+            storage: &volumes::NONE,
             by_name,
             bound,
             on_node,
         }
+    }
+
+    /// The same state with `storage` (claims, volumes, classes; none by default).
+    #[must_use]
+    pub fn with_storage(mut self, storage: &'a Storage) -> Self {
+        self.storage = storage;
+        self
     }
 
     fn pods_on(&self, node: &str) -> impl Iterator<Item = &'a Pod> + '_ {
@@ -353,6 +408,9 @@ pub fn evaluate(pod: &Pod, state: &State<'_>, release: Release) -> anyhow::Resul
         .collect();
     let domain_counts = spread_counts(pod, state, &constraints, release);
 
+    // VolumeBinding's PreFilter.
+    let claims = volumes::needs(pod, state.storage)?;
+
     let tolerations = spec.tolerations.clone().unwrap_or_default();
     let mut verdict = Verdict::default();
     for node in &state.nodes {
@@ -430,6 +488,7 @@ pub fn evaluate(pod: &Pod, state: &State<'_>, release: Release) -> anyhow::Resul
         }) {
             fails.insert(Rule::ExistingAntiAffinity);
         }
+        fails.extend(volumes::node_failures(&claims, node, state.storage)?);
         verdict.nodes.insert(name.to_owned(), fails);
     }
     Ok(verdict)
@@ -806,3 +865,6 @@ fn host_ports(pod: &Pod) -> Vec<HostPort> {
 
 #[cfg(test)]
 mod tests;
+mod volumes;
+
+pub use volumes::{Storage, binding_faults, pod_claims};

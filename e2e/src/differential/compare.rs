@@ -60,6 +60,12 @@ pub struct ProbeResult {
     pub kube_breaks: BTreeSet<Rule>,
     /// The rules this scheduler's node fails in its final state under the current rules (must be none).
     pub ours_breaks: BTreeSet<Rule>,
+    /// The probe's claims and volumes (null: none).
+    pub storage: Value,
+    /// What is wrong with the claims after kube-scheduler decided ([`super::binding_faults`]).
+    pub kube_faults: Vec<String>,
+    /// What is wrong with the claims after this scheduler decided.
+    pub ours_faults: Vec<String>,
 }
 
 /// A way the two schedulers, or kube-scheduler and the checker, disagree on a probe.
@@ -237,6 +243,14 @@ pub struct Summary {
     pub checker_agrees_with_kube: usize,
     /// Probes with no disagreement that fails the test.
     pub agreed: usize,
+    /// Probes with claims.
+    pub with_claims: usize,
+    /// Of those, bound by kube-scheduler.
+    pub with_claims_kube_bound: usize,
+    /// Of those, bound by this scheduler.
+    pub with_claims_ours_bound: usize,
+    /// Of those, in full agreement.
+    pub with_claims_agreed: usize,
     /// Probes whose feasible nodes differ between v1.20.2's and the current spread counting.
     pub spread_v1_20: usize,
     /// Of those, probes the two schedulers placed differently (bound or not, or the node).
@@ -293,6 +307,12 @@ impl Summary {
             );
             let failing = disagreements.iter().any(|d| d.fails());
             s.agreed += usize::from(!failing);
+            if r.carries.contains(&Rule::Claims) {
+                s.with_claims += 1;
+                s.with_claims_kube_bound += usize::from(kube.is_some());
+                s.with_claims_ours_bound += usize::from(ours.is_some());
+                s.with_claims_agreed += usize::from(!failing);
+            }
             for d in &disagreements {
                 *s.disagreements.entry(*d).or_default() += 1;
             }
@@ -398,6 +418,17 @@ impl Summary {
                 "probes in full agreement".to_owned(),
                 format!("{} ({})", self.agreed, pct(self.agreed, self.probes)),
             ),
+            (
+                "probes with claims: bound by kube-scheduler / kai-scheduler, in full agreement".to_owned(),
+                format!(
+                    "{}: {} / {}, {} ({})",
+                    self.with_claims,
+                    self.with_claims_kube_bound,
+                    self.with_claims_ours_bound,
+                    self.with_claims_agreed,
+                    pct(self.with_claims_agreed, self.with_claims)
+                ),
+            ),
         ];
         for (k, v) in rows {
             let _ = writeln!(out, "| {k} | {v} |");
@@ -461,6 +492,14 @@ pub fn describe(r: &ProbeResult, prefix: &str) -> String {
         let broken: Vec<&str> = r.ours_breaks.iter().map(|x| x.name()).collect();
         let _ = writeln!(out, "   kai-scheduler's node breaks: {}", broken.join(", "));
     }
+    for (who, faults) in [
+        ("kube-scheduler", &r.kube_faults),
+        ("kai-scheduler", &r.ours_faults),
+    ] {
+        for f in faults {
+            let _ = writeln!(out, "   after {who}: {f}");
+        }
+    }
     let world = format!("w{}n", r.world);
     let _ = writeln!(out, "   checker, nodes of its world:");
     for (node, fails) in &r.verdict.nodes {
@@ -480,6 +519,13 @@ pub fn describe(r: &ProbeResult, prefix: &str) -> String {
         );
     }
     let _ = writeln!(out, "   pod: {}", r.pod);
+    if !r.storage.is_null() {
+        let _ = writeln!(
+            out,
+            "   storage (kube-scheduler's copy; kai-scheduler's is the same): {}",
+            r.storage
+        );
+    }
     out
 }
 
@@ -507,6 +553,9 @@ mod tests {
             ours,
             kube_breaks: BTreeSet::new(),
             ours_breaks: BTreeSet::new(),
+            storage: Value::Null,
+            kube_faults: Vec::new(),
+            ours_faults: Vec::new(),
         }
     }
 

@@ -2,13 +2,16 @@
 //! [`crate::differential`]) and, per round, the pods bound beforehand and one probe pod per world.
 //!
 //! Everything is a function of [`Config`] (the seed included) and [`Names`]: the same seed gives the same
-//! nodes, pre-bound pods and probes. Only fields a v1.20 API server accepts are written.
+//! nodes, pre-bound pods and probes. Only fields a v1.20 API server accepts are written. The storage
+//! some probes get ([`super::storage`]) is drawn from a stream of its own, so a seed's pods are the
+//! same with and without it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
 use super::check::{HOSTNAME, Rule};
+use super::storage::{self, ClaimKind, Place, StoragePlan, Terrain};
 use crate::FakeNodes;
 
 /// Node and pod label: the world a node or pod belongs to.
@@ -36,30 +39,62 @@ pub const NO_SCHEDULER: &str = "e2e-differential-prebound";
 /// Which rules the generator may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rules {
-    /// Every rule of issue 13.
+    /// Every rule of issues 13 and 14: every probe of a quarter of the rounds (3, 7, 11, ...) has
+    /// storage. Gathered in a few rounds rather than spread over all, so only those rounds wait for
+    /// kube-scheduler's volume binding, which checks the claims once a second; the test makes their
+    /// storage while the three rounds before them are played.
     All,
+    /// Every rule, and every probe has storage.
+    Volumes,
+    /// Every rule but volumes: the pods of `All` without their storage (the generator before issue 14).
+    PodRules,
     /// Only the rules the scheduler honoured before issue 13: resources, node selector, required node
     /// affinity, taints and tolerations, cordons.
     Supported,
 }
 
 impl Rules {
-    /// From `all` or `supported`.
+    /// From `all`, `volumes`, `pod-rules` or `supported`.
     ///
     /// # Errors
     /// On any other value.
     pub fn parse(s: &str) -> anyhow::Result<Self> {
         match s {
             "all" => Ok(Rules::All),
+            "volumes" => Ok(Rules::Volumes),
+            "pod-rules" => Ok(Rules::PodRules),
             "supported" => Ok(Rules::Supported),
-            _ => anyhow::bail!("rules must be `all` or `supported`, not {s:?}"),
+            _ => anyhow::bail!("rules must be `all`, `volumes`, `pod-rules` or `supported`, not {s:?}"),
+        }
+    }
+
+    /// The name `parse` reads.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Rules::All => "all",
+            Rules::Volumes => "volumes",
+            Rules::PodRules => "pod-rules",
+            Rules::Supported => "supported",
         }
     }
 
     fn new_rules(self) -> bool {
-        self == Rules::All
+        self != Rules::Supported
+    }
+
+    /// Whether the probes of round `r` have storage.
+    fn storage_in_round(self, r: usize) -> bool {
+        match self {
+            Rules::All => r % 4 == 3,
+            Rules::Volumes => true,
+            Rules::PodRules | Rules::Supported => false,
+        }
     }
 }
+
+/// Mixed into the seed for the storage stream.
+const STORAGE_STREAM: u64 = 0x766f_6c75_6d65_7321;
 
 /// What to generate.
 #[derive(Clone, Copy, Debug)]
@@ -81,6 +116,18 @@ pub struct Names {
     pub namespaces: [String; 2],
     /// Node names start with it; also the isolation taint's value and the nodes' owner.
     pub prefix: String,
+}
+
+impl Names {
+    /// The world label's value for world `w`, also the start of its zones and regions: unique to the run
+    /// (the prefix's last part), so runs sharing a cluster never select each other's nodes or pods, nor
+    /// share a topology domain (kube-scheduler counts a domain's pods on every node of it, tainted or
+    /// not; two runs' worlds of one name once disagreed with the checker on spread).
+    #[must_use]
+    pub fn world_value(&self, w: usize) -> String {
+        let run = self.prefix.rsplit('-').next().unwrap_or_default();
+        format!("w{w}-{run}")
+    }
 }
 
 /// One node to create.
@@ -124,8 +171,11 @@ pub struct Probe {
     pub carries: BTreeSet<Rule>,
     /// Labels.
     pub labels: Value,
-    /// The pod spec, without `schedulerName`.
+    /// The pod spec, without `schedulerName`; its volumes name claims by suffix (`c0`), each side's pod
+    /// names its own ([`Probe::pod`]).
     pub spec: Value,
+    /// Its claims and volumes (empty: none).
+    pub storage: StoragePlan,
 }
 
 /// Which scheduler a probe goes to.
@@ -178,6 +228,9 @@ impl Probe {
         labels[PHASE_LABEL] = json!(self.phase(side));
         let mut spec = self.spec.clone();
         spec["schedulerName"] = json!(scheduler_name);
+        if !self.storage.is_empty() {
+            spec["volumes"] = self.storage.pod_volumes(&self.name(side));
+        }
         let mut metadata = json!({ "name": self.name(side), "namespace": self.namespace, "labels": labels });
         if side == Side::Ours {
             metadata["annotations"] = json!({ api::keys::POD_GROUP_NAME: self.name(side) });
@@ -305,6 +358,7 @@ const HOST_IPS: [&str; 2] = ["127.0.0.1", "10.0.0.1"];
 #[must_use]
 pub fn generate(config: &Config, names: &Names) -> Scenario {
     let mut rng = Rng::new(config.seed);
+    let mut storage_rng = Rng::new(config.seed ^ STORAGE_STREAM);
     let worlds_count = config.worlds.max(1);
     let rounds = config.probes.div_ceil(worlds_count).max(1);
     let mut nodes = Vec::new();
@@ -338,7 +392,11 @@ pub fn generate(config: &Config, names: &Names) -> Scenario {
                     round.add.push(pod);
                 }
             }
-            round.probes.push(probe(&mut rng, world, r, names, config.rules));
+            let mut probe = probe(&mut rng, world, r, names, config.rules);
+            if config.rules.storage_in_round(r) {
+                give_storage(&mut storage_rng, &mut probe, world);
+            }
+            round.probes.push(probe);
         }
         out.push(round);
     }
@@ -351,9 +409,11 @@ fn node_name(prefix: &str, world: usize, node: usize) -> String {
 
 fn world(rng: &mut Rng, w: usize, names: &Names) -> (Vec<NodePlan>, World) {
     let zones: Vec<String> = (0..2 + rng.below(2))
-        .map(|z| format!("w{w}-z{}", ["a", "b", "c"][z]))
+        .map(|z| format!("{}-z{}", names.world_value(w), ["a", "b", "c"][z]))
         .collect();
-    let regions: Vec<String> = (0..1 + rng.below(2)).map(|r| format!("w{w}-r{r}")).collect();
+    let regions: Vec<String> = (0..1 + rng.below(2))
+        .map(|r| format!("{}-r{r}", names.world_value(w)))
+        .collect();
     let count = 3 + rng.below(4);
     let mut plans = Vec::new();
     let mut states = Vec::new();
@@ -370,7 +430,7 @@ fn world(rng: &mut Rng, w: usize, names: &Names) -> (Vec<NodePlan>, World) {
             .memory(&format!("{memory_gi}Gi"))
             .gpus(u32::try_from(gpus).unwrap_or(0))
             .pods(u32::try_from(pods).unwrap_or(110))
-            .label(WORLD_LABEL, &format!("w{w}"))
+            .label(WORLD_LABEL, &names.world_value(w))
             .taint(ISOLATION_TAINT, &names.prefix, "NoSchedule");
         if widgets > 0 {
             fake = fake.resource(WIDGET, &widgets.to_string());
@@ -426,13 +486,9 @@ fn world(rng: &mut Rng, w: usize, names: &Names) -> (Vec<NodePlan>, World) {
     (plans, world)
 }
 
-fn world_value(w: usize) -> String {
-    format!("w{w}")
-}
-
 /// Labels of a pod of world `w`: the world, usually an app, often a tier.
-fn pod_labels(rng: &mut Rng, w: usize) -> Value {
-    let mut labels = json!({ WORLD_LABEL: world_value(w) });
+fn pod_labels(rng: &mut Rng, w: usize, names: &Names) -> Value {
+    let mut labels = json!({ WORLD_LABEL: names.world_value(w) });
     if rng.chance(85) {
         labels["app"] = json!(rng.pick(&APPS));
     }
@@ -444,8 +500,8 @@ fn pod_labels(rng: &mut Rng, w: usize) -> Value {
 
 /// A label selector for pods of world `w`. Every selector names the world, so pods of other worlds never
 /// match: worlds stay independent for kube-scheduler too, whose affinity pre-filter looks at every node.
-fn selector(rng: &mut Rng, w: usize) -> Value {
-    let mut match_labels = json!({ WORLD_LABEL: world_value(w) });
+fn selector(rng: &mut Rng, w: usize, names: &Names) -> Value {
+    let mut match_labels = json!({ WORLD_LABEL: names.world_value(w) });
     let mut expressions = Vec::new();
     match rng.below(6) {
         0 | 1 => match_labels["app"] = json!(rng.pick(&APPS)),
@@ -464,7 +520,7 @@ fn selector(rng: &mut Rng, w: usize) -> Value {
 
 fn affinity_term(rng: &mut Rng, w: usize, names: &Names) -> Value {
     let mut term = json!({
-        "labelSelector": selector(rng, w),
+        "labelSelector": selector(rng, w, names),
         "topologyKey": if rng.chance(50) { HOSTNAME } else { ZONE },
     });
     match rng.below(6) {
@@ -562,7 +618,7 @@ fn prebound(rng: &mut Rng, world: &mut World, names: &Names, rules: Rules) -> Op
     let namespace = rng.pick(&names.namespaces);
     let name = format!("b-w{}-{}", world.index, world.next_pod);
     world.next_pod += 1;
-    let mut labels = pod_labels(rng, world.index);
+    let mut labels = pod_labels(rng, world.index, names);
     labels[ROLE_LABEL] = json!("bound");
     let mut requests = BTreeMap::from([
         ("cpu", format!("{cpu_milli}m")),
@@ -629,7 +685,7 @@ fn node_requirement(rng: &mut Rng, world: &World) -> Value {
 fn probe(rng: &mut Rng, world: &World, round: usize, names: &Names, rules: Rules) -> Probe {
     let w = world.index;
     let mut carries = BTreeSet::from([Rule::Resources]);
-    let mut labels = pod_labels(rng, w);
+    let mut labels = pod_labels(rng, w, names);
     labels[ROLE_LABEL] = json!("probe");
     let mut requests = BTreeMap::from([
         ("cpu", rng.pick(&["250m", "500m", "1", "2", "3"]).to_owned()),
@@ -650,7 +706,7 @@ fn probe(rng: &mut Rng, world: &World, round: usize, names: &Names, rules: Rules
     } else {
         Vec::new()
     };
-    let mut node_selector = json!({ WORLD_LABEL: world_value(w) });
+    let mut node_selector = json!({ WORLD_LABEL: names.world_value(w) });
     if rng.chance(25) {
         carries.insert(Rule::NodeSelector);
         match rng.below(3) {
@@ -760,7 +816,7 @@ fn probe(rng: &mut Rng, world: &World, round: usize, names: &Names, rules: Rules
                     "maxSkew": 1 + rng.below(2),
                     "topologyKey": key,
                     "whenUnsatisfiable": when,
-                    "labelSelector": selector(rng, w),
+                    "labelSelector": selector(rng, w, names),
                 }));
             }
         }
@@ -788,7 +844,37 @@ fn probe(rng: &mut Rng, world: &World, round: usize, names: &Names, rules: Rules
         carries,
         labels,
         spec,
+        storage: StoragePlan::default(),
     }
+}
+
+/// Gives a probe claims and volumes on its world's nodes, and the volume rules they bring into play.
+fn give_storage(rng: &mut Rng, probe: &mut Probe, world: &World) {
+    let nodes: Vec<String> = world.nodes.iter().map(|n| n.name.clone()).collect();
+    let s = storage::generate(
+        rng,
+        Terrain {
+            nodes: &nodes,
+            zones: &world.zones,
+        },
+    );
+    probe.carries.extend([Rule::Claims, Rule::ClaimBinding]);
+    for c in &s.claims {
+        match c.kind {
+            ClaimKind::Unbound if c.class == storage::Class::WaitForFirstConsumer => {
+                probe.carries.insert(Rule::VolumeBinding);
+            }
+            ClaimKind::Bound(v) => {
+                probe.carries.insert(match s.volumes[v].place {
+                    Place::ZoneLabel(_) => Rule::VolumeZone,
+                    _ => Rule::VolumeNodeAffinity,
+                });
+            }
+            _ => {}
+        }
+    }
+    probe.spec["volumes"] = s.neutral_pod_volumes();
+    probe.storage = s;
 }
 
 #[cfg(test)]
@@ -855,7 +941,7 @@ mod tests {
             &names(),
         );
         let rules = carried(&supported);
-        assert!(rules.iter().all(|r| !r.added_by_issue_13()), "{rules:?}");
+        assert!(rules.iter().all(|r| r.honoured_before_issue_13()), "{rules:?}");
         assert_eq!(rules.len(), 5);
         let text = serde_json::to_string(
             &supported
@@ -870,13 +956,14 @@ mod tests {
             "podAntiAffinity",
             "topologySpreadConstraints",
             "hostPort",
+            "persistentVolumeClaim",
         ] {
             assert!(!text.contains(field), "{field} in supported mode");
         }
     }
 
     #[test]
-    fn probes_differ_between_sides_only_in_name_scheduler_phase_and_group() {
+    fn probes_differ_between_sides_only_in_name_scheduler_phase_group_and_claim_names() {
         let s = generate(&config(Rules::All), &names());
         let p = &s.rounds[3].probes[2];
         let extra = BTreeMap::from([("pool".to_owned(), "x".to_owned())]);
@@ -890,24 +977,149 @@ mod tests {
             m.remove("annotations");
             m["labels"].as_object_mut().unwrap().remove(PHASE_LABEL);
             pod["spec"].as_object_mut().unwrap().remove("schedulerName");
+            for v in pod["spec"]["volumes"].as_array_mut().into_iter().flatten() {
+                v["persistentVolumeClaim"]["claimName"] = v["name"].clone();
+            }
         }
         assert_eq!(k, a);
         assert_eq!(p.pod_group(&extra)["spec"]["minMember"], 1);
+        let with_claims = s
+            .rounds
+            .iter()
+            .flat_map(|r| &r.probes)
+            .find(|p| !p.storage.is_empty())
+            .expect("a probe with claims");
+        let k = with_claims.pod(Side::Kube, "kube", &extra);
+        let a = with_claims.pod(Side::Ours, "kai-scheduler", &extra);
+        let claim = |pod: &Value| pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"].clone();
+        assert_eq!(claim(&k), format!("{}-c0", with_claims.name(Side::Kube)));
+        assert_eq!(claim(&a), format!("{}-c0", with_claims.name(Side::Ours)));
+    }
+
+    #[test]
+    fn storage_goes_to_some_probes_from_a_stream_of_its_own() {
+        let config = |rules| Config {
+            probes: 400,
+            ..config(rules)
+        };
+        let all = generate(&config(Rules::All), &names());
+        let volumes = generate(&config(Rules::Volumes), &names());
+        let pod_rules = generate(&config(Rules::PodRules), &names());
+        let probes = |s: &Scenario| s.rounds.iter().flat_map(|r| r.probes.clone()).collect::<Vec<_>>();
+        let with = probes(&all).iter().filter(|p| !p.storage.is_empty()).count();
+        assert!((60..=140).contains(&with), "{with} of 400 probes with claims");
+        assert!(probes(&volumes).iter().all(|p| !p.storage.is_empty()));
+        // Without their volumes, the pods are the same.
+        let base = |s: &Scenario| {
+            probes(s)
+                .into_iter()
+                .map(|p| {
+                    let mut spec = p.spec;
+                    spec.as_object_mut().unwrap().remove("volumes");
+                    spec
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(base(&all), base(&volumes));
+        assert_eq!(base(&all), base(&pod_rules));
+        assert!(probes(&pod_rules).iter().all(|p| p.storage.is_empty()));
+    }
+
+    #[test]
+    fn each_side_gets_its_own_storage_on_its_probes_world() {
+        let s = generate(
+            &Config {
+                probes: 200,
+                ..config(Rules::Volumes)
+            },
+            &names(),
+        );
+        let mut kinds = BTreeSet::new();
+        for p in s.rounds.iter().flat_map(|r| &r.probes) {
+            let world: BTreeSet<String> = s
+                .nodes
+                .iter()
+                .filter(|n| n.world == p.world)
+                .map(|n| n.name.clone())
+                .collect();
+            let objects = |side: Side| {
+                let name = p.name(side);
+                let n = storage::Naming {
+                    prefix: "pre",
+                    side,
+                    round: p.round,
+                    probe: &name,
+                    namespace: &p.namespace,
+                };
+                (p.storage.volumes(&n), p.storage.claims(&n))
+            };
+            let (kube_volumes, kube_claims) = objects(Side::Kube);
+            let (our_volumes, our_claims) = objects(Side::Ours);
+            let text = serde_json::to_string(&(&kube_volumes, &kube_claims)).unwrap();
+            assert!(!text.contains(&p.name(Side::Ours)), "{text}");
+            let ours_text = serde_json::to_string(&(&our_volumes, &our_claims)).unwrap();
+            let renamed = text
+                .replace(&p.name(Side::Kube), &p.name(Side::Ours))
+                .replace("pre-k-r", "pre-a-r")
+                .replace(&phase(p.round, Side::Kube), &phase(p.round, Side::Ours));
+            assert_eq!(renamed, ours_text);
+            for v in &kube_volumes {
+                let terms = &v["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"];
+                for value in terms[0]["matchExpressions"][0]["values"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    let value = value.as_str().unwrap();
+                    assert!(
+                        world.contains(value)
+                            || value.starts_with(&format!("{}-z", names().world_value(p.world))),
+                        "{v}"
+                    );
+                }
+            }
+            // The PV controller binds claims of a class without a StorageClass object at once, to any
+            // volume of that class: no volume may be in a class such a claim names.
+            assert!(p.storage.volumes.iter().all(|v| matches!(
+                v.class,
+                storage::Class::WaitForFirstConsumer | storage::Class::Other
+            )));
+            for c in &p.storage.claims {
+                assert_ne!(c.class, storage::Class::Other);
+                kinds.insert(
+                    format!("{:?}/{:?}", c.kind, c.class).replace(|ch: char| ch.is_ascii_digit(), ""),
+                );
+                if let ClaimKind::Bound(v) = c.kind {
+                    let v = &p.storage.volumes[v];
+                    assert!(v.capacity_gi >= c.request_gi && v.access_modes == c.access_modes && !v.block);
+                    assert_eq!(v.class, storage::Class::WaitForFirstConsumer);
+                }
+            }
+        }
+        assert_eq!(
+            kinds.into_iter().collect::<Vec<_>>(),
+            [
+                "Bound()/WaitForFirstConsumer",
+                "Missing/WaitForFirstConsumer",
+                "Unbound/Immediate",
+                "Unbound/Missing",
+                "Unbound/WaitForFirstConsumer",
+            ]
+        );
     }
 
     #[test]
     fn selectors_and_node_selectors_always_name_the_world() {
         let s = generate(&config(Rules::All), &names());
         for p in s.rounds.iter().flat_map(|r| &r.probes) {
-            assert_eq!(p.spec["nodeSelector"][WORLD_LABEL], format!("w{}", p.world));
+            let world = names().world_value(p.world);
+            assert_eq!(p.spec["nodeSelector"][WORLD_LABEL], world.as_str());
             let text = p.spec.to_string();
             let selectors = text.matches("labelSelector").count();
             let named = text
-                .matches(&format!("\"matchLabels\":{{\"{WORLD_LABEL}\":\"w{}\"", p.world))
+                .matches(&format!("\"matchLabels\":{{\"{WORLD_LABEL}\":\"{world}\""))
                 .count()
-                + text
-                    .matches(&format!("\"{WORLD_LABEL}\":\"w{}\"", p.world))
-                    .count();
+                + text.matches(&format!("\"{WORLD_LABEL}\":\"{world}\"")).count();
             assert!(named >= selectors, "{text}");
         }
     }

@@ -1,7 +1,8 @@
 //! The differential test against kube-scheduler v1.20.2 (issue 13: honour every constraint a pod
-//! carries as kube-scheduler does): a seeded cluster and pods ([`mod@generate`]), the same pods given to both
-//! schedulers on the same cluster state, their outcomes [`compare`]d, and every placement judged by an
-//! independent [`check`] of the Kubernetes rules. `e2e/tests/differential.rs` runs it.
+//! carries as kube-scheduler does; issue 14: volumes): a seeded cluster and pods ([`mod@generate`],
+//! claims and volumes: [`storage`]), the same pods given to both schedulers on the same cluster state,
+//! their outcomes [`compare`]d, and every placement judged by an independent [`check`] of the
+//! Kubernetes rules. `e2e/tests/differential.rs` runs it.
 //!
 //! # Why the comparison is exact
 //!
@@ -23,14 +24,22 @@
 //!   the next phase. A world never holds two probes at once, so a probe's outcome depends on the world's
 //!   state alone, which both schedulers saw the same. Pod events arrive in one watch stream, in order: a
 //!   scheduler has taken in the deletions of the previous phase before it sees the next probe.
+//! - **Storage.** Binding a claim consumes a volume, so the sides share none: each has its own
+//!   StorageClasses per round and each probe its own volumes and claims in them ([`storage`]), made
+//!   identical but for names before the round (the claims bound beforehand bound, the volumes
+//!   available, then half a second for the schedulers' watches of volumes and claims, which are not the
+//!   pods' watch and so not ordered with it). A volume's node affinity names nodes or a zone of the
+//!   probe's world, and the classes are the round's, so no probe's storage is a candidate for another.
+//!   After the phase the side's storage of the round is read again (the claims of a bound probe must be
+//!   bound, the PV controller finishing what the scheduler wrote) and deleted.
 //! - **The decision is then a function of that state** for a correct scheduler: the pod is bound iff
 //!   some node is feasible (all pods have the same priority, so kube-scheduler preempts nothing; no
 //!   probe of ours competes with another in its world, so ours has nothing to reclaim or consolidate),
 //!   and where exactly one node is feasible, to that node. Where several are, the node may differ (and is
 //!   reported for information only).
 //!
-//! The [`check`]er decides the feasible nodes from the API objects themselves (nodes, and every pod bound
-//! in the test's namespaces), so it also judges kube-scheduler: a kube-scheduler placement it rejects, or
+//! The [`check`]er decides the feasible nodes from the API objects themselves (nodes, every pod bound
+//! in the test's namespaces, the side's claims, volumes and classes), so it also judges kube-scheduler: a kube-scheduler placement it rejects, or
 //! a pod kube-scheduler leaves pending while it sees a feasible node, is a fault of the test, reported as
 //! such.
 //!
@@ -46,7 +55,8 @@
 pub mod check;
 pub mod compare;
 pub mod generate;
+pub mod storage;
 
-pub use check::{Release, Rule, State, Verdict, evaluate};
+pub use check::{Release, Rule, State, Storage, Verdict, binding_faults, evaluate};
 pub use compare::{Outcome, ProbeResult, Summary};
 pub use generate::{Config, Names, Probe, Rules, Scenario, Side, generate};

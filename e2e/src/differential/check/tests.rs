@@ -1,6 +1,8 @@
 //! The checker against hand-worked cases of each v1.20.2 rule.
 
 use super::*;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::{Value, json};
 
 const ZONE: &str = "topology.kubernetes.io/zone";
@@ -521,5 +523,376 @@ fn verdicts_name_every_failing_rule_and_the_decisive_ones() {
             .expect("evaluates")
             .feasible()
             .contains(&"b")
+    );
+}
+
+// Volumes
+// ---------------------------------------------------------------------------------------------
+
+fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("an object")
+}
+
+/// A local volume of `class` with `size` and `modes`, available, usable on `nodes` (by hostname; none:
+/// no node affinity); `extra` merges into it.
+fn pv(name: &str, class: &str, size: &str, modes: &[&str], nodes: &[&str], extra: Value) -> PersistentVolume {
+    let mut v = json!({
+        "metadata": { "name": name },
+        "spec": { "capacity": { "storage": size }, "accessModes": modes, "storageClassName": class,
+                  "local": { "path": "/x" } },
+        "status": { "phase": "Available" },
+    });
+    if !nodes.is_empty() {
+        v["spec"]["nodeAffinity"] = json!({ "required": { "nodeSelectorTerms": [
+            { "matchExpressions": [{ "key": HOSTNAME, "operator": "In", "values": nodes }] }] } });
+    }
+    merge(&mut v, extra);
+    from(v)
+}
+
+/// A claim in namespace `ns` of `class` asking for `size` and `modes`; `extra` merges into it.
+fn pvc(name: &str, class: &str, size: &str, modes: &[&str], extra: Value) -> PersistentVolumeClaim {
+    let mut c = json!({
+        "metadata": { "name": name, "namespace": "ns", "uid": format!("uid-{name}") },
+        "spec": { "accessModes": modes, "resources": { "requests": { "storage": size } },
+                  "storageClassName": class },
+        "status": { "phase": "Pending" },
+    });
+    merge(&mut c, extra);
+    from(c)
+}
+
+/// A claim bound to `volume` by the PV controller.
+fn bound_pvc(name: &str, volume: &str) -> PersistentVolumeClaim {
+    pvc(
+        name,
+        "wffc",
+        "1Gi",
+        &["ReadWriteOnce"],
+        json!({ "metadata": { "annotations": { "pv.kubernetes.io/bind-completed": "yes" } },
+                "spec": { "volumeName": volume }, "status": { "phase": "Bound" } }),
+    )
+}
+
+fn classes() -> Vec<StorageClass> {
+    vec![
+        from(
+            json!({ "metadata": { "name": "wffc" }, "provisioner": "kubernetes.io/no-provisioner",
+                     "volumeBindingMode": "WaitForFirstConsumer" }),
+        ),
+        from(
+            json!({ "metadata": { "name": "immediate" }, "provisioner": "kubernetes.io/no-provisioner",
+                     "volumeBindingMode": "Immediate" }),
+        ),
+    ]
+}
+
+/// A pod of namespace `ns` naming `claims`.
+fn pod_with_claims(claims: &[&str]) -> Pod {
+    let volumes: Vec<Value> = claims
+        .iter()
+        .map(|c| json!({ "name": c, "persistentVolumeClaim": { "claimName": c } }))
+        .collect();
+    pod("p", "ns", json!({}), None, json!({ "volumes": volumes }))
+}
+
+fn storage(claims: Vec<PersistentVolumeClaim>, volumes: Vec<PersistentVolume>) -> Storage {
+    Storage {
+        claims,
+        volumes,
+        classes: classes(),
+    }
+}
+
+fn volume_verdict(incoming: &Pod, nodes: &[Node], storage: &Storage) -> Verdict {
+    evaluate(
+        incoming,
+        &State::new(nodes, &[], None).with_storage(storage),
+        Release::V1_20,
+    )
+    .expect("evaluates")
+}
+
+fn three_nodes() -> Vec<Node> {
+    vec![
+        node("a", json!({ ZONE: "z1" }), json!({})),
+        node("b", json!({ ZONE: "z1" }), json!({})),
+        node("c", json!({ ZONE: "z2" }), json!({})),
+    ]
+}
+
+#[test]
+fn an_unbound_claim_needs_an_available_volume_that_fits_on_the_node() {
+    let rwo = ["ReadWriteOnce"];
+    let s = storage(
+        vec![pvc("data", "wffc", "2Gi", &rwo, json!({}))],
+        vec![
+            pv("small", "wffc", "1Gi", &rwo, &["a"], json!({})),
+            pv(
+                "other-modes",
+                "wffc",
+                "5Gi",
+                &["ReadWriteMany"],
+                &["b"],
+                json!({}),
+            ),
+            pv("other-class", "slow", "5Gi", &rwo, &["b"], json!({})),
+            pv(
+                "block",
+                "wffc",
+                "5Gi",
+                &rwo,
+                &["b"],
+                json!({ "spec": { "volumeMode": "Block" } }),
+            ),
+            pv(
+                "taken",
+                "wffc",
+                "5Gi",
+                &rwo,
+                &["b"],
+                json!({ "spec": { "claimRef": { "namespace": "ns", "name": "else" } } }),
+            ),
+            pv(
+                "not-yet",
+                "wffc",
+                "5Gi",
+                &rwo,
+                &["b"],
+                json!({ "status": { "phase": "Pending" } }),
+            ),
+            pv("fits", "wffc", "5Gi", &rwo, &["c"], json!({})),
+        ],
+    );
+    let v = volume_verdict(&pod_with_claims(&["data"]), &three_nodes(), &s);
+    assert_eq!(v.feasible(), ["c"]);
+    assert_eq!(rules(&v, "a"), [Rule::VolumeBinding]);
+    assert_eq!(rules(&v, "b"), [Rule::VolumeBinding]);
+    // A volume reserved for the claim decides: nodes it does not admit take no other volume.
+    let mut reserved = s.clone();
+    reserved.volumes.push(pv(
+        "mine",
+        "wffc",
+        "2Gi",
+        &rwo,
+        &["a"],
+        json!({ "spec": { "claimRef": { "namespace": "ns", "name": "data" } } }),
+    ));
+    let v = volume_verdict(&pod_with_claims(&["data"]), &three_nodes(), &reserved);
+    assert_eq!(v.feasible(), ["a"]);
+}
+
+#[test]
+fn claims_take_volumes_by_increasing_request_and_never_one_twice() {
+    let nodes = [node("a", json!({}), json!({}))];
+    // The small claim goes first and takes the smallest volume that fits it, the one the big claim needed
+    // for its access mode: kube-scheduler v1.20 finds no volume for the big one.
+    let s = storage(
+        vec![
+            pvc("big", "wffc", "5Gi", &["ReadWriteMany"], json!({})),
+            pvc("small", "wffc", "1Gi", &["ReadWriteOnce"], json!({})),
+        ],
+        vec![
+            pv(
+                "rwx",
+                "wffc",
+                "5Gi",
+                &["ReadWriteOnce", "ReadWriteMany"],
+                &["a"],
+                json!({}),
+            ),
+            pv("rwo", "wffc", "10Gi", &["ReadWriteOnce"], &["a"], json!({})),
+        ],
+    );
+    let v = volume_verdict(&pod_with_claims(&["big", "small"]), &nodes, &s);
+    assert_eq!(rules(&v, "a"), [Rule::VolumeBinding]);
+    // Two claims, one volume.
+    let s = storage(
+        vec![
+            pvc("x", "wffc", "1Gi", &["ReadWriteOnce"], json!({})),
+            pvc("y", "wffc", "1Gi", &["ReadWriteOnce"], json!({})),
+        ],
+        vec![pv("only", "wffc", "5Gi", &["ReadWriteOnce"], &["a"], json!({}))],
+    );
+    let v = volume_verdict(&pod_with_claims(&["x", "y"]), &nodes, &s);
+    assert_eq!(rules(&v, "a"), [Rule::VolumeBinding]);
+    let v = volume_verdict(&pod_with_claims(&["x"]), &nodes, &s);
+    assert_eq!(v.feasible(), ["a"]);
+}
+
+#[test]
+fn missing_claims_immediate_claims_and_missing_classes_keep_the_pod_off_every_node() {
+    let rwo = ["ReadWriteOnce"];
+    let s = storage(
+        vec![
+            pvc("immediate", "immediate", "1Gi", &rwo, json!({})),
+            pvc("no-class", "nowhere", "1Gi", &rwo, json!({})),
+            pvc("fine", "wffc", "1Gi", &rwo, json!({})),
+            pvc(
+                "going",
+                "wffc",
+                "1Gi",
+                &rwo,
+                json!({ "metadata": { "deletionTimestamp": "2026-01-01T00:00:00Z" } }),
+            ),
+            pvc(
+                "half-bound",
+                "wffc",
+                "1Gi",
+                &rwo,
+                json!({ "spec": { "volumeName": "v" } }),
+            ),
+            bound_pvc("bound-to-nothing", "gone"),
+        ],
+        vec![pv("v", "wffc", "5Gi", &rwo, &[], json!({}))],
+    );
+    for claims in [
+        &["missing"][..],
+        &["fine", "missing"],
+        &["immediate"],
+        &["no-class"],
+        &["going"],
+        &["half-bound"],
+        &["bound-to-nothing"],
+    ] {
+        let v = volume_verdict(&pod_with_claims(claims), &three_nodes(), &s);
+        for n in ["a", "b", "c"] {
+            assert_eq!(rules(&v, n), [Rule::Claims], "{claims:?} on {n}");
+        }
+    }
+    let v = volume_verdict(&pod_with_claims(&["fine"]), &three_nodes(), &s);
+    assert_eq!(v.feasible(), ["a", "b", "c"]);
+}
+
+#[test]
+fn a_bound_claim_keeps_the_pod_where_its_volume_is() {
+    let rwo = ["ReadWriteOnce"];
+    let s = storage(
+        vec![bound_pvc("on-b", "vb"), bound_pvc("in-z1", "vz")],
+        vec![
+            pv("vb", "wffc", "1Gi", &rwo, &["b"], json!({})),
+            pv(
+                "vz",
+                "wffc",
+                "1Gi",
+                &rwo,
+                &[],
+                json!({ "metadata": { "labels": { ZONE: "z1__z3" } } }),
+            ),
+        ],
+    );
+    let v = volume_verdict(&pod_with_claims(&["on-b"]), &three_nodes(), &s);
+    assert_eq!(v.feasible(), ["b"]);
+    assert_eq!(rules(&v, "a"), [Rule::VolumeNodeAffinity]);
+    let mut nodes = three_nodes();
+    nodes.push(node("no-zone", json!({}), json!({})));
+    nodes.push(node(
+        "region-only",
+        json!({ "topology.kubernetes.io/region": "r" }),
+        json!({}),
+    ));
+    let v = volume_verdict(&pod_with_claims(&["in-z1"]), &nodes, &s);
+    // A node with no zone or region label is not constrained; one with a region but no zone is.
+    assert_eq!(v.feasible(), ["a", "b", "no-zone"]);
+    assert_eq!(rules(&v, "c"), [Rule::VolumeZone]);
+    assert_eq!(rules(&v, "region-only"), [Rule::VolumeZone]);
+}
+
+#[test]
+fn binding_faults_hold_the_claims_to_the_decision() {
+    let rwo = ["ReadWriteOnce"];
+    let nodes = three_nodes();
+    let before = storage(
+        vec![pvc("data", "wffc", "2Gi", &rwo, json!({}))],
+        vec![
+            pv("fits", "wffc", "5Gi", &rwo, &["c"], json!({})),
+            pv("small", "wffc", "1Gi", &rwo, &["c"], json!({})),
+        ],
+    );
+    let bound_to = |volume: &str| {
+        let mut claim = pvc(
+            "data",
+            "wffc",
+            "2Gi",
+            &rwo,
+            json!({ "spec": { "volumeName": volume }, "status": { "phase": "Bound" } }),
+        );
+        claim.metadata.annotations =
+            Some([("pv.kubernetes.io/bind-completed".to_owned(), "yes".to_owned())].into());
+        claim
+    };
+    let reserved = |volume: &str, size: &str| {
+        pv(
+            volume,
+            "wffc",
+            size,
+            &rwo,
+            &["c"],
+            json!({ "spec": { "claimRef": { "namespace": "ns", "name": "data", "uid": "uid-data" } },
+                    "status": { "phase": "Bound" } }),
+        )
+    };
+    let p = pod_with_claims(&["data"]);
+    let good = storage(
+        vec![bound_to("fits")],
+        vec![
+            reserved("fits", "5Gi"),
+            pv("small", "wffc", "1Gi", &rwo, &["c"], json!({})),
+        ],
+    );
+    assert!(
+        binding_faults(&p, Some(&nodes[2]), &before, &good)
+            .unwrap()
+            .is_empty()
+    );
+    // On a node the volume does not admit.
+    assert_eq!(
+        binding_faults(&p, Some(&nodes[0]), &before, &good).unwrap().len(),
+        1
+    );
+    // Too small a volume.
+    let small = storage(
+        vec![bound_to("small")],
+        vec![
+            pv("fits", "wffc", "5Gi", &rwo, &["c"], json!({})),
+            reserved("small", "1Gi"),
+        ],
+    );
+    assert_eq!(
+        binding_faults(&p, Some(&nodes[2]), &before, &small)
+            .unwrap()
+            .len(),
+        1
+    );
+    // Not bound at all.
+    assert_eq!(
+        binding_faults(&p, Some(&nodes[2]), &before, &before)
+            .unwrap()
+            .len(),
+        1
+    );
+    // Pending: nothing may have been written for its claims.
+    assert!(binding_faults(&p, None, &before, &before).unwrap().is_empty());
+    let reserved_only = storage(
+        vec![pvc("data", "wffc", "2Gi", &rwo, json!({}))],
+        vec![
+            reserved("fits", "5Gi"),
+            pv("small", "wffc", "1Gi", &rwo, &["c"], json!({})),
+        ],
+    );
+    assert_eq!(
+        binding_faults(&p, None, &before, &reserved_only).unwrap().len(),
+        1
+    );
+    // A volume that is two claims' volume.
+    let mut twice = good.clone();
+    let mut other = bound_to("fits");
+    other.metadata.name = Some("other".to_owned());
+    twice.claims.push(other);
+    assert_eq!(
+        binding_faults(&p, Some(&nodes[2]), &before, &twice)
+            .unwrap()
+            .len(),
+        1
     );
 }
