@@ -5,7 +5,8 @@
 //! ([`nodes`]), the node agent that plays the kubelet ([`agent`]), the per-test environment
 //! ([`harness::TestEnv`]), failure reports ([`report`]), the differential test's generator and independent
 //! feasibility checker ([`differential`]), the project's kubectl ([`kubectl`]), binaries
-//! ([`component`]), the scheduler tests' workloads ([`workloads`]), the end-to-end binding benchmark
+//! ([`component`]), the scheduler tests' workloads ([`workloads`]), the GPU-sharing webhook registered
+//! for one test's namespace ([`webhook`]), the end-to-end binding benchmark
 //! ([`bench`]) and faults injected into the local control plane ([`controlplane`]). `cargo xtask` uses the
 //! same code for the local control plane, so the tests and the developer's cluster are set up alike.
 //!
@@ -41,6 +42,7 @@ pub mod nodes;
 pub mod paths;
 pub mod report;
 pub mod serviceaccount;
+pub mod webhook;
 pub mod workloads;
 
 pub use agent::{EXIT_CODE_ANNOTATION, NodeAgent, RUN_SECONDS_ANNOTATION};
