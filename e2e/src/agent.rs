@@ -8,19 +8,24 @@
 //!
 //! GPU reservation pods (namespace `kai-resource-reservation`, label `app=kai-resource-reservation`)
 //! are also given the device a device plugin would have handed them: when the agent starts one it sets
-//! `run.ai/reserve_for_gpu_index` to the lowest GPU index of the node no other live reservation pod
-//! holds, as `kai-gpu-reservation` reports it on a real node. The scheduler waits for that annotation
-//! before it binds the pods sharing the device.
+//! `run.ai/reserve_for_gpu_index` to the UUID ([`fake_gpu_uuid`]) of the lowest GPU index of the node no
+//! other live reservation pod holds, as `kai-gpu-reservation` reports it on a real node. The scheduler
+//! waits for that annotation before it binds the pods sharing the device.
+//!
+//! Like a kubelet, the agent starts a container only once the ConfigMap keys its environment takes
+//! (`valueFrom.configMapKeyRef`, `envFrom.configMapRef`, unless optional) exist; until then the pod stays
+//! Pending with the kubelet's `CreateContainerConfigError`. What those variables were at the start is
+//! written on the pod ([`CONTAINER_ENV_ANNOTATION`]), as `kubectl exec <pod> -- env` shows it on a node.
 //!
 //! Must not: touch pods on nodes it does not own (nodes are cluster-wide, tests run in parallel).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
@@ -37,10 +42,139 @@ pub const RUN_SECONDS_ANNOTATION: &str = "e2e.kai.dev/run-seconds";
 /// [`RUN_SECONDS_ANNOTATION`] the pod finishes right after it starts.
 pub const EXIT_CODE_ANNOTATION: &str = "e2e.kai.dev/exit-code";
 
+/// Pod annotation the agent writes when it starts a pod whose containers take variables from
+/// ConfigMaps: those variables as each container got them, as JSON (`{container: {name: value}}`).
+pub const CONTAINER_ENV_ANNOTATION: &str = "e2e.kai.dev/container-env";
+
 /// What a device plugin would give a reservation pod: the lowest GPU index of its node (`gpus` devices)
 /// that no other live reservation pod holds, or `None` when all are held.
 fn free_device_index(gpus: u32, held: &HashSet<u32>) -> Option<u32> {
     (0..gpus).find(|i| !held.contains(i))
+}
+
+/// The UUID of GPU `index` of fake node `node`, shaped as NVIDIA's (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-
+/// xxxxxxxxxxxx`): distinct per node and index, and the same every time.
+#[must_use]
+pub fn fake_gpu_uuid(node: &str, index: u32) -> String {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in node.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    format!("GPU-{hash:08x}-0000-4000-8000-{index:012x}")
+}
+
+/// The index of a device as a reservation pod reported it: a [`fake_gpu_uuid`], or a bare index.
+fn device_index(reported: &str) -> Option<u32> {
+    reported.parse::<u32>().ok().or_else(|| {
+        reported
+            .strip_prefix("GPU-")
+            .and_then(|u| u.rsplit('-').next())
+            .and_then(|i| u32::from_str_radix(i, 16).ok())
+    })
+}
+
+/// The ConfigMaps a pod's containers take variables from, each with whether the pod may start without
+/// it (`optional: true`).
+fn referenced_configmaps(pod: &Pod) -> BTreeMap<String, bool> {
+    let mut out: BTreeMap<String, bool> = BTreeMap::new();
+    let mut note = |name: &str, optional: Option<bool>| {
+        let optional = optional.unwrap_or(false);
+        let entry = out.entry(name.to_owned()).or_insert(optional);
+        *entry &= optional;
+    };
+    let spec = pod.spec.as_ref();
+    for c in spec
+        .into_iter()
+        .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+    {
+        for e in c.env.iter().flatten() {
+            if let Some(r) = e.value_from.as_ref().and_then(|v| v.config_map_key_ref.as_ref()) {
+                note(&r.name, r.optional);
+            }
+        }
+        for f in c.env_from.iter().flatten() {
+            if let Some(r) = f.config_map_ref.as_ref() {
+                note(&r.name, r.optional);
+            }
+        }
+    }
+    out
+}
+
+/// What each container (init containers too) takes from ConfigMaps, as a kubelet resolves it when it
+/// starts the container, given the ConfigMaps' data (`None`: the ConfigMap does not exist); a missing
+/// ConfigMap or key that is not optional stops the start with the kubelet's message.
+fn config_env(
+    pod: &Pod,
+    maps: &BTreeMap<String, Option<BTreeMap<String, String>>>,
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, String> {
+    let namespace = pod.namespace().unwrap_or_default();
+    let mut out = BTreeMap::new();
+    let spec = pod.spec.as_ref();
+    for c in spec
+        .into_iter()
+        .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+    {
+        let mut vars = BTreeMap::new();
+        for f in c.env_from.iter().flatten() {
+            let Some(r) = f.config_map_ref.as_ref() else {
+                continue;
+            };
+            match maps.get(&r.name).cloned().flatten() {
+                Some(data) => {
+                    let prefix = f.prefix.clone().unwrap_or_default();
+                    vars.extend(data.into_iter().map(|(k, v)| (format!("{prefix}{k}"), v)));
+                }
+                None if r.optional == Some(true) => {}
+                None => return Err(format!("configmap \"{}\" not found", r.name)),
+            }
+        }
+        for e in c.env.iter().flatten() {
+            let Some(r) = e.value_from.as_ref().and_then(|v| v.config_map_key_ref.as_ref()) else {
+                continue;
+            };
+            let value = maps
+                .get(&r.name)
+                .cloned()
+                .flatten()
+                .ok_or_else(|| format!("configmap \"{}\" not found", r.name))
+                .and_then(|data| {
+                    data.get(&r.key).cloned().ok_or_else(|| {
+                        format!("couldn't find key {} in ConfigMap {namespace}/{}", r.key, r.name)
+                    })
+                });
+            match value {
+                Ok(v) => {
+                    vars.insert(e.name.clone(), v);
+                }
+                Err(_) if r.optional == Some(true) => {}
+                Err(why) => return Err(why),
+            }
+        }
+        if !vars.is_empty() {
+            out.insert(c.name.clone(), vars);
+        }
+    }
+    Ok(out)
+}
+
+/// The status of a pod whose containers cannot be made yet, as a kubelet reports it.
+fn config_error_status(pod: &Pod, message: &str) -> serde_json::Value {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let waiting = |c: &k8s_openapi::api::core::v1::Container| {
+        json!({
+            "name": c.name, "ready": false, "restartCount": 0,
+            "image": c.image.clone().unwrap_or_default(), "imageID": "",
+            "state": {"waiting": {"reason": "CreateContainerConfigError", "message": message}},
+        })
+    };
+    json!({
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": spec.containers.iter().map(waiting).collect::<Vec<_>>(),
+        }
+    })
 }
 
 /// Whether the scheduler created this pod to hold a shared GPU.
@@ -444,7 +578,7 @@ impl Agent {
         let annotated = |p: &Pod| {
             p.annotations()
                 .get(api::keys::RESERVED_GPU_INDEX)
-                .and_then(|v| v.parse::<u32>().ok())
+                .and_then(|v| device_index(v))
         };
         if let Some(own) = annotated(pod).or_else(|| self.devices.get(key).map(|(_, i)| *i)) {
             return Some(own);
@@ -478,17 +612,71 @@ impl Agent {
         index
     }
 
-    /// Writes a status patch; first, for a reservation pod, the annotation naming its GPU.
+    /// Writes a status patch; first, for a reservation pod, the annotation naming its GPU, and for a pod
+    /// starting with variables from ConfigMaps, those variables (or, while one is missing, the kubelet's
+    /// waiting status instead of the patch).
     fn write_status(&self, pod: &Pod, key: String, device: Option<u32>, patch: serde_json::Value) {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let namespace = pod.namespace().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &namespace);
         let name = pod.name_any();
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        let starting = patch.pointer("/status/phase").and_then(serde_json::Value::as_str) == Some("Running");
+        let pod = pod.clone();
         let writes = Arc::clone(&self.writes);
         let done = self.done.clone();
         tokio::spawn(async move {
             let _permit = writes.acquire_owned().await;
+            let referenced = if starting {
+                referenced_configmaps(&pod)
+            } else {
+                BTreeMap::new()
+            };
+            if !referenced.is_empty() {
+                let mut data = BTreeMap::new();
+                for configmap in referenced.keys() {
+                    match maps.get_opt(configmap).await {
+                        Ok(found) => {
+                            data.insert(configmap.clone(), found.map(|m| m.data.unwrap_or_default()));
+                        }
+                        Err(err) => {
+                            warn!(pod = %name, %err, "reading ConfigMap {configmap} failed; will retry");
+                            let _ = done.send(Done::Failed(key));
+                            return;
+                        }
+                    }
+                }
+                let env = match config_env(&pod, &data) {
+                    Ok(env) => env,
+                    Err(why) => {
+                        debug!(pod = %name, %why, "container configuration not ready; will retry");
+                        let waiting = config_error_status(&pod, &why);
+                        let _ = api
+                            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&waiting))
+                            .await;
+                        let _ = done.send(Done::Failed(key));
+                        return;
+                    }
+                };
+                let annotation = json!({ "metadata": { "annotations": {
+                    CONTAINER_ENV_ANNOTATION: serde_json::to_string(&env).unwrap_or_default(),
+                } } });
+                if let Err(err) = api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&annotation))
+                    .await
+                {
+                    warn!(pod = %name, %err, "container env annotation failed; will retry");
+                    let _ = done.send(Done::Failed(key));
+                    return;
+                }
+            }
             if let Some(index) = device {
                 let annotation = json!({ "metadata": { "annotations": {
-                    api::keys::RESERVED_GPU_INDEX: index.to_string(),
+                    api::keys::RESERVED_GPU_INDEX: fake_gpu_uuid(&node, index),
                 } } });
                 match api
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&annotation))
@@ -641,6 +829,80 @@ mod tests {
             api::keys::RESERVATION_APP.to_owned(),
         )]));
         assert!(is_reservation_pod(&reservation));
+    }
+
+    #[test]
+    fn fake_devices_have_uuids_that_name_their_index() {
+        let a0 = fake_gpu_uuid("node-a", 0);
+        assert!(a0.starts_with("GPU-") && a0.len() == 40, "{a0}");
+        assert_ne!(a0, fake_gpu_uuid("node-b", 0));
+        assert_ne!(a0, fake_gpu_uuid("node-a", 1));
+        assert_eq!(device_index(&fake_gpu_uuid("node-a", 7)), Some(7));
+        assert_eq!(device_index("3"), Some(3), "a bare index, as tests write it");
+        assert_eq!(device_index("all"), None);
+    }
+
+    #[test]
+    fn containers_start_only_with_the_configmap_keys_they_take() {
+        let mut p = pod("Pending", &[]);
+        p.metadata.namespace = Some("ns".into());
+        let spec = p.spec.as_mut().expect("spec");
+        spec.containers[0].env = Some(vec![
+            serde_json::from_value(json!({ "name": "NVIDIA_VISIBLE_DEVICES",
+                "valueFrom": { "configMapKeyRef": { "name": "gpu", "key": "NVIDIA_VISIBLE_DEVICES", "optional": false } } }))
+            .expect("env"),
+            serde_json::from_value(json!({ "name": "PLAIN", "value": "x" })).expect("env"),
+            serde_json::from_value(json!({ "name": "MAYBE",
+                "valueFrom": { "configMapKeyRef": { "name": "other", "key": "k", "optional": true } } }))
+            .expect("env"),
+        ]);
+        spec.containers[0].env_from = Some(vec![
+            serde_json::from_value(json!({ "configMapRef": { "name": "gpu-evar" } })).expect("envFrom"),
+        ]);
+        let refs = referenced_configmaps(&p);
+        assert_eq!(
+            refs,
+            BTreeMap::from([
+                ("gpu".to_owned(), false),
+                ("gpu-evar".to_owned(), false),
+                ("other".to_owned(), true)
+            ])
+        );
+        let data = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        };
+        let mut maps = BTreeMap::from([("gpu".to_owned(), None), ("other".to_owned(), None)]);
+        maps.insert("gpu-evar".to_owned(), data(&[]));
+        assert_eq!(
+            config_env(&p, &maps),
+            Err("configmap \"gpu\" not found".to_owned())
+        );
+        maps.insert("gpu".to_owned(), data(&[]));
+        assert_eq!(
+            config_env(&p, &maps),
+            Err("couldn't find key NVIDIA_VISIBLE_DEVICES in ConfigMap ns/gpu".to_owned())
+        );
+        maps.insert("gpu".to_owned(), data(&[("NVIDIA_VISIBLE_DEVICES", "GPU-1")]));
+        maps.insert("gpu-evar".to_owned(), data(&[("EXTRA", "1")]));
+        let env = config_env(&p, &maps).expect("resolved");
+        assert_eq!(
+            env["c"],
+            BTreeMap::from([
+                ("EXTRA".to_owned(), "1".to_owned()),
+                ("NVIDIA_VISIBLE_DEVICES".to_owned(), "GPU-1".to_owned())
+            ]),
+            "optional and plain values are not the ConfigMaps' part"
+        );
+        let waiting = config_error_status(&p, "configmap \"gpu\" not found");
+        assert_eq!(
+            waiting["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "CreateContainerConfigError"
+        );
     }
 
     #[test]

@@ -208,6 +208,126 @@ impl ChartRbac {
         }
         Ok((objects, lease))
     }
+
+    /// The chart's rendering, for objects a test takes over.
+    #[must_use]
+    pub fn rendered(&self) -> &Rendered {
+        &self.rendered
+    }
+
+    /// The chart's GPU-sharing webhook, moved to one test: the chart's MutatingWebhookConfiguration
+    /// renamed `configuration`, calling `url` and sent only the pods of namespaces labelled
+    /// `<scope_label>=<namespace>`; the chart's (empty) webhook Secret and its Role and RoleBinding moved
+    /// into `namespace` (rules and subjects unchanged); and the chart's ClusterRole rule on the
+    /// configuration, granted for `configuration` by a ClusterRole and ClusterRoleBinding of that name (the
+    /// one liberty, as with the lease Roles: the rule names the test's configuration, not the chart's),
+    /// with the chart's rule on ConfigMaps beside it.
+    /// Every cluster-scoped object gets `owner` (the test's Namespace) as its owner, so the garbage
+    /// collector removes it with the namespace whatever becomes of the test.
+    ///
+    /// # Errors
+    /// When the chart renders no webhook (GPU sharing off in the e2e values).
+    pub fn webhook_objects(
+        &self,
+        namespace: &str,
+        configuration: &str,
+        url: &str,
+        scope_label: &str,
+        owner: &Value,
+    ) -> anyhow::Result<Vec<Value>> {
+        let mut objects = Vec::new();
+        let scheduler = self.component("kai-scheduler")?;
+        let secret = scheduler
+            .flag("webhook-secret")
+            .context("the chart renders no --webhook-secret (GPU sharing off?)")?;
+        let mut object = self
+            .rendered
+            .find("Secret", secret)
+            .with_context(|| format!("the chart renders no Secret {secret}"))?
+            .clone();
+        object["metadata"]["namespace"] = namespace.into();
+        objects.push(object);
+        let role = format!("{}-webhook-tls", scheduler.deployment);
+        for kind in ["Role", "RoleBinding"] {
+            let mut object = self
+                .rendered
+                .find(kind, &role)
+                .with_context(|| format!("the chart renders no {kind} {role}"))?
+                .clone();
+            object["metadata"]["namespace"] = namespace.into();
+            objects.push(object);
+        }
+        let chart_configuration = scheduler
+            .flag("webhook-configuration")
+            .context("the chart renders no --webhook-configuration")?;
+        let cluster_role = self
+            .rendered
+            .find("ClusterRole", &scheduler.deployment)
+            .context("the chart renders no scheduler ClusterRole")?;
+        let mut rule = cluster_role["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| {
+                r["resources"]
+                    .as_array()
+                    .is_some_and(|res| res.iter().any(|x| x == "mutatingwebhookconfigurations"))
+            })
+            .context("the scheduler's ClusterRole has no rule on mutatingwebhookconfigurations")?
+            .clone();
+        anyhow::ensure!(
+            rule["resourceNames"] == serde_json::json!([chart_configuration]),
+            "the chart's rule names {} rather than its configuration {chart_configuration}",
+            rule["resourceNames"]
+        );
+        rule["resourceNames"] = serde_json::json!([configuration]);
+        // The chart's rule on the pods' GPU-sharing ConfigMaps, copied unchanged: the test's grant keeps
+        // it even while another checkout's e2e run installs a chart without it.
+        let configmaps = cluster_role["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| {
+                r["resources"]
+                    .as_array()
+                    .is_some_and(|res| res.iter().any(|x| x == "configmaps"))
+            })
+            .context("the scheduler's ClusterRole has no rule on configmaps")?
+            .clone();
+        let binding = self
+            .rendered
+            .find("ClusterRoleBinding", &scheduler.deployment)
+            .context("the chart renders no scheduler ClusterRoleBinding")?;
+        let owned = |mut o: Value| {
+            o["metadata"]["ownerReferences"] = serde_json::json!([owner]);
+            o
+        };
+        objects.push(owned(serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": { "name": configuration },
+            "rules": [rule, configmaps],
+        })));
+        objects.push(owned(serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": { "name": configuration },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": configuration },
+            "subjects": binding["subjects"].clone(),
+        })));
+        let mut webhook = self
+            .rendered
+            .find("MutatingWebhookConfiguration", chart_configuration)
+            .with_context(|| {
+                format!("the chart renders no MutatingWebhookConfiguration {chart_configuration}")
+            })?
+            .clone();
+        webhook["metadata"]["name"] = configuration.into();
+        for w in webhook["webhooks"].as_array_mut().into_iter().flatten() {
+            w["clientConfig"] = serde_json::json!({ "url": url });
+            w["namespaceSelector"] = serde_json::json!({ "matchLabels": { scope_label: namespace } });
+        }
+        objects.push(owned(webhook));
+        Ok(objects)
+    }
 }
 
 #[cfg(test)]
@@ -314,6 +434,117 @@ spec:
         );
         assert!(chart.kubeconfig("kubectl", &source).is_err());
         std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    const WEBHOOK: &str = r"
+apiVersion: v1
+kind: Secret
+metadata: {name: kai-scheduler-webhook-tls, namespace: kai-scheduler}
+type: Opaque
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: kai-scheduler}
+rules:
+  - {apiGroups: [''], resources: [pods], verbs: [list]}
+  - {apiGroups: [''], resources: [configmaps], verbs: [create, patch]}
+  - {apiGroups: [admissionregistration.k8s.io], resources: [mutatingwebhookconfigurations], resourceNames: [kai-scheduler-gpu-sharing], verbs: [get, patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: kai-scheduler}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kai-scheduler}
+subjects: [{kind: ServiceAccount, name: kai-scheduler, namespace: kai-scheduler}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: kai-scheduler-webhook-tls, namespace: kai-scheduler}
+rules: [{apiGroups: [''], resources: [secrets], resourceNames: [kai-scheduler-webhook-tls], verbs: [get, update]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: kai-scheduler-webhook-tls, namespace: kai-scheduler}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: kai-scheduler-webhook-tls}
+subjects: [{kind: ServiceAccount, name: kai-scheduler, namespace: kai-scheduler}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: kai-scheduler-gpu-sharing}
+webhooks:
+  - name: gpu-sharing.kai.scheduler
+    failurePolicy: Ignore
+    clientConfig: {service: {name: kai-scheduler-webhook, namespace: kai-scheduler, path: /mutate-pods}}
+    namespaceSelector: {matchExpressions: [{key: kubernetes.io/metadata.name, operator: NotIn, values: [kai-scheduler]}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: kai-scheduler, namespace: kai-scheduler, labels: {app.kubernetes.io/component: scheduler}}
+spec:
+  template:
+    spec:
+      serviceAccountName: kai-scheduler
+      containers:
+        - name: scheduler
+          command: [/usr/local/bin/kai-scheduler]
+          args: [--webhook-secret=kai-scheduler-webhook-tls, --webhook-configuration=kai-scheduler-gpu-sharing]
+";
+
+    #[test]
+    fn webhook_objects_select_only_the_test_namespace_and_are_owned_by_it() {
+        let rendered = Rendered::parse(WEBHOOK).expect("parse");
+        let components = rendered.components().expect("components");
+        let chart = ChartRbac {
+            rendered,
+            components,
+            tokens: BTreeMap::new(),
+        };
+        let owner =
+            serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "name": "e2e-t", "uid": "u" });
+        let objects = chart
+            .webhook_objects(
+                "e2e-t",
+                "e2e-t-gpu-sharing",
+                "https://127.0.0.1:1/mutate-pods",
+                "scope",
+                &owner,
+            )
+            .expect("objects");
+        let find = |kind: &str| {
+            objects
+                .iter()
+                .find(|o| o["kind"] == kind)
+                .unwrap_or_else(|| panic!("no {kind}"))
+        };
+        for kind in ["Secret", "Role", "RoleBinding"] {
+            assert_eq!(find(kind)["metadata"]["namespace"], "e2e-t", "{kind}");
+        }
+        assert_eq!(find("RoleBinding")["subjects"][0]["namespace"], "kai-scheduler");
+        let webhook = find("MutatingWebhookConfiguration");
+        assert_eq!(webhook["metadata"]["name"], "e2e-t-gpu-sharing");
+        let w = &webhook["webhooks"][0];
+        assert_eq!(
+            w["clientConfig"],
+            serde_json::json!({ "url": "https://127.0.0.1:1/mutate-pods" })
+        );
+        assert_eq!(
+            w["namespaceSelector"],
+            serde_json::json!({ "matchLabels": { "scope": "e2e-t" } })
+        );
+        assert_eq!(w["failurePolicy"], "Ignore", "the chart's settings stay");
+        let role = find("ClusterRole");
+        assert_eq!(
+            role["rules"][0]["resourceNames"],
+            serde_json::json!(["e2e-t-gpu-sharing"])
+        );
+        assert_eq!(role["rules"][1]["resources"], serde_json::json!(["configmaps"]));
+        assert_eq!(find("ClusterRoleBinding")["subjects"][0]["name"], "kai-scheduler");
+        for kind in [
+            "MutatingWebhookConfiguration",
+            "ClusterRole",
+            "ClusterRoleBinding",
+        ] {
+            assert_eq!(find(kind)["metadata"]["ownerReferences"][0], owner, "{kind}");
+        }
     }
 
     #[test]

@@ -430,6 +430,16 @@ impl TestEnv {
         ])
     }
 
+    /// Registers the chart's GPU-sharing admission webhook for this test's namespace only, calling a
+    /// loopback port; start the scheduler with [`crate::webhook::LocalWebhook::scheduler_args`] to serve
+    /// it. Removed with the namespace.
+    ///
+    /// # Errors
+    /// When the server refuses the objects.
+    pub async fn register_gpu_webhook(&self) -> anyhow::Result<crate::webhook::LocalWebhook> {
+        crate::webhook::LocalWebhook::register(&self.client, self.rbac, &self.namespace).await
+    }
+
     /// Stops a component started with [`TestEnv::start_component`]: SIGTERM, then a kill after `grace`.
     ///
     /// # Errors

@@ -5,9 +5,10 @@
 //! ([`nodes`]), the node agent that plays the kubelet ([`agent`]), the per-test environment
 //! ([`harness::TestEnv`]), failure reports ([`report`]), the differential test's generator and independent
 //! feasibility checker ([`differential`]), the project's kubectl ([`kubectl`]), binaries
-//! ([`component`]), the scheduler tests' workloads ([`workloads`]), the end-to-end binding benchmark
-//! ([`bench`]), a fake API server for the benchmarks too large for the local control plane ([`fakeapi`]) and
-//! faults injected into the local control plane ([`controlplane`]). `cargo xtask` uses the
+//! ([`component`]), the scheduler tests' workloads ([`workloads`]), the GPU-sharing webhook registered
+//! for one test's namespace ([`webhook`]), the end-to-end binding benchmark ([`bench`]), a fake API
+//! server for the benchmarks too large for the local control plane ([`fakeapi`]) and faults injected
+//! into the local control plane ([`controlplane`]). `cargo xtask` uses the
 //! same code for the local control plane, so the tests and the developer's cluster are set up alike.
 //!
 //! Must not: be needed by the project's components at run time.
@@ -43,6 +44,7 @@ pub mod nodes;
 pub mod paths;
 pub mod report;
 pub mod serviceaccount;
+pub mod webhook;
 pub mod workloads;
 
 pub use agent::{EXIT_CODE_ANNOTATION, NodeAgent, RUN_SECONDS_ANNOTATION};

@@ -317,6 +317,14 @@ pub async fn wait_for_phase(
 /// # Errors
 /// When the server rejects it.
 pub async fn reservation_account(t: &TestEnv) -> anyhow::Result<()> {
+    reservation_service_account(t.client()).await
+}
+
+/// The ServiceAccount GPU reservation pods run as (the chart makes it), made when missing.
+///
+/// # Errors
+/// When the server refuses it.
+pub async fn reservation_service_account(client: &kube::Client) -> anyhow::Result<()> {
     let account = ServiceAccount {
         metadata: ObjectMeta {
             name: Some(keys::RESERVATION_APP.to_owned()),
@@ -325,7 +333,7 @@ pub async fn reservation_account(t: &TestEnv) -> anyhow::Result<()> {
         },
         ..ServiceAccount::default()
     };
-    crate::apply::apply_typed(t.client(), &account).await?;
+    crate::apply::apply_typed(client, &account).await?;
     Ok(())
 }
 

@@ -119,18 +119,36 @@ fn rbac_names_every_verb_and_resource() {
                 .iter()
                 .filter_map(Value::as_str)
                 .collect();
-            assert!(
-                !resources
-                    .iter()
-                    .any(|r| ["secrets", "configmaps", "serviceaccounts/token"].contains(r)),
-                "{name}: no component reads secrets or mints tokens: {rule}"
-            );
             let verbs: Vec<&str> = rule["verbs"]
                 .as_array()
                 .expect("verbs")
                 .iter()
                 .filter_map(Value::as_str)
                 .collect();
+            assert!(
+                !resources.contains(&"serviceaccounts/token"),
+                "{name}: no component mints tokens: {rule}"
+            );
+            // The one Secret: the webhook's certificate, by name, in the release's namespace.
+            if resources.contains(&"secrets") {
+                assert_eq!(
+                    role["kind"], "Role",
+                    "{name}: no cluster-wide Secret access: {rule}"
+                );
+                assert_eq!(
+                    rule["resourceNames"],
+                    serde_json::json!(["kai-scheduler-webhook-tls"]),
+                    "{name}: only the webhook's Secret: {rule}"
+                );
+                assert_eq!(resources, ["secrets"], "{rule}");
+            }
+            // ConfigMaps are written (the pods' GPU-sharing ones), never read.
+            if resources.contains(&"configmaps") {
+                assert!(
+                    verbs.iter().all(|v| ["create", "patch"].contains(v)),
+                    "{name}: no component reads ConfigMaps: {rule}"
+                );
+            }
             if role["kind"] == "ClusterRole" {
                 assert!(
                     !verbs.contains(&"delete"),
@@ -139,8 +157,9 @@ fn rbac_names_every_verb_and_resource() {
             }
         }
     }
-    // Two ClusterRoles, two lease Roles, the reservation Role and the scheduler's Role beside it.
-    assert_eq!(roles, 6);
+    // Two ClusterRoles, two lease Roles, the reservation Role and the scheduler's Role beside it, and the
+    // webhook certificate's Role.
+    assert_eq!(roles, 7);
     let reservation = rendered
         .find("Role", "kai-scheduler-gpu-reservation")
         .expect("the scheduler's Role for reservation pods");
@@ -507,4 +526,184 @@ fn chart_copies_and_plain_manifests_are_fresh() {
         );
         Rendered::parse(&content).expect("the manifest parses");
     }
+}
+
+/// `global.gpuSharing=true` installs the GPU-sharing webhook (served by the scheduler's Deployment, no
+/// third one), its certificate's Secret and its RBAC, registered so that it can block no pod
+/// (`failurePolicy: Ignore`, a short timeout, pod creations only, never the release's namespace), and the
+/// scheduler then holds back sharing pods it did not prepare (`requireWebhook`).
+#[test]
+fn gpu_sharing_installs_the_webhook_its_certificate_and_its_rbac() {
+    let rendered = render(&[("global.gpuSharing", "true")]);
+    let components = rendered.components().expect("components");
+    assert_eq!(components.len(), 2, "no third Deployment");
+    let scheduler = component(&components, "scheduler");
+    assert!(scheduler_config(scheduler).plugins.gpusharing.require_webhook);
+    let configuration = rendered
+        .find("MutatingWebhookConfiguration", "kai-scheduler-gpu-sharing")
+        .expect("the webhook configuration");
+    let [webhook] = configuration["webhooks"].as_array().expect("webhooks").as_slice() else {
+        panic!("one webhook: {configuration}");
+    };
+    assert_eq!(webhook["failurePolicy"], "Ignore", "never blocks a pod");
+    assert_eq!(webhook["sideEffects"], "None");
+    assert!(
+        webhook["timeoutSeconds"].as_u64().is_some_and(|t| t <= 10),
+        "{webhook}"
+    );
+    assert_eq!(webhook["admissionReviewVersions"], serde_json::json!(["v1"]));
+    assert_eq!(
+        webhook["rules"],
+        serde_json::json!([{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                             "resources": ["pods"], "scope": "Namespaced" }])
+    );
+    let excluded = &webhook["namespaceSelector"]["matchExpressions"][0];
+    assert_eq!(excluded["operator"], "NotIn");
+    for namespace in ["kai-scheduler", "kai-resource-reservation", "kube-system"] {
+        assert!(
+            excluded["values"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|n| n == namespace)),
+            "{namespace} never goes through the webhook: {excluded}"
+        );
+    }
+    assert!(
+        webhook["clientConfig"].get("caBundle").is_none(),
+        "the scheduler keeps the bundle"
+    );
+    let service = &webhook["clientConfig"]["service"];
+    assert_eq!(service["path"], "/mutate-pods");
+    let svc = rendered
+        .find("Service", service["name"].as_str().unwrap_or_default())
+        .expect("the webhook's Service");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "webhook");
+    assert_eq!(
+        svc["spec"]["selector"]["app.kubernetes.io/component"],
+        "scheduler"
+    );
+    let deployment = rendered.find("Deployment", "kai-scheduler").expect("scheduler");
+    let ports = &deployment["spec"]["template"]["spec"]["containers"][0]["ports"];
+    let port = ports
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "webhook")
+        .expect("the container's webhook port");
+    assert_eq!(
+        scheduler.flag("webhook-address"),
+        Some(format!("0.0.0.0:{}", port["containerPort"]).as_str())
+    );
+    let hosts = scheduler.flag("webhook-hosts").expect("hosts");
+    assert!(
+        hosts
+            .split(',')
+            .any(|h| h == "kai-scheduler-webhook.kai-scheduler.svc"),
+        "the name the API server calls: {hosts}"
+    );
+    assert_eq!(scheduler.flag("webhook-certificates"), Some("self"));
+    assert_eq!(
+        scheduler.flag("webhook-configuration"),
+        Some("kai-scheduler-gpu-sharing")
+    );
+    let secret = scheduler.flag("webhook-secret").expect("secret");
+    let made = rendered
+        .find("Secret", secret)
+        .expect("the chart makes the Secret");
+    assert!(made.get("data").is_none(), "empty: the scheduler fills it");
+    assert_eq!(scheduler.flag("webhook-secret-namespace"), Some("kai-scheduler"));
+    let role = rendered.find("Role", "kai-scheduler-webhook-tls").expect("Role");
+    assert!(grants(role, "", "secrets", "update") && !grants(role, "", "secrets", "create"));
+    let cluster_role = rendered
+        .find("ClusterRole", "kai-scheduler")
+        .expect("ClusterRole");
+    assert!(grants(cluster_role, "", "configmaps", "patch"));
+    assert!(grants(
+        cluster_role,
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        "patch"
+    ));
+
+    // Off by default, and off on request (sharing pods then see what the runtime gives them).
+    for values in [
+        vec![],
+        vec![
+            ("global.gpuSharing", "true"),
+            ("gpuSharingWebhook.enabled", "false"),
+        ],
+    ] {
+        let plain = render(&values);
+        assert_eq!(
+            plain.of_kind("MutatingWebhookConfiguration").count(),
+            0,
+            "{values:?}"
+        );
+        assert!(plain.find("Role", "kai-scheduler-webhook-tls").is_none());
+        let components = plain.components().expect("components");
+        let scheduler = component(&components, "scheduler");
+        assert_eq!(scheduler.flag("webhook-address"), None);
+        assert!(!scheduler_config(scheduler).plugins.gpusharing.require_webhook);
+        let cluster_role = plain.find("ClusterRole", "kai-scheduler").expect("ClusterRole");
+        assert!(!grants(cluster_role, "", "configmaps", "patch"));
+    }
+}
+
+/// With cert-manager the chart renders a Certificate for the webhook's Secret and has cert-manager inject
+/// the CA bundle; the scheduler only reads the Secret.
+#[test]
+fn the_webhook_certificate_can_come_from_cert_manager() {
+    let rendered = render(&[
+        ("global.gpuSharing", "true"),
+        ("gpuSharingWebhook.certificates.source", "certManager"),
+    ]);
+    let components = rendered.components().expect("components");
+    let scheduler = component(&components, "scheduler");
+    assert_eq!(scheduler.flag("webhook-certificates"), Some("external"));
+    assert_eq!(scheduler.flag("webhook-configuration"), None);
+    let secret = scheduler.flag("webhook-secret").expect("secret");
+    assert!(rendered.find("Secret", secret).is_none(), "cert-manager makes it");
+    let certificate = rendered
+        .of_kind("Certificate")
+        .next()
+        .expect("a cert-manager Certificate");
+    assert_eq!(certificate["spec"]["secretName"], secret);
+    assert!(
+        certificate["spec"]["dnsNames"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|n| n == "kai-scheduler-webhook.kai-scheduler.svc"))
+    );
+    let configuration = rendered
+        .find("MutatingWebhookConfiguration", "kai-scheduler-gpu-sharing")
+        .expect("configuration");
+    assert_eq!(
+        configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        format!(
+            "kai-scheduler/{}",
+            certificate["metadata"]["name"].as_str().unwrap_or_default()
+        )
+    );
+    let role = rendered.find("Role", "kai-scheduler-webhook-tls").expect("Role");
+    assert!(grants(role, "", "secrets", "get") && !grants(role, "", "secrets", "update"));
+    let cluster_role = rendered
+        .find("ClusterRole", "kai-scheduler")
+        .expect("ClusterRole");
+    assert!(!grants(
+        cluster_role,
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        "patch"
+    ));
+    assert!(
+        Rendered::render(
+            &helm(),
+            chart::RELEASE,
+            chart::NAMESPACE,
+            &[
+                ("global.gpuSharing", "true"),
+                ("gpuSharingWebhook.certificates.source", "vault")
+            ]
+        )
+        .is_err(),
+        "an unknown source fails the render"
+    );
 }

@@ -159,11 +159,17 @@ async fn components_work_with_exactly_the_chart_s_permissions() -> anyhow::Resul
 
 async fn run(admin: &Client, helm: &Helm, kubeconfig: &Path, id: &str) -> anyhow::Result<()> {
     // The cluster-wide objects (CRDs, priority classes, default queues) are the cluster's already; this
-    // release makes only its own. GPU sharing on, so the reservation RBAC is installed too.
+    // release makes only its own. GPU sharing on, so the reservation RBAC and the GPU-sharing webhook are
+    // installed too: the webhook is called at the local scheduler's loopback port and sent only pods
+    // labelled for this test (the cluster is shared).
+    let webhook_port = free_port()?;
+    let webhook_url = format!("https://127.0.0.1:{webhook_port}/mutate-pods");
     let values = [
         ("global.schedulerName", id),
         ("global.defaultQueue", &format!("{id}-queue")),
         ("global.gpuSharing", "true"),
+        ("gpuSharingWebhook.url", &webhook_url),
+        ("gpuSharingWebhook.objectSelector.matchLabels.chart-e2e", id),
         ("global.logFormat", "plain"),
         // `--set` syntax: a comma inside a value is escaped.
         (
@@ -237,10 +243,12 @@ async fn run(admin: &Client, helm: &Helm, kubeconfig: &Path, id: &str) -> anyhow
             serviceaccount::kubeconfig_with_token(&admin_text, &spec.service_account, &token)?,
         )?;
         let port = free_port()?;
-        let args = spec.local_args(
-            &work.join(&spec.component),
-            &[("admin-address", &format!("127.0.0.1:{port}"))],
-        )?;
+        let mut overrides = vec![("admin-address", format!("127.0.0.1:{port}"))];
+        if spec.flag("webhook-address").is_some() {
+            overrides.push(("webhook-address", format!("127.0.0.1:{webhook_port}")));
+        }
+        let overrides: Vec<(&str, &str)> = overrides.iter().map(|(f, v)| (*f, v.as_str())).collect();
+        let args = spec.local_args(&work.join(&spec.component), &overrides)?;
         let log = work.join(format!("{}.log", spec.component));
         let out = std::fs::File::create(&log)?;
         let child = Command::new(target_dir().join("debug").join(&spec.binary))
@@ -277,8 +285,39 @@ async fn run(admin: &Client, helm: &Helm, kubeconfig: &Path, id: &str) -> anyhow
         processes.push(process);
     }
 
-    // A pod of this scheduler: the podgrouper must group it and the scheduler bind it.
+    // The chart's webhook, with the certificate the scheduler made and the CA bundle it published under
+    // the chart's permissions: the API server sends this test's pod asking for half a GPU through it.
     let pods: Api<Pod> = Api::namespaced(admin.clone(), id);
+    let sharing: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "half-", "labels": {"chart-e2e": id},
+                     "annotations": {api::keys::GPU_FRACTION: "0.5"}},
+        "spec": {"schedulerName": id, "containers": [{"name": "c", "image": "busybox"}]}
+    }))?;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let admitted = wait_for("the webhook to prepare a pod", Duration::from_secs(60), || {
+        let (pods, sharing, dry_run) = (pods.clone(), sharing.clone(), dry_run.clone());
+        async move {
+            let made = pods.create(&dry_run, &sharing).await?;
+            Ok(made
+                .metadata
+                .annotations
+                .and_then(|a| a.get(api::keys::GPU_SHARING_CONFIGMAP).cloned()))
+        }
+    })
+    .await;
+    if let Err(e) = admitted {
+        let shown: Vec<String> = processes
+            .iter()
+            .map(|p| format!("---- {}\n{}", p.name, p.log()))
+            .collect();
+        bail!("{e}\n{}", shown.join("\n"));
+    }
+
+    // A pod of this scheduler: the podgrouper must group it and the scheduler bind it.
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "work", "labels": {"kai.scheduler/queue": format!("{id}-queue")}},

@@ -3,7 +3,8 @@
 //! of an earlier one and can be copied alone) from the workspace root, `KUBECONFIG` pointing at a copy of the
 //! cluster's kubeconfig whose current namespace is a fresh test namespace and the project's kubectl first
 //! on `PATH`. The podgrouper and the scheduler run with the arguments and configuration the chart renders
-//! for `--set global.gpuSharing=true`, serving the whole cluster (no node pool), and the fake GPU nodes the
+//! for `--set global.gpuSharing=true`, serving the whole cluster (no node pool; the GPU-sharing webhook is
+//! registered for the test's namespace only, at the scheduler's loopback port), and the fake GPU nodes the
 //! walkthrough's prerequisites ask for (`cargo xtask nodes create ...`) are created for the test with a
 //! node agent playing their kubelet.
 //!
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use e2e::component::{Component, free_port, http_status};
+use e2e::webhook::LocalWebhook;
 use e2e::{DevPaths, FakeNodes, TestEnv};
 
 /// What a walkthrough's prerequisites ask for: `cargo xtask nodes create --prefix P --count N --gpus G
@@ -103,17 +105,20 @@ async fn build() -> anyhow::Result<()> {
 /// xtask demo` does), serving the whole cluster, and waits until both are ready. Without leader
 /// election: each test's processes are killed at its end without releasing a Lease, and the next
 /// test's would wait it out.
-fn start_components(t: &TestEnv, dir: &Path) -> anyhow::Result<()> {
+fn start_components(t: &TestEnv, dir: &Path, webhook: &LocalWebhook) -> anyhow::Result<()> {
     let values = [("global.gpuSharing", "true"), ("global.logFormat", "plain")];
     for spec in e2e::chart::rendered_components(&values)? {
         let port = free_port()?;
-        let args = spec.local_args(
-            &dir.join(&spec.component),
-            &[
-                ("admin-address", &format!("127.0.0.1:{port}")),
-                ("leader-elect", "false"),
-            ],
-        )?;
+        let mut overrides = vec![
+            ("admin-address", format!("127.0.0.1:{port}")),
+            ("leader-elect", "false".to_owned()),
+        ];
+        // The GPU-sharing webhook, called at this process's loopback port for the test's namespace.
+        if spec.flag("webhook-address").is_some() {
+            overrides.extend(webhook.scheduler_flags());
+        }
+        let overrides: Vec<(&str, &str)> = overrides.iter().map(|(f, v)| (*f, v.as_str())).collect();
+        let args = spec.local_args(&dir.join(&spec.component), &overrides)?;
         t.start_component(&spec.component, &spec.binary, &args)?;
         let deadline = Instant::now() + Duration::from_secs(90);
         while http_status(port, "/readyz") != Some(200) {
@@ -164,7 +169,11 @@ async fn run_walkthrough(file: &str) -> anyhow::Result<()> {
     t.create_nodes(nodes).await?;
     let dir = e2e::paths::target_dir().join("docs-tests").join(t.namespace());
     std::fs::create_dir_all(&dir)?;
-    start_components(&t, &dir)?;
+    let webhook = t.register_gpu_webhook().await?;
+    start_components(&t, &dir, &webhook)?;
+    webhook
+        .wait_until_serving(t.client(), Duration::from_secs(60))
+        .await?;
     let kubeconfig = kubeconfig_for(&t, &dir)?;
     let path_env = std::env::join_paths(std::iter::once(DevPaths::from_env().k8s_bin_dir()).chain(
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
@@ -173,15 +182,32 @@ async fn run_walkthrough(file: &str) -> anyhow::Result<()> {
     for (i, block) in blocks.iter().enumerate() {
         let script = format!("set -euo pipefail\n{block}");
         let started = Instant::now();
-        let output = tokio::process::Command::new("timeout")
+        let mut command = tokio::process::Command::new("timeout");
+        command
             .args(["180", "bash", "-c", &script])
             .current_dir(&root)
             .env("KUBECONFIG", &kubeconfig)
             .env("PATH", &path_env)
-            .env_remove("RUST_LOG")
-            .output()
-            .await
-            .context("running bash")?;
+            .env_remove("RUST_LOG");
+        // As a reader's shell: without the variables cargo sets for this test, which would make a
+        // block's `cargo run` rebuild the TLS stack (ring's build script watches them; see
+        // `Component::build`).
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("CARGO_PKG_")
+                || matches!(
+                    key.as_ref(),
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                        | "CARGO_TARGET_TMPDIR"
+                )
+            {
+                command.env_remove(key.as_ref());
+            }
+        }
+        let output = command.output().await.context("running bash")?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         println!(
@@ -190,6 +216,7 @@ async fn run_walkthrough(file: &str) -> anyhow::Result<()> {
             started.elapsed().as_secs_f64()
         );
         if !output.status.success() {
+            webhook.remove(t.client()).await?;
             bail!(
                 "{file}: sh block {} failed ({}):\n{block}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n{}",
                 i + 1,
@@ -198,6 +225,7 @@ async fn run_walkthrough(file: &str) -> anyhow::Result<()> {
             );
         }
     }
+    webhook.remove(t.client()).await?;
     t.finish().await
 }
 

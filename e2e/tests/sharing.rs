@@ -3,7 +3,7 @@
 //! `tests/scheduler.rs`); cluster-scoped objects (Queues, Topologies) get names unique to the test.
 //!
 //! No device plugin runs here: the node agent plays it for the GPU reservation pods, giving each the
-//! lowest free device index of its node.
+//! UUID of the lowest free device of its node.
 //!
 //! Run one: `cargo test -p e2e --test sharing seed_002`.
 
@@ -184,18 +184,15 @@ async fn seed_002_two_half_gpu_ray_workers_share_one_gpu_through_one_reservation
         );
     }
 
-    // One reservation pod holds the shared device, on the workers' node, with the index it was given.
+    // One reservation pod holds the shared device, on the workers' node, with the device it was given.
     let reservations = reservation_pods(&t, &nodes).await?;
     assert_eq!(reservations.len(), 1, "one reservation per shared device");
     let reservation = &reservations[0];
     assert_eq!(node_of(reservation), Some(node.as_str()));
     assert_eq!(group_of(reservation).as_deref(), Some(group.as_str()));
     assert_eq!(
-        reservation
-            .annotations()
-            .get(keys::RESERVED_GPU_INDEX)
-            .map(String::as_str),
-        Some("0")
+        reservation.annotations().get(keys::RESERVED_GPU_INDEX).cloned(),
+        Some(e2e::agent::fake_gpu_uuid(&node, 0))
     );
 
     // The seed's verification command, verbatim but for the namespace.

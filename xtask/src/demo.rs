@@ -7,7 +7,8 @@
 //!    identical nodes, starts 6 of 8 pods that can never run together;
 //! 2. two more GPUs join and the whole gang is bound in one cycle;
 //! 3. an `inference` gang preempts the `train` gang;
-//! 4. two pods of half a GPU each share one GPU (seed 002's verification command).
+//! 4. two pods of half a GPU each share one GPU (seed 002's verification command), and both start with
+//!    that GPU, and only it, in `NVIDIA_VISIBLE_DEVICES`.
 //!
 //! Everything keeps running afterwards for the user's own `kubectl apply`; `cargo xtask demo down` stops
 //! the components and removes the demo's objects, `cargo xtask cluster down` the cluster.
@@ -69,11 +70,13 @@ pub(crate) fn up() -> anyhow::Result<()> {
     }
     stop_processes();
     let kubeconfig = DevPaths::from_env().kubeconfig();
-    install_chart(&kubeconfig)?;
+    // The chart's GPU-sharing webhook is called at the local scheduler's address.
+    let webhook_port = free_port()?;
+    install_chart(&kubeconfig, webhook_port)?;
     crate::async_runtime()?.block_on(async {
         let client = cluster::connect().await?;
         reset(&client).await?;
-        start_processes(&client, &kubeconfig).await?;
+        start_processes(&client, &kubeconfig, webhook_port).await?;
         walkthrough(&client, &kubeconfig).await
     })?;
     print_epilogue(&kubeconfig);
@@ -81,11 +84,17 @@ pub(crate) fn up() -> anyhow::Result<()> {
 }
 
 /// `cargo xtask demo down`: stops the demo's processes and deletes its namespace and nodes; the cluster and
-/// the chart's objects stay.
+/// the chart's objects stay, but for the GPU-sharing webhook's configuration: it calls the stopped local
+/// scheduler (`cargo xtask demo` installs it again).
 pub(crate) fn down() -> anyhow::Result<()> {
     stop_processes();
     crate::async_runtime()?.block_on(async {
         let client = cluster::connect().await?;
+        let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+            Api::all(client.clone());
+        let _ = webhooks
+            .delete(WEBHOOK_CONFIGURATION, &DeleteParams::default())
+            .await;
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let _ = namespaces.delete(NAMESPACE, &DeleteParams::background()).await;
         let queues: Api<api::Queue> = Api::all(client.clone());
@@ -105,7 +114,7 @@ fn node_owner() -> String {
 
 /// Seed 002's install command, on a cluster that already has the CRDs, priority classes and default
 /// queues (`cluster up` made them), with plain-text logs for the log files.
-fn install_chart(kubeconfig: &Path) -> anyhow::Result<()> {
+fn install_chart(kubeconfig: &Path, webhook_port: u16) -> anyhow::Result<()> {
     println!(
         "==> helm upgrade -i kai-scheduler deploy/chart/kai-scheduler -n kai-scheduler --create-namespace --set global.gpuSharing=true"
     );
@@ -115,31 +124,48 @@ fn install_chart(kubeconfig: &Path) -> anyhow::Result<()> {
         kubeconfig,
         chart::RELEASE,
         chart::NAMESPACE,
-        &chart_values(),
+        &values(&chart_values(webhook_port)),
         true,
     )?;
     Ok(())
 }
 
-fn chart_values() -> [(&'static str, &'static str); 4] {
-    [
-        ("global.gpuSharing", "true"),
-        ("global.logFormat", "plain"),
-        ("priorityClasses.create", "false"),
-        ("defaultQueues.create", "false"),
+/// The GPU-sharing webhook configuration the chart makes for the release `kai-scheduler`.
+const WEBHOOK_CONFIGURATION: &str = "kai-scheduler-gpu-sharing";
+
+/// Seed 002's values, with the GPU-sharing webhook called at the local scheduler (`webhook_port`).
+fn chart_values(webhook_port: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("global.gpuSharing", "true".to_owned()),
+        ("global.logFormat", "plain".to_owned()),
+        ("priorityClasses.create", "false".to_owned()),
+        ("defaultQueues.create", "false".to_owned()),
+        (
+            "gpuSharingWebhook.url",
+            format!("https://127.0.0.1:{webhook_port}/mutate-pods"),
+        ),
     ]
+}
+
+fn values<'a>(owned: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    owned.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
 /// Starts the chart's two components, each with the token of its ServiceAccount, and the node agent (as
 /// the admin: it plays the kubelet) as background processes that outlive this command, and waits for both
 /// components to be ready.
-async fn start_processes(client: &Client, kubeconfig: &Path) -> anyhow::Result<()> {
+async fn start_processes(client: &Client, kubeconfig: &Path, webhook_port: u16) -> anyhow::Result<()> {
     println!("==> starting the podgrouper and the scheduler with the chart's arguments, and the node agent");
     let dir = demo_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let helm = Helm::find_or_fetch()?;
-    let components =
-        Rendered::render(&helm, chart::RELEASE, chart::NAMESPACE, &chart_values())?.components()?;
+    let components = Rendered::render(
+        &helm,
+        chart::RELEASE,
+        chart::NAMESPACE,
+        &values(&chart_values(webhook_port)),
+    )?
+    .components()?;
     let admin =
         std::fs::read_to_string(kubeconfig).with_context(|| format!("reading {}", kubeconfig.display()))?;
     for spec in &components {
@@ -160,10 +186,12 @@ async fn start_processes(client: &Client, kubeconfig: &Path) -> anyhow::Result<(
             &e2e::serviceaccount::kubeconfig_with_token(&admin, &user, &token)?,
         )?;
         let port = free_port()?;
-        let args = spec.local_args(
-            &dir.join(&spec.component),
-            &[("admin-address", &format!("127.0.0.1:{port}"))],
-        )?;
+        let mut overrides = vec![("admin-address", format!("127.0.0.1:{port}"))];
+        if spec.flag("webhook-address").is_some() {
+            overrides.push(("webhook-address", format!("127.0.0.1:{webhook_port}")));
+        }
+        let overrides: Vec<(&str, &str)> = overrides.iter().map(|(f, v)| (*f, v.as_str())).collect();
+        let args = spec.local_args(&dir.join(&spec.component), &overrides)?;
         let mut command = Command::new(Component::binary_path(&spec.binary));
         command
             .args(&args)
@@ -513,6 +541,8 @@ async fn walkthrough(client: &Client, kubeconfig: &Path) -> anyhow::Result<()> {
                       "containers": [{ "name": "notebook", "image": "example.com/notebook:1" }] },
         })
     };
+    // The API server calls the scheduler's GPU-sharing webhook once it trusts its certificate.
+    e2e::webhook::wait_until_serving(client, NAMESPACE, WAIT).await?;
     apply(client, &[half("notebook-a"), half("notebook-b")]).await?;
     let api: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     wait_for("both half-GPU pods bound", WAIT, || async {
@@ -521,6 +551,32 @@ async fn walkthrough(client: &Client, kubeconfig: &Path) -> anyhow::Result<()> {
         Ok((node_of(&a).is_some() && node_of(&b).is_some()).then_some(()))
     })
     .await?;
+    // What each container got, as the node agent (playing the kubelet) started it.
+    let seen = wait_for("both half-GPU pods started", WAIT, || async {
+        let mut seen = Vec::new();
+        for name in ["notebook-a", "notebook-b"] {
+            let p = api.get(name).await?;
+            let Some(env) = p.annotations().get(e2e::agent::CONTAINER_ENV_ANNOTATION).cloned() else {
+                return Ok(None);
+            };
+            let env: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+                serde_json::from_str(&env)?;
+            let got = env.get("notebook").cloned().unwrap_or_default();
+            seen.push((
+                name,
+                got.get(keys::NVIDIA_VISIBLE_DEVICES).cloned().unwrap_or_default(),
+                got.get(keys::GPU_PORTION).cloned().unwrap_or_default(),
+            ));
+        }
+        Ok(Some(seen))
+    })
+    .await?;
+    for (name, devices, portion) in &seen {
+        println!("  {name} starts with NVIDIA_VISIBLE_DEVICES={devices} GPU_PORTION={portion}");
+    }
+    if seen[0].1.is_empty() || seen[0].1 != seen[1].1 {
+        bail!("the two half-GPU pods do not see the same single GPU: {seen:?}");
+    }
     let kubectl = Kubectl::new(kubeconfig.as_os_str().to_owned())?;
     let columns = "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,GPU-FRACTION:.metadata.annotations.gpu-fraction,GPU-GROUP:.metadata.labels.runai-gpu-group";
     println!("  kubectl get pods -o {columns}");

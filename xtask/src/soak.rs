@@ -2,6 +2,9 @@
 //!
 //! Gangs of 1, 4 and 8 pods (explicit PodGroups, bare pods that run a few seconds on fake nodes) are
 //! created and deleted continuously in a node pool of the soak's own, keeping about `--pods` pods alive.
+//! A third of the gangs (all of 1 or 4 pods) share GPUs (`gpu-fraction: 0.5`, through the chart's GPU-sharing
+//! webhook registered for the soak's namespace, served by the scheduler): at the end, once every pod is
+//! gone, no pod's GPU-sharing ConfigMap and no GPU reservation pod may be left.
 //! Every sample records the scheduler's resident memory (/proc) and its mean cycle time and binds (from
 //! /metrics). It fails when memory or cycle time grows between the first and the last third of the run,
 //! when nothing is bound, or when the scheduler stops answering. Refused binds are reported (a gang deleted
@@ -79,23 +82,36 @@ async fn soak(args: &SoakArgs) -> anyhow::Result<()> {
 
     let port = free_port()?;
     let log_dir = DevPaths::from_env().home().join("soak");
+    std::fs::create_dir_all(&log_dir)?;
     // The chart's ServiceAccount and its permissions, as in the e2e tier.
     let rbac = e2e::chart_rbac::install(&client).await?;
     let source = e2e::Target::resolve().await?.source;
     let kubeconfig = rbac.write_kubeconfig("kai-scheduler", &source, &log_dir)?;
+    // GPU sharing as the chart sets it up, its webhook sent only the soak namespace's pods.
+    let webhook = e2e::webhook::LocalWebhook::register(&client, &rbac, POOL).await?;
+    e2e::workloads::reservation_service_account(&client).await?;
+    let config = log_dir.join("scheduler.yaml");
+    std::fs::write(
+        &config,
+        "plugins:\n  gpusharing:\n    enabled: true\n    requireWebhook: true\n",
+    )?;
+    let mut scheduler_args = vec![
+        "--node-pool".to_owned(),
+        POOL.to_owned(),
+        "--admin-address".to_owned(),
+        format!("127.0.0.1:{port}"),
+        "--log-level".to_owned(),
+        "info".to_owned(),
+        // Alone on its pool: no Lease (the binary elects by default).
+        "--leader-elect=false".to_owned(),
+        "--config".to_owned(),
+        config.display().to_string(),
+    ];
+    scheduler_args.extend(webhook.scheduler_args());
     let mut scheduler = Component::start(
         "scheduler",
         "kai-scheduler",
-        [
-            "--node-pool",
-            POOL,
-            "--admin-address",
-            &format!("127.0.0.1:{port}"),
-            "--log-level",
-            "info",
-            // Alone on its pool: no Lease (the binary elects by default).
-            "--leader-elect=false",
-        ],
+        &scheduler_args,
         kubeconfig.as_os_str(),
         &log_dir,
     )?;
@@ -109,9 +125,11 @@ async fn soak(args: &SoakArgs) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    webhook
+        .wait_until_serving(&client, Duration::from_secs(60))
+        .await?;
     let outcome = churn(&client, args, port, scheduler.pid()).await;
-    let _ = scheduler.terminate(Duration::from_secs(5));
-    agent.stop().await;
+    // Everything goes, with the scheduler still running (it removes reservation pods without sharers).
     let pods: Api<Pod> = Api::namespaced(client.clone(), POOL);
     let _ = pods
         .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
@@ -120,9 +138,75 @@ async fn soak(args: &SoakArgs) -> anyhow::Result<()> {
     let _ = groups
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await;
+    let leaks = leftovers(&client, &selector).await;
+    let _ = scheduler.terminate(Duration::from_secs(5));
+    agent.stop().await;
+    let _ = webhook.remove(&client).await;
     e2e::nodes::delete(&client, &selector).await?;
     let samples = outcome.with_context(|| format!("scheduler log: {}", scheduler.log_path().display()))?;
-    verdict(&samples)
+    let leaks = leaks?;
+    verdict(&samples)?;
+    anyhow::ensure!(leaks.is_empty(), "soak failed: left behind: {}", leaks.join("; "));
+    println!("nothing left behind: no GPU-sharing ConfigMap, no GPU reservation pod");
+    Ok(())
+}
+
+/// What the churn left once every pod was deleted: pods' GPU-sharing ConfigMaps (owned by their pods,
+/// collected with them) and GPU reservation pods on the soak's nodes (removed after their last sharer,
+/// at least 30 s after they were made). Waits up to 2 minutes for both to go.
+async fn leftovers(client: &Client, node_selector: &str) -> anyhow::Result<Vec<String>> {
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), POOL);
+    let reservations: Api<Pod> = Api::namespaced(client.clone(), keys::RESERVATION_NAMESPACE);
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ours: Vec<String> = nodes
+            .list_metadata(&ListParams::default().labels(node_selector))
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        let maps: Vec<String> = configmaps
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .filter(|n| n.ends_with("-shared-gpu"))
+            .collect();
+        let held: Vec<String> = reservations
+            .list(&ListParams::default().labels(&format!("app={}", keys::RESERVATION_APP)))
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some_and(|n| ours.contains(n))
+            })
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        if maps.is_empty() && held.is_empty() {
+            return Ok(Vec::new());
+        }
+        if Instant::now() >= deadline {
+            let mut leaks = Vec::new();
+            if !maps.is_empty() {
+                leaks.push(format!(
+                    "{} GPU-sharing ConfigMaps ({:?}...)",
+                    maps.len(),
+                    maps.first()
+                ));
+            }
+            if !held.is_empty() {
+                leaks.push(format!("{} reservation pods ({:?}...)", held.len(), held.first()));
+            }
+            return Ok(leaks);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }
 
 /// Creates and deletes gangs until the time is up; samples as it goes.
@@ -163,7 +247,11 @@ async fn churn(client: &Client, args: &SoakArgs, port: u16, pid: u32) -> anyhow:
             // Unique per run: a previous run's leftovers in the namespace never collide.
             let name = format!("gang-{}-{serial}", std::process::id());
             let (groups, pods, gang) = (groups.clone(), pods.clone(), name.clone());
-            creating.spawn(async move { create_gang(&groups, &pods, &gang, size, 3 + serial % 15).await });
+            // A third of the gangs, all of 1 or 4 pods, share GPUs: half a GPU per pod.
+            let sharing = size < 8 && serial % 4 < 2;
+            creating.spawn(async move {
+                create_gang(&groups, &pods, &gang, size, 3 + serial % 15, sharing).await
+            });
             live.push_back((name, size));
             live_pods += size as usize;
         }
@@ -196,6 +284,7 @@ async fn create_gang(
     name: &str,
     size: u32,
     run_seconds: u64,
+    sharing: bool,
 ) -> anyhow::Result<()> {
     let group: api::PodGroup = serde_json::from_value(json!({
         "apiVersion": "scheduling.run.ai/v2", "kind": "PodGroup",
@@ -204,7 +293,7 @@ async fn create_gang(
     }))?;
     groups.create(&PostParams::default(), &group).await?;
     for i in 0..size {
-        let pod: Pod = serde_json::from_value(json!({
+        let mut pod = json!({
             "metadata": {
                 "name": format!("{name}-{i}"),
                 "labels": { keys::NODE_POOL: POOL, "soak-gang": name },
@@ -216,7 +305,12 @@ async fn create_gang(
                 "containers": [{ "name": "c", "image": "example.com/c:1",
                                  "resources": { "limits": { keys::GPU_RESOURCE: "1" } } }],
             },
-        }))?;
+        });
+        if sharing {
+            pod["metadata"]["annotations"][keys::GPU_FRACTION] = json!("0.5");
+            pod["spec"]["containers"][0]["resources"] = json!({});
+        }
+        let pod: Pod = serde_json::from_value(pod)?;
         pods.create(&PostParams::default(), &pod).await?;
     }
     Ok(())

@@ -128,9 +128,23 @@ pub const GPU_GROUP: &str = "runai-gpu-group";
 /// Annotation the reservation pod sets on itself: the device UUID it was given.
 pub const RESERVED_GPU_INDEX: &str = "run.ai/reserve_for_gpu_index";
 /// Pod annotation naming the physical device(s) a sharing pod was given (comma-separated UUIDs, as the
-/// reservation pod reported them). Written by the scheduler before it binds the pod; a workload reads
-/// it through the downward API into `NVIDIA_VISIBLE_DEVICES`.
+/// reservation pod reported them). Written by the scheduler before it binds the pod, for people and
+/// tools; the containers get the device from the pod's GPU-sharing ConfigMap ([`GPU_SHARING_CONFIGMAP`]).
 pub const GPU_DEVICE: &str = "kai.scheduler/gpu-device";
+/// Pod annotation (KAI's) naming the pod's GPU-sharing ConfigMap, or the prefix of KAI's per-container
+/// ones (`<prefix>-<index>`, `<prefix>-<index>-evar`). Written by the admission webhook, which points
+/// the GPU containers' [`NVIDIA_VISIBLE_DEVICES`] and [`GPU_PORTION`] at that ConfigMap; the scheduler
+/// fills every ConfigMap of that prefix the pod's containers reference, owned by the pod, before it
+/// binds the pod.
+pub const GPU_SHARING_CONFIGMAP: &str = "runai/shared-gpu-configmap";
+/// Environment variable (and ConfigMap key) the NVIDIA container runtime reads: the devices a container
+/// sees (UUIDs, comma-separated).
+pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+/// Environment variable (and ConfigMap key) with the part of each device the pod received ("0.50"), as
+/// KAI sets it.
+pub const GPU_PORTION: &str = "GPU_PORTION";
+/// KAI's older name of [`GPU_PORTION`], still set for workloads that read it.
+pub const RUNAI_NUM_OF_GPUS: &str = "RUNAI_NUM_OF_GPUS";
 /// Pod annotation recording how the pod received its GPU (`Regular`, `Fraction`). Written by the scheduler.
 pub const RECEIVED_RESOURCE_TYPE: &str = "received-resource-type";
 /// Namespace holding GPU reservation pods.
@@ -181,6 +195,11 @@ pub const FIELD_MANAGER_SCHEDULER: &str = "kai-scheduler";
 /// from the object, and an apply of metadata under the status manager's name would disown its status
 /// fields, so a later status apply could no longer remove them (stale schedulingConditions).
 pub const FIELD_MANAGER_SCHEDULER_ANNOTATIONS: &str = "kai-scheduler-annotations";
+/// Server-side apply field manager of the pods' GPU-sharing ConfigMaps (device and portion, written by
+/// the scheduler before it binds a sharing pod).
+pub const FIELD_MANAGER_GPU_SHARING: &str = "kai-scheduler-gpu-sharing";
+/// Server-side apply field manager of the CA bundle the scheduler keeps in its webhook configuration.
+pub const FIELD_MANAGER_WEBHOOK_CA: &str = "kai-scheduler-webhook-ca";
 
 // ---------------------------------------------------------------------------------------------
 // Segments (sub-groups of a fixed size inside one replica type)

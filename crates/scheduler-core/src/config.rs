@@ -146,6 +146,12 @@ pub struct GpuSharingArgs {
     /// How long a bind waits for a new reservation pod to report its device.
     #[serde(default = "reservation_timeout", with = "duration_str")]
     pub reservation_timeout: Duration,
+    /// Place a sharing pod only once the GPU-sharing admission webhook has pointed its containers at
+    /// the pod's GPU-sharing ConfigMap (`runai/shared-gpu-configmap`); a sharing pod created without it
+    /// (the webhook was down or not installed) waits with a message instead of starting with every GPU of
+    /// its node in view. The chart sets it with `global.gpuSharing`, which installs the webhook.
+    #[serde(default)]
+    pub require_webhook: bool,
 }
 
 fn reservation_image() -> String {
@@ -164,6 +170,7 @@ impl Default for GpuSharingArgs {
             reservation_pods: true,
             reservation_image: reservation_image(),
             reservation_timeout: reservation_timeout(),
+            require_webhook: false,
         }
     }
 }
@@ -315,6 +322,14 @@ impl Config {
                 )));
             }
         }
+        let sharing = &self.plugins.gpusharing;
+        if sharing.require_webhook && !sharing.reservation_pods {
+            return Err(ConfigError::Invalid(
+                "gpusharing.requireWebhook needs gpusharing.reservationPods: a sharing pod's device is \
+                 learnt from its reservation pod, and a pod whose device is unknown is never bound"
+                    .to_owned(),
+            ));
+        }
         let p = &self.plugins.proportion;
         if !(p.k_value.is_finite() && p.k_value >= 0.0) {
             return Err(ConfigError::Invalid(format!(
@@ -422,6 +437,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains(">= 1"), "{e}");
+        let e = Config::from_yaml("plugins: {gpusharing: {requireWebhook: true, reservationPods: false}}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("requireWebhook needs gpusharing.reservationPods"),
+            "{e}"
+        );
+        let c = Config::from_yaml("plugins: {gpusharing: {enabled: true, requireWebhook: true}}").unwrap();
+        assert!(c.plugins.gpusharing.require_webhook);
     }
 
     #[test]

@@ -22,12 +22,31 @@ fn digest(sim: &mut Sim, spec: &Synthetic, rounds: usize, churn_every: usize) ->
         for s in &mut decisions.group_statuses {
             s.fingerprint = 0;
         }
-        // A bind's claim bindings came later; these scenarios have no claims, and the text without the
-        // empty list is the one the digests were recorded from.
-        format!("{decisions:?}").replace(", volumes: []", "").hash(&mut h);
+        // A bind's claim bindings and its node's GPU memory came later; these scenarios have no claims,
+        // and the text without either is the one the digests were recorded from.
+        without_gpu_memory(&format!("{decisions:?}").replace(", volumes: []", "")).hash(&mut h);
         sim.cluster.check_invariants().expect("model invariants");
     }
     h.finish()
+}
+
+/// `text` without the `, gpu_memory_mib: ...` of each bind.
+fn without_gpu_memory(text: &str) -> String {
+    const FIELD: &str = ", gpu_memory_mib: ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(FIELD) {
+        out.push_str(&rest[..at]);
+        let value = &rest[at + FIELD.len()..];
+        let end = if value.starts_with("None") {
+            "None".len()
+        } else {
+            value.find(')').map_or(value.len(), |i| i + 1)
+        };
+        rest = &value[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn run(spec: &Synthetic, config: Config, rounds: usize, churn_every: usize) -> u64 {

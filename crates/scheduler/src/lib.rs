@@ -3,13 +3,16 @@
 //!
 //! Owns: `cache` (watches and the conversion of API objects into the model), `apply` (decisions ->
 //! API writes), `coalesce` (one status write in flight per object), `loop_state` (when to run the next
-//! cycle, and the feedback a failed write sends back to it), `metrics`, and the binaries (`main.rs`,
-//! `kai-gpu-reservation`).
+//! cycle, and the feedback a failed write sends back to it), `metrics`, `gpu_env` (what the containers
+//! of a pod sharing a GPU see), `webhook` (the GPU-sharing admission webhook the process serves), and
+//! the binaries (`main.rs`, `kai-gpu-reservation`).
 //!
 //! Must not: make scheduling decisions; every decision is made by `scheduler_core::cycle::run`.
 
 pub mod apply;
 pub mod cache;
 pub mod coalesce;
+pub mod gpu_env;
 pub mod loop_state;
 pub mod metrics;
+pub mod webhook;

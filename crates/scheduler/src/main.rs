@@ -3,6 +3,7 @@
 //! hands the decisions to the applier. Only the leader schedules; followers keep a warm model. Every
 //! wake of the loop, leader or not, beats the heartbeat `/livez` reads.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use kai_scheduler::cache::ingest::{Ingest, Partition};
 use kai_scheduler::cache::watch::{self, Offered};
 use kai_scheduler::loop_state;
 use kai_scheduler::metrics::CycleMetrics;
+use kai_scheduler::webhook::{self, WebhookMetrics, keeper};
 use prometheus_client::registry::Registry;
 use runtime::client::RateLimit;
 use runtime::{admin, args::CommonArgs, crd, discovery, lease, liveness::Liveness, shutdown, telemetry};
@@ -60,6 +62,51 @@ struct Args {
     /// Other writes (statuses, evictions, events) in flight at most.
     #[arg(long, env = "KAI_WRITE_CONCURRENCY", default_value_t = 16)]
     write_concurrency: usize,
+    /// Serve the GPU-sharing admission webhook (HTTPS, path /mutate-pods) on this address; unset: no
+    /// webhook. Every replica serves it, leader or not.
+    #[arg(long, env = "KAI_WEBHOOK_ADDRESS")]
+    webhook_address: Option<SocketAddr>,
+    /// Secret holding the webhook's certificate (`tls.crt`, `tls.key`, `ca.crt`). With
+    /// `--webhook-certificates=self` it must exist (the chart makes it empty) and the scheduler fills it.
+    #[arg(long, env = "KAI_WEBHOOK_SECRET", default_value = "kai-scheduler-webhook-tls")]
+    webhook_secret: String,
+    /// Namespace of --webhook-secret.
+    #[arg(long, env = "KAI_WEBHOOK_SECRET_NAMESPACE", default_value = api::keys::SYSTEM_NAMESPACE)]
+    webhook_secret_namespace: String,
+    /// Who keeps the webhook's certificates: `self` (the scheduler makes and renews a CA and a serving
+    /// certificate and keeps the CA bundle in --webhook-configuration) or `external` (cert-manager or
+    /// another tool fills the Secret and the bundle; the scheduler only reads the Secret).
+    #[arg(long, env = "KAI_WEBHOOK_CERTIFICATES", value_enum, default_value_t = CertificateSource::SelfManaged)]
+    webhook_certificates: CertificateSource,
+    /// The MutatingWebhookConfiguration whose CA bundle the scheduler keeps (with
+    /// `--webhook-certificates=self`).
+    #[arg(long, env = "KAI_WEBHOOK_CONFIGURATION")]
+    webhook_configuration: Option<String>,
+    /// Host names and IP addresses the API server calls the webhook at (the serving certificate's
+    /// names), comma-separated.
+    #[arg(
+        long,
+        env = "KAI_WEBHOOK_HOSTS",
+        value_delimiter = ',',
+        default_value = "kai-scheduler-webhook.kai-scheduler.svc"
+    )]
+    webhook_hosts: Vec<String>,
+    /// Validity of the serving certificates the scheduler makes; each is renewed with a third left.
+    #[arg(long, env = "KAI_WEBHOOK_CERT_VALIDITY", default_value = "2160h", value_parser = parse_duration)]
+    webhook_cert_validity: Duration,
+    /// Validity of the CAs the scheduler makes; each is replaced with a third left.
+    #[arg(long, env = "KAI_WEBHOOK_CA_VALIDITY", default_value = "17520h", value_parser = parse_duration)]
+    webhook_ca_validity: Duration,
+}
+
+/// Who keeps the webhook's certificates (`--webhook-certificates`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum CertificateSource {
+    /// The scheduler.
+    #[value(name = "self")]
+    SelfManaged,
+    /// cert-manager or another tool.
+    External,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -108,9 +155,16 @@ async fn main() -> anyhow::Result<()> {
     cycle_metrics.register(&mut registry);
     let apply_metrics = ApplyMetrics::default();
     apply_metrics.register(&mut registry);
+    let webhook_metrics = WebhookMetrics::default();
+    webhook_metrics.register(&mut registry);
     let readiness = admin::Readiness::new();
     let crds_ready = readiness.gate("crds");
     let caches_ready = readiness.gate("caches");
+    // With the webhook on, a replica is ready once it serves a certificate (the webhook's Service sends
+    // the API server only to ready replicas).
+    let webhook_ready = args
+        .webhook_address
+        .map(|_| readiness.gate("webhook certificate"));
     // The loop wakes at least every --schedule-period (LoopState::next_cycle), idle or not.
     let liveness = Liveness::new(args.common.liveness_timeout(args.schedule_period)?);
     let admin_server = tokio::spawn(admin::serve(
@@ -135,6 +189,43 @@ async fn main() -> anyhow::Result<()> {
     info!(?offered, ?eviction, "server capabilities");
 
     let mut elector_task = tokio::spawn(elector.run(shutdown.clone()));
+
+    let webhook_server = match (args.webhook_address, webhook_ready) {
+        (Some(address), Some(ready)) => {
+            let tcp = webhook::bind(address).await?;
+            let store = Arc::new(webhook::tls::CertStore::default());
+            let settings = keeper::Settings {
+                secret: args.webhook_secret.clone(),
+                namespace: args.webhook_secret_namespace.clone(),
+                configuration: args.webhook_configuration.clone(),
+                source: match args.webhook_certificates {
+                    CertificateSource::SelfManaged => keeper::Source::SelfManaged,
+                    CertificateSource::External => keeper::Source::External,
+                },
+                hosts: args.webhook_hosts.clone(),
+                validity: webhook::certs::Validity {
+                    ca: args.webhook_ca_validity,
+                    cert: args.webhook_cert_validity,
+                },
+            };
+            tokio::spawn(keeper::run(
+                client.clone(),
+                settings,
+                leadership.guard(),
+                Arc::clone(&store),
+                ready,
+                shutdown.clone(),
+            ));
+            Some(tokio::spawn(webhook::serve(
+                tcp,
+                store,
+                args.scheduler_name.clone(),
+                webhook_metrics,
+                shutdown.clone().cancelled_owned(),
+            )))
+        }
+        _ => None,
+    };
 
     let (feedback_tx, mut feedback_rx) = mpsc::unbounded_channel();
     let options = ApplierOptions {
@@ -161,6 +252,8 @@ async fn main() -> anyhow::Result<()> {
         value: args.node_pool.clone(),
     };
     let mut ingest = Ingest::new(&args.scheduler_name, &args.default_queue, partition);
+    ingest.require_gpu_webhook =
+        config.plugins.gpusharing.enabled && config.plugins.gpusharing.require_webhook;
     let mut cluster = Cluster::default();
     if args.node_pool.is_some() {
         cluster.queue_reports = scheduler_core::model::QueueReports::UsedByPool;
@@ -258,6 +351,9 @@ async fn main() -> anyhow::Result<()> {
     }
     info!("shutting down");
     let _ = elector_task.await;
+    if let Some(server) = webhook_server {
+        server.await??;
+    }
     admin_server.await??;
     Ok(())
 }

@@ -22,6 +22,9 @@ pub struct Bind {
     pub devices: Vec<Option<Arc<str>>>,
     /// GPU request kind (decides the `received-resource-type` annotation).
     pub gpu: GpuRequest,
+    /// The target node's memory per GPU in MiB (`nvidia.com/gpu.memory`): a `gpu-memory` request's
+    /// portion of each device is its memory over this ([`GpuRequest::portion_text`]).
+    pub gpu_memory_mib: Option<u32>,
     /// Gang.
     pub group: Option<GroupKey>,
     /// Claims to bind before the pod (unbound claims waiting for their first consumer), each with the

@@ -401,6 +401,7 @@ impl<'c> Session<'c> {
                         node: self.cluster.node(*node).name.clone(),
                         gpu_groups: t.gpu_groups.clone(),
                         gpu: t.gpu,
+                        gpu_memory_mib: n.gpu_memory_mib,
                         group: group_key,
                         volumes: if t.claims.is_empty() {
                             Vec::new()

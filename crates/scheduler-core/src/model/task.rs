@@ -101,6 +101,23 @@ impl GpuRequest {
     pub fn is_shared(self) -> bool {
         matches!(self, Self::Fraction { .. } | Self::Memory { .. })
     }
+
+    /// The part of each device a shared request receives, as KAI writes it into `GPU_PORTION`: two
+    /// decimals, rounded to the nearest hundredth ("0.50", "0.25"). A `gpu-memory` request's portion is
+    /// its memory over the node's memory per GPU (`device_mib`, the `nvidia.com/gpu.memory` label), at most
+    /// one device; `None` for a request that shares nothing, or for memory on a node without the label.
+    #[must_use]
+    pub fn portion_text(self, device_mib: Option<u32>) -> Option<String> {
+        let hundredths = match self {
+            Self::Fraction { milli, .. } => (u64::from(milli) + 5) / 10,
+            Self::Memory { mib, .. } => {
+                let device = u64::from(device_mib.filter(|d| *d > 0)?);
+                ((u64::from(mib) * 200 + device) / (2 * device)).min(100)
+            }
+            Self::None | Self::Whole(_) => return None,
+        };
+        Some(format!("{}.{:02}", hundredths / 100, hundredths % 100))
+    }
 }
 
 /// What the API server says about a pod's placement.
@@ -229,5 +246,36 @@ impl Task {
     #[must_use]
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GpuRequest;
+
+    #[test]
+    fn portions_are_written_as_kai_writes_them() {
+        let fraction = |milli| GpuRequest::Fraction { milli, devices: 1 };
+        assert_eq!(fraction(500).portion_text(None).as_deref(), Some("0.50"));
+        assert_eq!(fraction(333).portion_text(None).as_deref(), Some("0.33"));
+        assert_eq!(fraction(335).portion_text(None).as_deref(), Some("0.34"));
+        assert_eq!(fraction(1000).portion_text(None).as_deref(), Some("1.00"));
+        let two = GpuRequest::Fraction {
+            milli: 250,
+            devices: 2,
+        };
+        assert_eq!(two.portion_text(None).as_deref(), Some("0.25"), "per device");
+        let memory = |mib| GpuRequest::Memory { mib, devices: 1 };
+        assert_eq!(memory(10_000).portion_text(Some(40_000)).as_deref(), Some("0.25"));
+        assert_eq!(memory(2_000).portion_text(Some(81_920)).as_deref(), Some("0.02"));
+        assert_eq!(
+            memory(90_000).portion_text(Some(80_000)).as_deref(),
+            Some("1.00"),
+            "at most a device"
+        );
+        assert_eq!(memory(2_000).portion_text(None), None, "no memory label");
+        assert_eq!(memory(2_000).portion_text(Some(0)), None);
+        assert_eq!(GpuRequest::Whole(1).portion_text(Some(80_000)), None);
+        assert_eq!(GpuRequest::None.portion_text(None), None);
     }
 }

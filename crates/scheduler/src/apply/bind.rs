@@ -105,8 +105,10 @@ impl Applier {
     }
 
     /// Points a sharing pod at its device(s) before it is bound: waits for each group's reservation
-    /// pod to report the device it holds (creating the pod if needed), then labels the pod with its
-    /// groups and annotates the fraction, the resource type and the device UUIDs.
+    /// pod to report the device it holds (creating the pod if needed), labels the pod with its groups,
+    /// annotates the fraction, the resource type and the device UUIDs, and, for a pod the admission
+    /// webhook prepared, writes the devices and the portion into its GPU-sharing ConfigMaps
+    /// (`gpu_env`). Such a pod is never bound while a device is unknown.
     async fn prepare_shared(&self, pods: &Api<Pod>, b: &Bind) -> Result<(), String> {
         let mut devices = Vec::with_capacity(b.gpu_groups.len());
         for (i, group) in b.gpu_groups.iter().enumerate() {
@@ -140,10 +142,14 @@ impl Applier {
         }
         let patch =
             json!({ "metadata": { "uid": b.uid.as_ref(), "labels": labels, "annotations": annotations } });
-        pods.patch(&b.name, &PatchParams::default(), &Patch::Merge(&patch))
+        let pod = pods
+            .patch(&b.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map(drop)
-            .map_err(|e| format!("labelling the pod for its shared GPU failed: {e}"))
+            .map_err(|e| format!("labelling the pod for its shared GPU failed: {e}"))?;
+        match crate::gpu_env::device_sources(&pod) {
+            Some(configmaps) => self.write_gpu_env(b, &configmaps, &devices).await,
+            None => Ok(()),
+        }
     }
 }
 

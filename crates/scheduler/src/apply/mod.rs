@@ -10,13 +10,15 @@
 //! This file holds the [`Applier`], its options and counters, and the dispatch of a cycle's decisions
 //! (binds first, the other writes deferred behind them) into work queues (`queue`: a queued write
 //! costs its data, not a task). Each kind of write is in its own file: `bind` (binds, including
-//! labelling a shared-GPU pod with its devices), `volumes` (a gang's claims, bound before its pods),
+//! labelling a shared-GPU pod with its devices), `gpu_env` (a shared-GPU pod's ConfigMaps with its
+//! devices, before its bind), `volumes` (a gang's claims, bound before its pods),
 //! `reservation` (GPU reservation pods), `evict`, `status` (PodGroup and queue statuses, PodGroup
 //! annotations, pod conditions) and `events`.
 
 mod bind;
 mod events;
 mod evict;
+mod gpu_env;
 mod queue;
 mod reservation;
 mod status;

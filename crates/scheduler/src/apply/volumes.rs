@@ -983,6 +983,7 @@ mod tests {
             gpu_groups: Vec::new(),
             devices: Vec::new(),
             gpu: GpuRequest::None,
+            gpu_memory_mib: None,
             group: group.map(|g| GroupKey {
                 kind: GroupKind::Kai,
                 namespace: "ml".into(),

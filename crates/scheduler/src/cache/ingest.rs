@@ -21,6 +21,9 @@ pub struct Ingest {
     pub default_queue: String,
     /// The node pool this scheduler serves.
     pub partition: Partition,
+    /// Refuse to place a pod sharing a GPU that the admission webhook did not prepare
+    /// (`gpusharing.requireWebhook`): it becomes the pod's problem.
+    pub require_gpu_webhook: bool,
     listed: HashSet<Kind>,
 }
 
@@ -64,6 +67,7 @@ impl Ingest {
             scheduler_name: scheduler_name.to_owned(),
             default_queue: default_queue.to_owned(),
             partition,
+            require_gpu_webhook: false,
             listed: HashSet::new(),
         }
     }
@@ -284,6 +288,9 @@ impl Ingest {
             Change::Apply(p) => {
                 let mut u = convert::pod(&mut cluster.names, &p, &self.scheduler_name);
                 u.ours &= self.partition.admits(p.metadata.labels.as_ref());
+                if self.require_gpu_webhook && u.ours && u.api.node_name.is_none() {
+                    not_prepared_problem(&mut u, &p);
+                }
                 // Pods of other schedulers matter only while they hold a node.
                 if u.ours || convert::foreign_pod_holds_node(&u) {
                     cluster.apply_pod(u);
@@ -331,6 +338,21 @@ fn remove_groups(cluster: &mut Cluster, kind: GroupKind, keys: &HashSet<String>)
 
 fn priority_class(cluster: &mut Cluster, pc: &PriorityClass) {
     cluster.apply_priority_class(&pc.name_any(), pc.value, pc.global_default.unwrap_or(false));
+}
+
+/// A sharing pod the GPU-sharing webhook did not point at its device gets that as a problem: the
+/// scheduler does not place it (its containers would see every GPU of the node).
+fn not_prepared_problem(u: &mut scheduler_core::model::PodUpdate, pod: &k8s_openapi::api::core::v1::Pod) {
+    if !crate::gpu_env::asks_for_share(pod.metadata.annotations.as_ref())
+        || crate::gpu_env::device_sources(pod).is_some()
+    {
+        return;
+    }
+    let problem = crate::gpu_env::not_prepared_problem();
+    u.problem = Some(match u.problem.take() {
+        Some(other) => format!("{other}; {problem}").into(),
+        None => problem.into(),
+    });
 }
 
 #[cfg(test)]
@@ -444,5 +466,53 @@ spec:
         ingest.apply(&mut cluster, Event::StorageClass(Change::Apply(sc)));
         ingest.apply(&mut cluster, Event::Claim(Box::new(Change::Apply(claim("data")))));
         assert_eq!(cluster.task(task).problem, None);
+    }
+}
+
+#[cfg(test)]
+mod gpu_webhook_tests {
+    use k8s_openapi::api::core::v1::Pod;
+    use scheduler_core::model::Cluster;
+    use serde_json::json;
+
+    use super::{Ingest, Partition};
+    use crate::cache::watch::{Change, Event};
+
+    fn sharing_pod(prepared: bool, node: Option<&str>) -> Pod {
+        let mut annotations = json!({ api::keys::GPU_FRACTION: "0.5" });
+        let mut env = json!([]);
+        if prepared {
+            annotations[api::keys::GPU_SHARING_CONFIGMAP] = json!("w-abc-shared-gpu");
+            env = json!([{ "name": api::keys::NVIDIA_VISIBLE_DEVICES, "valueFrom": { "configMapKeyRef": {
+                "name": "w-abc-shared-gpu", "key": api::keys::NVIDIA_VISIBLE_DEVICES } } }]);
+        }
+        serde_json::from_value(json!({
+            "metadata": { "name": "w", "namespace": "n", "uid": "u1", "annotations": annotations },
+            "spec": { "schedulerName": api::keys::SCHEDULER_NAME, "nodeName": node,
+                      "containers": [{ "name": "c", "env": env }] },
+        }))
+        .expect("a pod")
+    }
+
+    fn problem(require: bool, pod: Pod) -> Option<String> {
+        let mut ingest = Ingest::new(api::keys::SCHEDULER_NAME, "q", Partition::default());
+        ingest.require_gpu_webhook = require;
+        let mut cluster = Cluster::default();
+        ingest.apply(&mut cluster, Event::Pod(Box::new(Change::Apply(pod))));
+        let (_, task) = cluster.tasks.iter().next().expect("the pod");
+        task.problem.as_deref().map(str::to_owned)
+    }
+
+    #[test]
+    fn an_unprepared_sharing_pod_waits_only_when_the_webhook_is_required() {
+        let why = problem(true, sharing_pod(false, None)).expect("a problem");
+        assert!(why.contains("GPU-sharing admission webhook"), "{why}");
+        assert_eq!(problem(true, sharing_pod(true, None)), None, "prepared");
+        assert_eq!(problem(false, sharing_pod(false, None)), None, "not required");
+        assert_eq!(
+            problem(true, sharing_pod(false, Some("node-a"))),
+            None,
+            "a pod bound already is left as it runs"
+        );
     }
 }

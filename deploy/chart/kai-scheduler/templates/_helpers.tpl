@@ -92,14 +92,18 @@ strategy:
 {{- end -}}
 {{- end -}}
 
-{{/* The scheduler's configuration file, with gpusharing.enabled from global.gpuSharing and the
-reservation pods' image from the scheduler's. */}}
+{{/* The scheduler's configuration file, with gpusharing.enabled from global.gpuSharing, the
+reservation pods' image from the scheduler's, and gpusharing.requireWebhook where the chart installs the
+GPU-sharing webhook. */}}
 {{- define "kai.scheduler.config" -}}
 {{- $config := deepCopy .Values.scheduler.config -}}
 {{- $plugins := get $config "plugins" | default dict -}}
 {{- $sharing := get $plugins "gpusharing" | default dict -}}
 {{- $_ := set $sharing "enabled" (eq (toString .Values.global.gpuSharing) "true") -}}
 {{- $_ := set $sharing "reservationImage" (include "kai.image" (dict "ctx" . "values" .Values.scheduler)) -}}
+{{- if include "kai.webhook" . }}
+{{- $_ := set $sharing "requireWebhook" true -}}
+{{- end }}
 {{- $_ := set $plugins "gpusharing" $sharing -}}
 {{- $_ := set $config "plugins" $plugins -}}
 {{- toYaml $config -}}
@@ -161,6 +165,9 @@ ports:
   - name: admin
     containerPort: {{ .ctx.Values.adminPort }}
     protocol: TCP
+{{- range .ports }}
+  - {{ toYaml . | nindent 4 | trim }}
+{{- end }}
 {{- with .values.extraEnv }}
 env:
   {{- toYaml . | nindent 2 }}
@@ -178,4 +185,42 @@ securityContext:
 {{/* Whether GPU sharing is on: "true" or "". */}}
 {{- define "kai.gpuSharing" -}}
 {{- if eq (toString .Values.global.gpuSharing) "true" }}true{{ end -}}
+{{- end -}}
+
+{{/* Whether the GPU-sharing admission webhook is installed: "true" or "". */}}
+{{- define "kai.webhook" -}}
+{{- if and (include "kai.gpuSharing" .) .Values.gpuSharingWebhook.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* Names of the webhook's objects: its Service, Secret and MutatingWebhookConfiguration. */}}
+{{- define "kai.webhook.service" -}}
+{{- printf "%s-webhook" (include "kai.scheduler.name" .) -}}
+{{- end -}}
+{{- define "kai.webhook.secret" -}}
+{{- printf "%s-webhook-tls" (include "kai.scheduler.name" .) -}}
+{{- end -}}
+{{- define "kai.webhook.configuration" -}}
+{{- printf "%s-gpu-sharing" (include "kai.scheduler.name" .) -}}
+{{- end -}}
+
+{{/* Whether cert-manager keeps the webhook's certificate: "true" or "" (the scheduler keeps it). */}}
+{{- define "kai.webhook.certManager" -}}
+{{- $source := toString .Values.gpuSharingWebhook.certificates.source -}}
+{{- if eq $source "certManager" -}}
+true
+{{- else if ne $source "self" -}}
+{{- fail (printf "gpuSharingWebhook.certificates.source must be self or certManager, not %q" $source) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The names the API server calls the webhook at, comma-separated: the Service's, or the host of
+gpuSharingWebhook.url. */}}
+{{- define "kai.webhook.hosts" -}}
+{{- with .Values.gpuSharingWebhook.url -}}
+{{- (splitList ":" (urlParse .).host) | first -}}
+{{- else -}}
+{{- $svc := include "kai.webhook.service" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- printf "%s.%s.svc,%s,%s.%s,%s.%s.svc.cluster.local" $svc $ns $svc $svc $ns $svc $ns -}}
+{{- end -}}
 {{- end -}}
