@@ -17,10 +17,14 @@
 //! Must not: run in the project's tests (it is slow and its figures depend on the machine).
 //!
 //! [`pipeline`] is the other mode: no PodGroups made in advance, the podgrouper and the scheduler as the
-//! chart runs them, the API writes per bound pod counted from the audit log ([`audit`]).
+//! chart runs them, the API writes per bound pod counted from the audit log ([`audit`]). [`memory`] runs the
+//! scheduler alone on a generated cluster of thousands of nodes served by a fake API server, for its peak
+//! memory.
 
 pub mod audit;
+pub mod memory;
 pub mod pipeline;
+pub mod server_load;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -136,6 +140,8 @@ pub struct Measurement {
     pub last_bind: Duration,
     /// Peak resident memory of the contender's process in KiB (`VmHWM`), when it is a process.
     pub peak_rss_kib: Option<u64>,
+    /// Who was busy from the contender's start to the last bind.
+    pub load: Option<server_load::Load>,
 }
 
 impl Measurement {
@@ -314,11 +320,18 @@ async fn measure_in(
             )?);
         }
     }
-    let binds = tracker.wait(deadline).await;
     let pid = process
         .as_ref()
         .map(Component::pid)
         .or_else(|| kube_scheduler.as_ref().map(KubeScheduler::pid));
+    let mut processes = server_load::control_plane();
+    processes.push(match pid {
+        Some(pid) => (contender.slug().to_owned(), pid),
+        None => ("bench (raw binder)".to_owned(), std::process::id()),
+    });
+    let start = server_load::probe(t.client(), &processes).await;
+    let binds = tracker.wait(deadline).await;
+    let end = server_load::probe(t.client(), &processes).await;
     let peak_rss_kib = pid.and_then(peak_rss_kib);
     drop(process);
     drop(kube_scheduler);
@@ -332,6 +345,7 @@ async fn measure_in(
         first_bind: first.saturating_duration_since(started),
         last_bind: last.saturating_duration_since(started),
         peak_rss_kib,
+        load: Some(server_load::Load::between(&start, &end)),
     })
 }
 
@@ -552,6 +566,19 @@ pub fn table(results: &[Measurement]) -> String {
                 .map_or_else(|| "-".to_owned(), |k| format!("{:.1}", k as f64 / 1024.0)),
         ));
     }
+    let loads: Vec<(String, &server_load::Load)> = results
+        .iter()
+        .filter_map(|m| {
+            Some((
+                format!("{} on {}", m.contender.label(), m.workload.label()),
+                m.load.as_ref()?,
+            ))
+        })
+        .collect();
+    if !loads.is_empty() {
+        let cores = std::thread::available_parallelism().map_or(0, usize::from);
+        out.push_str(&server_load::table(&loads, cores));
+    }
     let kube = results
         .iter()
         .find(|m| m.contender == Contender::KubeScheduler && m.workload == Workload::Singles);
@@ -580,6 +607,7 @@ mod tests {
             first_bind: Duration::from_millis(first_ms),
             last_bind: Duration::from_millis(last_ms),
             peak_rss_kib: Some(20 * 1024),
+            load: None,
         }
     }
 

@@ -6,8 +6,9 @@
 //! ([`harness::TestEnv`]), failure reports ([`report`]), the differential test's generator and independent
 //! feasibility checker ([`differential`]), the project's kubectl ([`kubectl`]), binaries
 //! ([`component`]), the scheduler tests' workloads ([`workloads`]), the GPU-sharing webhook registered
-//! for one test's namespace ([`webhook`]), the end-to-end binding benchmark
-//! ([`bench`]) and faults injected into the local control plane ([`controlplane`]). `cargo xtask` uses the
+//! for one test's namespace ([`webhook`]), the end-to-end binding benchmark ([`bench`]), a fake API
+//! server for the benchmarks too large for the local control plane ([`fakeapi`]) and faults injected
+//! into the local control plane ([`controlplane`]). `cargo xtask` uses the
 //! same code for the local control plane, so the tests and the developer's cluster are set up alike.
 //!
 //! Must not: be needed by the project's components at run time.
@@ -33,6 +34,7 @@ pub mod component;
 pub mod connect;
 pub mod controlplane;
 pub mod differential;
+pub mod fakeapi;
 pub mod harness;
 pub mod helm;
 pub mod install;

@@ -278,12 +278,24 @@ pub async fn delete(client: &Client, selector: &str) -> anyhow::Result<usize> {
         .list_metadata(&ListParams::default().labels(&selector))
         .await
         .context("listing nodes")?;
-    let count = found.items.len();
-    if count > 0 {
-        api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&selector))
-            .await
-            .with_context(|| format!("deleting nodes {selector}"))?;
-    }
+    let names: Vec<String> = found.items.into_iter().filter_map(|n| n.metadata.name).collect();
+    let count = names.len();
+    // One request per node, a few in flight: one collection delete of a benchmark's thousand nodes can
+    // outlast the API server's request timeout on a busy server.
+    futures::stream::iter(names)
+        .map(|name| {
+            let api = &api;
+            async move {
+                match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    Err(err) => Err(err).with_context(|| format!("deleting node {name}")),
+                }
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<()>()
+        .await?;
     Ok(count)
 }
 

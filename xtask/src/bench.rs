@@ -5,7 +5,9 @@
 //!   rate, kube-scheduler v1.20.2 and this scheduler;
 //! - `--mode pipeline`: workloads as users write them (plain pods, Deployments, Jobs of 8 with the gang
 //!   annotation), the podgrouper and the scheduler as the chart runs them, kube-scheduler on the plain
-//!   pods, the raw rate, and the API writes per bound pod from the audit log.
+//!   pods, the raw rate, and the API writes per bound pod from the audit log;
+//! - `--mode memory`: the scheduler alone on a generated cluster (default 5,000 nodes, 50,000 pods in
+//!   gangs of 8) served by a fake API server, its resident memory at each step (no local cluster needed).
 //!
 //! Must not: tear the cluster down.
 
@@ -20,6 +22,8 @@ pub(crate) enum Mode {
     PreCreated,
     /// No PodGroups: the podgrouper and the scheduler as the chart runs them, end to end.
     Pipeline,
+    /// The scheduler's peak memory on a generated cluster served by a fake API server.
+    Memory,
 }
 
 /// Options of `cargo xtask bench`.
@@ -28,13 +32,13 @@ pub(crate) struct BenchArgs {
     /// Which benchmark.
     #[arg(long, value_enum, default_value_t = Mode::PreCreated)]
     mode: Mode,
-    /// Pods per workload (pre-created: A 1-pod groups, B gangs of 8; pipeline: each workload; rounded
-    /// down to a multiple of 8).
-    #[arg(long, default_value_t = 3000)]
-    pods: usize,
-    /// Fake nodes per run (8 GPUs each).
-    #[arg(long, default_value_t = 100)]
-    nodes: usize,
+    /// Pods per workload (pre-created: A 1-pod groups, B gangs of 8; pipeline: each workload; memory:
+    /// pending pods in gangs of 8; rounded down to a multiple of 8). [default: 3,000; memory: 50,000]
+    #[arg(long)]
+    pods: Option<usize>,
+    /// Fake nodes per run (8 GPUs each). [default: 100; memory: 5,000]
+    #[arg(long)]
+    nodes: Option<usize>,
     /// Binds in flight tried for the raw reference, comma-separated (the best rate is the reference).
     #[arg(long, value_delimiter = ',', default_value = "32,64")]
     raw_concurrency: Vec<usize>,
@@ -53,8 +57,14 @@ pub(crate) struct BenchArgs {
 }
 
 pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
-    let pods = args.pods - args.pods % 8;
-    if pods == 0 || args.nodes == 0 || args.raw_concurrency.is_empty() {
+    let (default_pods, default_nodes) = match args.mode {
+        Mode::Memory => (50_000, 5_000),
+        Mode::PreCreated | Mode::Pipeline => (3_000, 100),
+    };
+    let pods = args.pods.unwrap_or(default_pods);
+    let pods = pods - pods % 8;
+    let nodes = args.nodes.unwrap_or(default_nodes);
+    if pods == 0 || nodes == 0 || args.raw_concurrency.is_empty() {
         bail!("--pods must be at least 8, --nodes and --raw-concurrency non-empty");
     }
     let release = args
@@ -62,7 +72,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| e2e::paths::target_dir().join("release"));
     let bins: &[&str] = match args.mode {
-        Mode::PreCreated => &["kai-scheduler"],
+        Mode::PreCreated | Mode::Memory => &["kai-scheduler"],
         Mode::Pipeline => &["kai-scheduler", "kai-podgrouper"],
     };
     if !args.no_build && args.bin_dir.is_none() {
@@ -87,7 +97,8 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
             bail!("{} is missing: drop --no-build", path.display());
         }
     }
-    let kube_scheduler = if args.no_kube_scheduler {
+    // The memory mode runs no cluster, so no kube-scheduler either.
+    let kube_scheduler = if args.no_kube_scheduler || args.mode == Mode::Memory {
         None
     } else {
         let path = e2e::DevPaths::from_env().k8s_bin("kube-scheduler");
@@ -100,16 +111,16 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
         Some(path)
     };
     let header = format!(
-        "\n{pods} pods per workload on {} nodes x 8 GPUs; {} cores on this machine; load average before: {}\n",
-        args.nodes,
+        "\n{pods} pods per workload on {nodes} nodes x 8 GPUs; {} cores on this machine; load average before: {}\n",
         std::thread::available_parallelism().map_or(0, usize::from),
         load_average()
     );
     let failures = match args.mode {
+        Mode::Memory => return memory(&release.join("kai-scheduler"), nodes, pods),
         Mode::PreCreated => {
             let options = e2e::bench::Options {
                 pods,
-                nodes: args.nodes,
+                nodes,
                 raw_concurrency: args.raw_concurrency.clone(),
                 scheduler: release.join("kai-scheduler"),
                 kube_scheduler,
@@ -127,7 +138,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let options = e2e::bench::pipeline::Options {
                 pods,
-                nodes: args.nodes,
+                nodes,
                 raw_concurrency: args.raw_concurrency.clone(),
                 scheduler: release.join("kai-scheduler"),
                 podgrouper: release.join("kai-podgrouper"),
@@ -149,6 +160,25 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     } else {
         bail!("{} of the runs failed", failures.len())
     }
+}
+
+/// `--mode memory`: no cluster, a fake API server in this process.
+fn memory(scheduler: &std::path::Path, nodes: usize, pods: usize) -> anyhow::Result<()> {
+    let load_before = load_average();
+    let options = e2e::bench::memory::Options {
+        nodes,
+        pods,
+        scheduler: scheduler.to_path_buf(),
+        timeout: std::time::Duration::from_secs(30 * 60),
+    };
+    let report = crate::async_runtime()?.block_on(e2e::bench::memory::run(&options))?;
+    println!(
+        "\n{} cores on this machine; load average before: {load_before}, after: {}\n",
+        std::thread::available_parallelism().map_or(0, usize::from),
+        load_average()
+    );
+    print!("{}", e2e::bench::memory::table(&report));
+    Ok(())
 }
 
 /// `/proc/loadavg`'s first three figures (the machine is shared; figures taken under load are noisy).

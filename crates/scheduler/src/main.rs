@@ -243,7 +243,10 @@ async fn main() -> anyhow::Result<()> {
         apply_metrics,
     ));
 
-    let (mut events, kinds) = watch::start(&client, offered, 8192, &liveness);
+    // Changes waiting for the loop: enough for the watches to run ahead while a cycle runs, few enough
+    // that a burst of pod updates (each a whole Pod until it is converted) is not buffered in memory: at
+    // 5,000 nodes 8,192 waiting pods held about 45 MiB.
+    let (mut events, kinds) = watch::start(&client, offered, 1024, &liveness);
     let partition = Partition {
         key: args.node_pool_label.clone(),
         value: args.node_pool.clone(),

@@ -147,6 +147,8 @@ pub struct Run {
     pub requests: Option<Requests>,
     /// Peak RSS (`VmHWM`) in KiB per process.
     pub peak_rss_kib: Vec<(String, u64)>,
+    /// Who was busy from the first create to the last bind.
+    pub load: Option<super::server_load::Load>,
 }
 
 impl Run {
@@ -243,12 +245,16 @@ enum Running {
 }
 
 impl Running {
-    fn peak_rss(&self) -> Vec<(String, u64)> {
-        let pids: Vec<(String, u32)> = match self {
+    fn pids(&self) -> Vec<(String, u32)> {
+        match self {
             Self::Kube(k) => vec![("kube-scheduler".to_owned(), k.pid())],
             Self::Kai(cs) => cs.iter().map(|c| (c.name().to_owned(), c.pid())).collect(),
-        };
-        pids.into_iter()
+        }
+    }
+
+    fn peak_rss(&self) -> Vec<(String, u64)> {
+        self.pids()
+            .into_iter()
             .filter_map(|(n, pid)| Some((n, super::peak_rss_kib(pid)?)))
             .collect()
     }
@@ -307,11 +313,15 @@ async fn measure_in(
     let queue = run_queue.as_ref().map(|(_, name)| name.as_str());
     let objects = workload_objects(t, workload, options.pods, &scheduler_name, queue);
     let tracker = PodTracker::start(t, options.pods).await?;
+    let mut processes = super::server_load::control_plane();
+    processes.extend(running.pids());
+    let start = super::server_load::probe(t.client(), &processes).await;
     let audit_since = SystemTime::now();
     let started = Instant::now();
     create_objects(t, workload, objects).await?;
     let deadline = Duration::from_secs(180).max(Duration::from_millis(100) * u32::try_from(options.pods)?);
     let seen = tracker.wait(deadline).await;
+    let end = super::server_load::probe(t.client(), &processes).await;
     if matches!(running, Running::Kai(_)) && seen.is_ok() {
         // Statuses, annotations and events wait behind binds (at most 10 s): let them land, so the
         // writes counted are all the run costs, not only those made before the last bind.
@@ -343,6 +353,7 @@ async fn measure_in(
         last_bind: since(seen.bound.iter().copied().max().context("no bind")?),
         requests,
         peak_rss_kib,
+        load: Some(super::server_load::Load::between(&start, &end)),
     })
 }
 
@@ -605,6 +616,21 @@ pub fn table(results: &Results) -> String {
             ),
             rss.join(", "),
         ));
+    }
+    let loads: Vec<(String, &super::server_load::Load)> = results
+        .raw
+        .iter()
+        .filter_map(|m| Some((format!("{} (pre-created)", m.contender.label()), m.load.as_ref()?)))
+        .chain(results.runs.iter().filter_map(|r| {
+            Some((
+                format!("{} on {}", r.contender.label(), r.workload.label()),
+                r.load.as_ref()?,
+            ))
+        }))
+        .collect();
+    if !loads.is_empty() {
+        let cores = std::thread::available_parallelism().map_or(0, usize::from);
+        out.push_str(&super::server_load::table(&loads, cores));
     }
     let with_requests: Vec<&Run> = results.runs.iter().filter(|r| r.requests.is_some()).collect();
     if !with_requests.is_empty() {

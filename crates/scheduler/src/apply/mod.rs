@@ -8,9 +8,10 @@
 //! right before it is sent: a deposed leader stops writing at once.
 //!
 //! This file holds the [`Applier`], its options and counters, and the dispatch of a cycle's decisions
-//! (binds first, the other writes deferred behind them). Each kind of write is in its own file:
-//! `bind` (binds, including labelling a shared-GPU pod with its devices), `gpu_env` (a shared-GPU pod's
-//! ConfigMaps with its devices, before its bind), `volumes` (a gang's claims, bound before its pods),
+//! (binds first, the other writes deferred behind them) into work queues (`queue`: a queued write
+//! costs its data, not a task). Each kind of write is in its own file: `bind` (binds, including
+//! labelling a shared-GPU pod with its devices), `gpu_env` (a shared-GPU pod's ConfigMaps with its
+//! devices, before its bind), `volumes` (a gang's claims, bound before its pods),
 //! `reservation` (GPU reservation pods), `evict`, `status` (PodGroup and queue statuses, PodGroup
 //! annotations, pod conditions) and `events`.
 
@@ -18,6 +19,7 @@ mod bind;
 mod events;
 mod evict;
 mod gpu_env;
+mod queue;
 mod reservation;
 mod status;
 mod volumes;
@@ -39,10 +41,13 @@ use runtime::lease::LeaderGuard;
 use tokio::sync::{Notify, Semaphore, mpsc};
 
 use scheduler_core::config::GpuSharingArgs;
-use scheduler_core::framework::decisions::{Bind, Decisions, GroupStatus, PodCondition, QueueStatus};
+use scheduler_core::framework::decisions::{
+    Bind, Decisions, Event, Evict, GroupAnnotations, GroupStatus, PodCondition, QueueStatus,
+};
 use scheduler_core::model::GroupKey;
 
 use events::EventSeries;
+use queue::{Job, WorkQueue};
 pub use volumes::CLAIM_BIND_TIMEOUT;
 
 /// The tracing target of every applier log line, whichever file it is written in: log filters
@@ -98,12 +103,14 @@ impl ApplyMetrics {
 pub const MAX_WRITE_DEFERRAL: Duration = Duration::from_secs(10);
 
 /// Binds submitted and not finished; dropping the last one wakes the writes deferred behind them.
+#[derive(Debug)]
 struct BindsInFlight {
     count: AtomicUsize,
     drained: Notify,
 }
 
 /// One submitted bind, counted until it is dropped (sent, refused or abandoned).
+#[derive(Debug)]
 struct BindTicket(Arc<BindsInFlight>);
 
 impl Drop for BindTicket {
@@ -130,6 +137,13 @@ pub struct Applier {
     group_statuses: Coalescer<GroupKey, GroupStatus>,
     pod_conditions: Coalescer<Arc<str>, PodCondition>,
     queue_statuses: Coalescer<Arc<str>, QueueStatus>,
+    // Decided writes waiting for a worker: binds (`bind_concurrency` at once), evictions and the
+    // deferred statuses, annotations and conditions (`write_concurrency`), events (as wide as binds:
+    // they wait for the binds, and are many and small).
+    bind_queue: Arc<WorkQueue<QueuedBind>>,
+    eviction_queue: Arc<WorkQueue<Evict>>,
+    write_queue: Arc<WorkQueue<Deferred<Write>>>,
+    event_queue: Arc<WorkQueue<Deferred<Event>>>,
 }
 
 /// How the applier works.
@@ -173,6 +187,10 @@ impl Applier {
             group_statuses: Coalescer::default(),
             pod_conditions: Coalescer::default(),
             queue_statuses: Coalescer::default(),
+            bind_queue: Arc::new(WorkQueue::new(options.bind_concurrency)),
+            eviction_queue: Arc::new(WorkQueue::new(options.write_concurrency)),
+            write_queue: Arc::new(WorkQueue::new(options.write_concurrency)),
+            event_queue: Arc::new(WorkQueue::new(options.bind_concurrency)),
         }
     }
 
@@ -182,9 +200,9 @@ impl Applier {
         self.binds_in_flight.count.load(Ordering::Acquire)
     }
 
-    /// Waits until no bind is in flight, at most [`MAX_WRITE_DEFERRAL`].
-    async fn after_binds(&self) {
-        let deadline = tokio::time::Instant::now() + MAX_WRITE_DEFERRAL;
+    /// Waits until no bind is in flight, at most until `deadline` (a write's decision time plus
+    /// [`MAX_WRITE_DEFERRAL`]).
+    async fn after_binds(&self, deadline: tokio::time::Instant) {
         loop {
             let drained = self.binds_in_flight.drained.notified();
             if self.binds_in_flight() == 0 {
@@ -197,128 +215,188 @@ impl Applier {
     }
 
     /// Starts executing a cycle's decisions without waiting for them. Binds and evictions are sent at
-    /// once; statuses, annotations, pod conditions and events wait for the binds in flight to finish
-    /// (see [`MAX_WRITE_DEFERRAL`]), and a status decided again meanwhile replaces the one waiting.
+    /// once (as many as their concurrency allows, the rest queued in order); statuses, annotations, pod
+    /// conditions and events wait for the binds in flight to finish (see [`MAX_WRITE_DEFERRAL`]), and a
+    /// status decided again meanwhile replaces the one waiting.
     pub fn submit(self: &Arc<Self>, d: Decisions) {
         // A gang with claims to bind first waits for them apart (not counted as binds in flight, so the
-        // other writes do not wait behind a provisioner); every other bind goes at once.
+        // other writes do not wait behind a provisioner); every other bind is queued at once.
         let (plain, with_claims) = volumes::split_by_claims(d.binds);
-        self.spawn_binds(plain);
+        self.queue_binds(plain);
         for gang in with_claims {
             let this = self.clone();
             tokio::spawn(async move { this.bind_with_claims(gang).await });
         }
-        for e in d.evictions {
-            let this = self.clone();
-            tokio::spawn(async move { this.evict(e).await });
-        }
+        self.eviction_queue.push(self, d.evictions);
+        let deadline = tokio::time::Instant::now() + MAX_WRITE_DEFERRAL;
+        let mut writes = Vec::new();
         for s in d.group_statuses {
-            self.write_latest(
-                |a| &a.group_statuses,
-                s.key.clone(),
-                s,
-                |a, s| async move {
-                    a.group_status(s).await;
-                },
-            );
+            if let Some(s) = self.group_statuses.offer(s.key.clone(), s) {
+                writes.push(Write::GroupStatus(s));
+            }
         }
-        for a in d.group_annotations {
-            let this = self.clone();
-            tokio::spawn(async move {
-                this.after_binds().await;
-                this.group_annotations(a).await;
-            });
-        }
+        writes.extend(d.group_annotations.into_iter().map(Write::GroupAnnotations));
         for c in d.pod_conditions {
-            self.write_latest(
-                |a| &a.pod_conditions,
-                c.uid.clone(),
-                c,
-                |a, c| async move {
-                    a.pod_condition(c).await;
-                },
-            );
+            if let Some(c) = self.pod_conditions.offer(c.uid.clone(), c) {
+                writes.push(Write::PodCondition(c));
+            }
         }
         for q in d.queue_statuses {
-            self.write_latest(
-                |a| &a.queue_statuses,
-                q.name.clone(),
-                q,
-                |a, q| async move {
-                    a.queue_status(q).await;
-                },
-            );
+            if let Some(q) = self.queue_statuses.offer(q.name.clone(), q) {
+                writes.push(Write::QueueStatus(q));
+            }
         }
+        self.write_queue
+            .push(self, writes.into_iter().map(|write| Deferred { write, deadline }));
         for r in d.reservations {
             let this = self.clone();
             tokio::spawn(async move { this.reservation(r).await });
         }
-        for e in d.events {
-            let this = self.clone();
-            tokio::spawn(async move {
-                this.after_binds().await;
-                this.event(e).await;
-            });
-        }
+        self.event_queue.push(
+            self,
+            d.events.into_iter().map(|write| Deferred { write, deadline }),
+        );
     }
 
-    /// Sends binds, each counted in flight until it is done. Binds of one gang share a flag: after one
+    /// Queues binds, each counted in flight until it is done. Binds of one gang share a flag: after one
     /// fails, the gang's binds not yet sent are dropped (the pods go back to pending) instead of binding
     /// more of a gang that is no longer whole.
-    fn spawn_binds(self: &Arc<Self>, binds: Vec<Bind>) {
+    fn queue_binds(self: &Arc<Self>, binds: Vec<Bind>) {
         let mut gangs: HashMap<Option<GroupKey>, Arc<AtomicBool>> = HashMap::new();
         self.binds_in_flight
             .count
             .fetch_add(binds.len(), Ordering::AcqRel);
-        for b in binds {
-            let failed = gangs
-                .entry(b.group.clone())
+        let queued = binds.into_iter().map(|bind| QueuedBind {
+            gang_failed: gangs
+                .entry(bind.group.clone())
                 .or_insert_with(|| Arc::new(AtomicBool::new(false)))
-                .clone();
-            let this = self.clone();
-            let ticket = BindTicket(self.binds_in_flight.clone());
-            tokio::spawn(async move {
-                this.bind(b, &failed).await;
-                drop(ticket);
-            });
-        }
+                .clone(),
+            bind,
+            _ticket: BindTicket(self.binds_in_flight.clone()),
+        });
+        self.bind_queue.push(self, queued);
     }
 
-    /// Writes `value` of `key` through its coalescer (`pick`): after the binds in flight, the newest
-    /// value offered by then, and each newer one offered while a write is in flight, one at a time.
-    fn write_latest<K, V, W, F>(
+    /// Writes `value` of `key`, whose writer the caller holds (its coalescer, `pick`, offered it): the
+    /// newest value offered by then, and each newer one offered while a write is in flight, one at a
+    /// time.
+    async fn write_latest<K, V, W, F>(
         self: &Arc<Self>,
         pick: fn(&Self) -> &Coalescer<K, V>,
         key: K,
-        value: V,
+        mut value: V,
         write: W,
     ) where
-        K: Eq + std::hash::Hash + Clone + Send + 'static,
-        V: Send + 'static,
-        W: Fn(Arc<Self>, V) -> F + Send + 'static,
-        F: Future<Output = ()> + Send,
+        K: Eq + std::hash::Hash + Clone,
+        W: Fn(Arc<Self>, V) -> F,
+        F: Future<Output = ()>,
     {
-        let Some(mut value) = pick(self).offer(key.clone(), value) else {
-            return;
-        };
-        let this = self.clone();
-        tokio::spawn(async move {
-            this.after_binds().await;
-            if let Some(newer) = pick(&this).take_queued(&key) {
-                value = newer;
+        if let Some(newer) = pick(self).take_queued(&key) {
+            value = newer;
+        }
+        loop {
+            write(self.clone(), value).await;
+            match pick(self).next(&key) {
+                Some(newer) => value = newer,
+                None => break,
             }
-            loop {
-                write(this.clone(), value).await;
-                match pick(&this).next(&key) {
-                    Some(newer) => value = newer,
-                    None => break,
-                }
-            }
-        });
+        }
     }
 
     fn leading(&self) -> bool {
         self.guard.check().is_ok()
+    }
+}
+
+/// A bind waiting for a worker, counted in flight (its ticket) from the cycle that decided it.
+#[derive(Debug)]
+struct QueuedBind {
+    bind: Bind,
+    gang_failed: Arc<AtomicBool>,
+    _ticket: BindTicket,
+}
+
+impl Job<Applier> for QueuedBind {
+    async fn run(self, applier: Arc<Applier>) {
+        applier.bind(self.bind, &self.gang_failed).await;
+    }
+}
+
+impl Job<Applier> for Evict {
+    async fn run(self, applier: Arc<Applier>) {
+        applier.evict(self).await;
+    }
+}
+
+/// A write that waits for the binds in flight, at most until `deadline`.
+#[derive(Debug)]
+struct Deferred<W> {
+    write: W,
+    deadline: tokio::time::Instant,
+}
+
+/// The writes deferred behind binds, other than events. Those of one object go through its coalescer:
+/// one in flight, the latest queued.
+#[derive(Debug)]
+enum Write {
+    GroupStatus(GroupStatus),
+    GroupAnnotations(GroupAnnotations),
+    PodCondition(PodCondition),
+    QueueStatus(QueueStatus),
+}
+
+impl Job<Applier> for Deferred<Write> {
+    async fn run(self, applier: Arc<Applier>) {
+        applier.after_binds(self.deadline).await;
+        match self.write {
+            Write::GroupStatus(s) => {
+                let key = s.key.clone();
+                applier
+                    .write_latest(
+                        |a| &a.group_statuses,
+                        key,
+                        s,
+                        |a, s| async move {
+                            a.group_status(s).await;
+                        },
+                    )
+                    .await;
+            }
+            Write::GroupAnnotations(a) => applier.group_annotations(a).await,
+            Write::PodCondition(c) => {
+                let key = c.uid.clone();
+                applier
+                    .write_latest(
+                        |a| &a.pod_conditions,
+                        key,
+                        c,
+                        |a, c| async move {
+                            a.pod_condition(c).await;
+                        },
+                    )
+                    .await;
+            }
+            Write::QueueStatus(q) => {
+                let key = q.name.clone();
+                applier
+                    .write_latest(
+                        |a| &a.queue_statuses,
+                        key,
+                        q,
+                        |a, q| async move {
+                            a.queue_status(q).await;
+                        },
+                    )
+                    .await;
+            }
+        }
+    }
+}
+
+impl Job<Applier> for Deferred<Event> {
+    async fn run(self, applier: Arc<Applier>) {
+        applier.after_binds(self.deadline).await;
+        applier.event(self.write).await;
     }
 }
 

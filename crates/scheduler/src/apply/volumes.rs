@@ -279,7 +279,7 @@ impl Applier {
                     .get_or_create(&ResultLabel { result: "ok" })
                     .inc();
                 info!(target: LOG_TARGET, gang = %gang, claims = claims.len(), pods = binds.len(), "claims bound; binding the pods");
-                self.spawn_binds(binds);
+                self.queue_binds(binds);
             }
             Err(why) if matches!(why, VolumeBindError::NotLeading) || !self.leading() => {
                 // Deposed (a write the fence refused fails the same way): the new leader decides

@@ -143,11 +143,11 @@ async fn run<K>(
                 if let Some(l) = listing.as_mut() {
                     l.insert(key_of(&obj));
                 }
-                Change::Apply(obj)
+                Change::Apply(trimmed(obj))
             }
             watcher::Event::InitDone => Change::Listed(listing.take().unwrap_or_default()),
-            watcher::Event::Apply(obj) => Change::Apply(obj),
-            watcher::Event::Delete(obj) => Change::Delete(obj),
+            watcher::Event::Apply(obj) => Change::Apply(trimmed(obj)),
+            watcher::Event::Delete(obj) => Change::Delete(trimmed(obj)),
         };
         if tx.send(wrap(change)).await.is_err() {
             // The loop has gone: the process is shutting down.
@@ -155,6 +155,13 @@ async fn run<K>(
             return;
         }
     }
+}
+
+/// `obj` without its managed fields, which nothing here reads and which are the bulk of a typical
+/// object (a tree of field names per writer): it may wait in the channel while a cycle runs.
+fn trimmed<K: Resource>(mut obj: K) -> K {
+    obj.meta_mut().managed_fields = None;
+    obj
 }
 
 /// Spawns [`run`] for one kind, named `name` in logs and in `/livez`.

@@ -1,7 +1,8 @@
 //! Invariants: node accounting recomputed from scratch, from the tasks alone, and compared with the
 //! incrementally kept one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use super::Cluster;
 use crate::model::ids::{GroupId, NodeId, TaskId};
@@ -94,6 +95,7 @@ impl Cluster {
         }
         self.check_rule_counts()?;
         self.check_volume_counts()?;
+        self.check_labels()?;
         for (i, group) in self.groups.iter() {
             for t in &group.tasks {
                 if self.task(*t).group != Some(GroupId(i)) {
@@ -110,6 +112,28 @@ impl Cluster {
 }
 
 impl Cluster {
+    /// Every pod's labels are the label book's shared copy, and the book holds no set no pod carries.
+    fn check_labels(&self) -> Result<(), String> {
+        let mut carried = HashSet::new();
+        for (_, task) in self.tasks.iter() {
+            if !self.labels.holds(&task.labels) {
+                return Err(format!(
+                    "task {}: labels are not the book's shared copy",
+                    task.key()
+                ));
+            }
+            carried.insert(Arc::as_ptr(&task.labels));
+        }
+        // A set no pod carries stays only while something else (a clone of the model) holds it.
+        let orphans = self.labels.orphans(&carried);
+        if orphans > 0 {
+            return Err(format!(
+                "the label book holds {orphans} sets no pod carries and nothing else holds"
+            ));
+        }
+        Ok(())
+    }
+
     /// Claim use per claim and per node recomputed from the placed pods and compared, with the
     /// consistency of the volume choices.
     fn check_volume_counts(&self) -> Result<(), String> {

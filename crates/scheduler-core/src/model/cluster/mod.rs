@@ -32,7 +32,7 @@ use super::group::{Group, GroupKey};
 use super::ids::{Arena, GroupId, NodeId, QueueId, TaskId};
 use super::no_fit_memo::NoFitMemo;
 use super::node::Node;
-use super::pod_rules::RuleBook;
+use super::pod_rules::{LabelBook, RuleBook};
 use super::queue::Queue;
 use super::resources::ResourceNames;
 use super::task::Task;
@@ -97,6 +97,8 @@ pub struct Cluster {
     pub constraints: ConstraintsTable,
     /// Interned pod rules (affinity, spread, host ports) and the counts that answer them.
     pub rules: RuleBook,
+    /// Pods' labels, one copy per distinct set.
+    pub labels: LabelBook,
     /// Claims, volumes, storage classes and attach limits, and the placed pods' use of them.
     pub volumes: VolumeBook,
     /// Nodes.

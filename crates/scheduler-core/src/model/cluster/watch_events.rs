@@ -194,7 +194,7 @@ impl Cluster {
         let constraints = self.constraints.intern(update.constraints);
         let (rules, new_terms) = self.rules.acquire(update.rules);
         self.count_into_new_terms(&new_terms);
-        let labels = Arc::new(update.labels);
+        let labels = self.labels.intern(update.labels);
         if let Some(id) = self.task_id(&update.uid) {
             let before = task_inputs(self.task(id));
             self.contribute(id, -1);
@@ -210,7 +210,7 @@ impl Cluster {
             task.gpu = update.gpu;
             task.constraints = constraints;
             task.rules = rules;
-            task.labels = labels;
+            let old_labels = std::mem::replace(&mut task.labels, labels);
             task.api = update.api;
             // Drop an assumption once the API shows its outcome (or overtook it).
             let caught_up = match (&task.assumed, task.api.status) {
@@ -239,6 +239,7 @@ impl Cluster {
                 let (namespace, claims) = (task.namespace.clone(), task.claims.clone());
                 self.volumes.link(id, &namespace, &claims, 1);
             }
+            self.labels.release(old_labels);
             self.refresh_problem(id);
             let task = self.tasks.get_mut(id.0).expect("invariant");
             task.reservation_for = update.reservation_for;
@@ -339,7 +340,9 @@ impl Cluster {
         {
             list.retain(|t| *t != id);
         }
-        self.tasks.remove(id.0);
+        if let Some(task) = self.tasks.remove(id.0) {
+            self.labels.release(task.labels);
+        }
         self.epochs.capacity_changed();
     }
 
