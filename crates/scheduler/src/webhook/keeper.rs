@@ -61,6 +61,9 @@ impl Settings {
     }
 }
 
+/// The wait before the next round after one that failed or left no certificate to serve.
+const RETRY: Duration = Duration::from_secs(2);
+
 /// How long the webhook configuration must have carried a new CA before a certificate it signed is
 /// served: the API servers read webhook configurations through their own caches.
 const PROPAGATION: Duration = Duration::from_secs(5);
@@ -85,7 +88,8 @@ pub async fn run(
     let configurations: Api<MutatingWebhookConfiguration> = Api::all(client);
     let mut seen = Seen::default();
     loop {
-        if let Err(e) = round(&secrets, &configurations, &settings, &guard, &store, &mut seen).await {
+        let result = round(&secrets, &configurations, &settings, &guard, &store, &mut seen).await;
+        if let Err(e) = &result {
             warn!(
                 secret = %format!("{}/{}", settings.namespace, settings.secret),
                 error = %e,
@@ -95,9 +99,16 @@ pub async fn run(
         if store.is_loaded() {
             ready.set_ready();
         }
+        // A failed round, or one that left nothing to serve (a follower waiting for the leader's first
+        // certificate, a replica that became leader since), is tried again soon, not a period later.
+        let wait = if result.is_err() || !store.is_loaded() {
+            RETRY.min(settings.period())
+        } else {
+            settings.period()
+        };
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(settings.period()) => {}
+            () = tokio::time::sleep(wait) => {}
         }
     }
 }
