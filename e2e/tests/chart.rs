@@ -731,8 +731,7 @@ fn kind_defaults_render_a_configmap_the_podgrouper_may_read() {
     let cm = rendered
         .find("ConfigMap", "kai-podgrouper-kind-defaults")
         .expect("the ConfigMap");
-    let types: Value =
-        serde_json::from_str(cm["data"]["types"].as_str().expect("types")).expect("JSON");
+    let types: Value = serde_json::from_str(cm["data"]["types"].as_str().expect("types")).expect("JSON");
     assert_eq!(
         types,
         serde_json::json!([{"typeName": "Deployment", "group": "apps", "priorityName": "build",
@@ -748,7 +747,11 @@ fn kind_defaults_render_a_configmap_the_podgrouper_may_read() {
         role["rules"][0]["resourceNames"],
         serde_json::json!(["kai-podgrouper-kind-defaults"])
     );
-    assert!(rendered.find("RoleBinding", "kai-podgrouper-kind-defaults").is_some());
+    assert!(
+        rendered
+            .find("RoleBinding", "kai-podgrouper-kind-defaults")
+            .is_some()
+    );
 
     let external = render(&[
         ("podgrouper.kindDefaultsConfigMap.name", "defaults"),
@@ -756,9 +759,19 @@ fn kind_defaults_render_a_configmap_the_podgrouper_may_read() {
     ]);
     let components = external.components().expect("components");
     let podgrouper = component(&components, "podgrouper");
-    assert_eq!(podgrouper.flag("default-priorities-configmap-name"), Some("defaults"));
-    assert_eq!(podgrouper.flag("default-priorities-configmap-namespace"), Some("platform"));
-    assert!(external.of_kind("ConfigMap").all(|c| c["metadata"]["name"] != "kai-podgrouper-kind-defaults"));
+    assert_eq!(
+        podgrouper.flag("default-priorities-configmap-name"),
+        Some("defaults")
+    );
+    assert_eq!(
+        podgrouper.flag("default-priorities-configmap-namespace"),
+        Some("platform")
+    );
+    assert!(
+        external
+            .of_kind("ConfigMap")
+            .all(|c| c["metadata"]["name"] != "kai-podgrouper-kind-defaults")
+    );
     let role = external
         .find("Role", "kai-podgrouper-kind-defaults")
         .expect("the Role");
@@ -766,6 +779,9 @@ fn kind_defaults_render_a_configmap_the_podgrouper_may_read() {
 
     let plain = render(&[]);
     let components = plain.components().expect("components");
-    assert_eq!(component(&components, "podgrouper").flag("default-priorities-configmap-name"), None);
+    assert_eq!(
+        component(&components, "podgrouper").flag("default-priorities-configmap-name"),
+        None
+    );
     assert!(plain.find("Role", "kai-podgrouper-kind-defaults").is_none());
 }

@@ -283,9 +283,26 @@ async fn kind_defaults_configmap_and_project_label_as_kai() -> anyhow::Result<()
                 "preemptibility": "preemptible"}])
         .to_string()
     };
+    apply(
+        &t,
+        &json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kind-defaults"},
+            "data": {"types": types("build")},
+        }),
+    )
+    .await?;
+    // What the chart grants for `podgrouper.kindDefaultsConfigMap` in the ConfigMap's namespace: list and
+    // watch of that one ConfigMap (the watch's name field selector is what RBAC matches).
     apply(&t, &json!({
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kind-defaults"},
-        "data": {"types": types("build")},
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "kind-defaults"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kind-defaults"],
+                   "verbs": ["list", "watch"]}],
+    }))
+    .await?;
+    apply(&t, &json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "kind-defaults"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kind-defaults"},
+        "subjects": [{"kind": "ServiceAccount", "name": "kai-podgrouper", "namespace": keys::SYSTEM_NAMESPACE}],
     }))
     .await?;
     t.start_component(
@@ -315,17 +332,28 @@ async fn kind_defaults_configmap_and_project_label_as_kai() -> anyhow::Result<()
 
     apply(&t, &deployment("web", json!({keys::PROJECT_LABEL: "vision"}))).await?;
     let pg = group_of_app(&t, "web").await?;
-    assert_eq!(pg.spec.priority_class_name.as_deref(), Some("build"), "the ConfigMap's, not inference");
+    assert_eq!(
+        pg.spec.priority_class_name.as_deref(),
+        Some("build"),
+        "the ConfigMap's, not inference"
+    );
     assert_eq!(pg.spec.preemptibility, Some(api::Preemptibility::Preemptible));
     assert_eq!(pg.spec.queue.as_deref(), Some("vision"), "the project's queue");
 
     // A label still wins; the ConfigMap's change is followed.
-    apply(&t, &json!({
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kind-defaults"},
-        "data": {"types": types("train")},
-    }))
+    apply(
+        &t,
+        &json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kind-defaults"},
+            "data": {"types": types("train")},
+        }),
+    )
     .await?;
-    apply(&t, &deployment("labelled", json!({keys::PRIORITY_CLASS_LABEL: "inference"}))).await?;
+    apply(
+        &t,
+        &deployment("labelled", json!({keys::PRIORITY_CLASS_LABEL: "inference"})),
+    )
+    .await?;
     let pg = group_of_app(&t, "labelled").await?;
     assert_eq!(pg.spec.priority_class_name.as_deref(), Some("inference"));
     // The podgrouper reads the change through its watch: a Deployment grouped before it arrived still
@@ -341,7 +369,11 @@ async fn kind_defaults_configmap_and_project_label_as_kai() -> anyhow::Result<()
             break pg;
         }
     };
-    assert_eq!(pg.spec.priority_class_name.as_deref(), Some("train"), "the changed ConfigMap");
+    assert_eq!(
+        pg.spec.priority_class_name.as_deref(),
+        Some("train"),
+        "the changed ConfigMap"
+    );
     assert_eq!(pg.spec.queue.as_deref(), Some("default-queue"));
     t.finish().await
 }

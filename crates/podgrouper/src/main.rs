@@ -51,10 +51,18 @@ struct Args {
     /// KAI's per-kind defaults: a ConfigMap whose `types` key lists `{typeName, group, priorityName,
     /// preemptibility}`, the priority class and preemptibility of a kind's PodGroups when no label names
     /// them. Read (and watched) only with its namespace.
-    #[arg(long, env = "KAI_DEFAULT_PRIORITIES_CONFIGMAP_NAME", requires = "default_priorities_configmap_namespace")]
+    #[arg(
+        long,
+        env = "KAI_DEFAULT_PRIORITIES_CONFIGMAP_NAME",
+        requires = "default_priorities_configmap_namespace"
+    )]
     default_priorities_configmap_name: Option<String>,
     /// Namespace of `--default-priorities-configmap-name`.
-    #[arg(long, env = "KAI_DEFAULT_PRIORITIES_CONFIGMAP_NAMESPACE", requires = "default_priorities_configmap_name")]
+    #[arg(
+        long,
+        env = "KAI_DEFAULT_PRIORITIES_CONFIGMAP_NAMESPACE",
+        requires = "default_priorities_configmap_name"
+    )]
     default_priorities_configmap_namespace: Option<String>,
 }
 

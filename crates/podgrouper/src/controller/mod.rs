@@ -275,12 +275,23 @@ pub async fn run(
 
     let kind_defaults = KindDefaultsCache::default();
     if let Some((namespace, name)) = &config.kind_defaults {
-        spawn_kind_defaults(
+        let mut listed = spawn_kind_defaults(
             Api::namespaced(client.clone(), namespace),
             name.clone(),
             Arc::clone(&kind_defaults),
             liveness,
         );
+        // Pods grouped before the defaults are read would get the kinds' own priorities; wait for the
+        // first listing, but not forever (an unreadable ConfigMap is logged by its watch).
+        if tokio::time::timeout(KIND_DEFAULTS_WAIT, listed.wait_for(|l| *l))
+            .await
+            .is_err()
+        {
+            warn!(
+                configmap = %format!("{namespace}/{name}"),
+                "per-kind defaults not read within {KIND_DEFAULTS_WAIT:?}; grouping with the kinds' own defaults until they are"
+            );
+        }
     }
 
     let readiness = (pods.clone(), pod_groups.clone());
@@ -395,17 +406,25 @@ type OnDelete = (
 
 /// Starts a cluster-wide cache; the flag turns true once it is filled. With `requeue_on_delete`, a
 /// deleted PodGroup re-queues the pods that name it. The cache's watch is a task of `liveness`.
+/// How long grouping waits at start for the per-kind defaults' first listing.
+const KIND_DEFAULTS_WAIT: Duration = Duration::from_secs(30);
+
 /// Keeps `cache` filled from the ConfigMap `name`: what it holds now, `None` when it is deleted or cannot
 /// be read (logged: the kinds' own defaults apply meanwhile). Entries it cannot use are logged and
-/// skipped.
-fn spawn_kind_defaults(api: Api<ConfigMap>, name: String, cache: KindDefaultsCache, liveness: &Liveness) {
+/// skipped. The returned flag turns true once the first listing is done.
+fn spawn_kind_defaults(
+    api: Api<ConfigMap>,
+    name: String,
+    cache: KindDefaultsCache,
+    liveness: &Liveness,
+) -> tokio::sync::watch::Receiver<bool> {
+    let (listed_tx, listed_rx) = tokio::sync::watch::channel(false);
     let task = liveness.task("kind defaults".to_owned());
     tokio::spawn(async move {
         let _task = task;
         let selector = format!("metadata.name={name}");
-        let mut stream = std::pin::pin!(
-            watcher(api, watcher::Config::default().fields(&selector)).default_backoff()
-        );
+        let mut stream =
+            std::pin::pin!(watcher(api, watcher::Config::default().fields(&selector)).default_backoff());
         let set = |value: Option<Arc<KindDefaults>>| {
             *cache.write().unwrap_or_else(std::sync::PoisonError::into_inner) = value;
         };
@@ -436,6 +455,7 @@ fn spawn_kind_defaults(api: Api<ConfigMap>, name: String, cache: KindDefaultsCac
                         info!(configmap = %name, "no per-kind defaults ConfigMap; the kinds' own defaults apply");
                         set(None);
                     }
+                    listed_tx.send_replace(true);
                 }
                 Ok(watcher::Event::Apply(cm)) => set(read(cm)),
                 Ok(watcher::Event::Delete(_)) => set(None),
@@ -443,6 +463,7 @@ fn spawn_kind_defaults(api: Api<ConfigMap>, name: String, cache: KindDefaultsCac
             }
         }
     });
+    listed_rx
 }
 
 fn spawn_cache<K>(

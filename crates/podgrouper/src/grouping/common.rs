@@ -174,16 +174,8 @@ pub(crate) fn finish(w: &Workload<'_>, mut shape: Shape, warnings: &mut Vec<Warn
     let mut labels = labels(top).clone();
     // The pod's node pool, under the key the scheduler filters PodGroups by (`--node-pool-label`).
     let pool_key = &w.settings.node_pool_label_key;
-    if let Some(pool) = w
-        .pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(pool_key))
-    {
-        labels
-            .entry(pool_key.clone())
-            .or_insert_with(|| pool.clone());
+    if let Some(pool) = w.pod.metadata.labels.as_ref().and_then(|l| l.get(pool_key)) {
+        labels.entry(pool_key.clone()).or_insert_with(|| pool.clone());
     }
     // Label values the API server would reject are dropped rather than failing the apply.
     labels.retain(|_, v| v.len() <= MAX_LABEL_VALUE);
@@ -345,10 +337,7 @@ fn priority_class(w: &Workload<'_>, shape: &Shape, warnings: &mut Vec<Warning>) 
     if let Some(defaults) = w.view.kind_defaults() {
         for owner in chain_nearest_first(w) {
             let (group, kind) = super::json::group_kind(owner);
-            let Some(class) = defaults
-                .get(group, kind)
-                .and_then(|d| d.priority_class.as_ref())
-            else {
+            let Some(class) = defaults.get(group, kind).and_then(|d| d.priority_class.as_ref()) else {
                 continue;
             };
             if w.view.priority_class_exists(class) == Some(false) {
@@ -405,7 +394,6 @@ fn chain_nearest_first<'w>(w: &'w Workload<'_>) -> impl Iterator<Item = &'w Dyna
         .map(|owner| &**owner)
         .chain(std::iter::once(w.top.as_ref()))
 }
-
 
 fn kind(obj: &DynamicObject) -> &str {
     obj.types.as_ref().map_or("", |t| t.kind.as_str())

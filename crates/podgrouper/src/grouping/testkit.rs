@@ -136,10 +136,8 @@ impl View {
     }
     /// A view with the defaults ConfigMap whose `types` is `json`.
     pub(crate) fn with_kind_defaults(mut self, json: &str) -> Self {
-        let data = std::collections::BTreeMap::from([(
-            super::kind_defaults::TYPES_KEY.to_owned(),
-            json.to_owned(),
-        )]);
+        let data =
+            std::collections::BTreeMap::from([(super::kind_defaults::TYPES_KEY.to_owned(), json.to_owned())]);
         let (defaults, problems) =
             super::kind_defaults::KindDefaults::from_data(&data).expect("a defaults ConfigMap");
         assert!(problems.is_empty(), "{problems:?}");

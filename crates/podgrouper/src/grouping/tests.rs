@@ -742,6 +742,7 @@ impl View {
             priority_classes: self.priority_classes.clone(),
             queues: self.queues.clone(),
             pod_groups: self.pod_groups.clone(),
+            kind_defaults: self.kind_defaults.clone(),
         }
         .with_queue(q)
     }
@@ -1980,7 +1981,13 @@ fn kind_defaults_come_after_labels_and_before_the_kinds_own_default() {
             {"typeName":"ReplicaSet","group":"apps","preemptibility":"non-preemptible"}]"#,
     );
     let d = obj("apps/v1", "Deployment", "web", "uid-web", json!({"replicas": 3}));
-    let rs = obj("apps/v1", "ReplicaSet", "web-7f", "uid-rs", json!({"replicas": 3}));
+    let rs = obj(
+        "apps/v1",
+        "ReplicaSet",
+        "web-7f",
+        "uid-rs",
+        json!({"replicas": 3}),
+    );
     let p = pod("web-7f-a").owned_by(&rs);
     let out = run(&p, &[rs.clone(), d.clone()], &view);
     let g = applied(&out);
@@ -2062,7 +2069,11 @@ fn aml_jobs_are_gangs_of_their_node_count_and_spot_requests_inference() {
         &view,
         &expect,
     );
-    for envs in [json!({}), json!({"AZUREML_NODE_COUNT": 0}), json!({"AZUREML_NODE_COUNT": "x"})] {
+    for envs in [
+        json!({}),
+        json!({"AZUREML_NODE_COUNT": 0}),
+        json!({"AZUREML_NODE_COUNT": "x"}),
+    ] {
         let job = aml(envs.clone());
         let out = run(&pod("train-0").owned_by(&job), std::slice::from_ref(&job), &view);
         assert_eq!(applied(&out).min_member, 1, "{envs}");
