@@ -707,3 +707,81 @@ fn the_webhook_certificate_can_come_from_cert_manager() {
         "an unknown source fails the render"
     );
 }
+
+/// `podgrouper.kindDefaults` renders KAI's per-kind defaults ConfigMap, points the podgrouper at it and
+/// lets it list and watch that one ConfigMap; an existing ConfigMap can be named instead.
+#[test]
+fn kind_defaults_render_a_configmap_the_podgrouper_may_read() {
+    let rendered = render(&[
+        ("podgrouper.kindDefaults[0].typeName", "Deployment"),
+        ("podgrouper.kindDefaults[0].group", "apps"),
+        ("podgrouper.kindDefaults[0].priorityName", "build"),
+        ("podgrouper.kindDefaults[0].preemptibility", "preemptible"),
+    ]);
+    let components = rendered.components().expect("components");
+    let podgrouper = component(&components, "podgrouper");
+    assert_eq!(
+        podgrouper.flag("default-priorities-configmap-name"),
+        Some("kai-podgrouper-kind-defaults")
+    );
+    assert_eq!(
+        podgrouper.flag("default-priorities-configmap-namespace"),
+        Some("kai-scheduler")
+    );
+    let cm = rendered
+        .find("ConfigMap", "kai-podgrouper-kind-defaults")
+        .expect("the ConfigMap");
+    let types: Value = serde_json::from_str(cm["data"]["types"].as_str().expect("types")).expect("JSON");
+    assert_eq!(
+        types,
+        serde_json::json!([{"typeName": "Deployment", "group": "apps", "priorityName": "build",
+                            "preemptibility": "preemptible"}])
+    );
+    let role = rendered
+        .find("Role", "kai-podgrouper-kind-defaults")
+        .expect("the Role");
+    assert_eq!(role["metadata"]["namespace"], "kai-scheduler");
+    assert!(grants(role, "", "configmaps", "list") && grants(role, "", "configmaps", "watch"));
+    assert!(!grants(role, "", "configmaps", "get"), "{role}");
+    assert_eq!(
+        role["rules"][0]["resourceNames"],
+        serde_json::json!(["kai-podgrouper-kind-defaults"])
+    );
+    assert!(
+        rendered
+            .find("RoleBinding", "kai-podgrouper-kind-defaults")
+            .is_some()
+    );
+
+    let external = render(&[
+        ("podgrouper.kindDefaultsConfigMap.name", "defaults"),
+        ("podgrouper.kindDefaultsConfigMap.namespace", "platform"),
+    ]);
+    let components = external.components().expect("components");
+    let podgrouper = component(&components, "podgrouper");
+    assert_eq!(
+        podgrouper.flag("default-priorities-configmap-name"),
+        Some("defaults")
+    );
+    assert_eq!(
+        podgrouper.flag("default-priorities-configmap-namespace"),
+        Some("platform")
+    );
+    assert!(
+        external
+            .of_kind("ConfigMap")
+            .all(|c| c["metadata"]["name"] != "kai-podgrouper-kind-defaults")
+    );
+    let role = external
+        .find("Role", "kai-podgrouper-kind-defaults")
+        .expect("the Role");
+    assert_eq!(role["metadata"]["namespace"], "platform");
+
+    let plain = render(&[]);
+    let components = plain.components().expect("components");
+    assert_eq!(
+        component(&components, "podgrouper").flag("default-priorities-configmap-name"),
+        None
+    );
+    assert!(plain.find("Role", "kai-podgrouper-kind-defaults").is_none());
+}

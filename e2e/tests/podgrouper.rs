@@ -260,6 +260,124 @@ async fn deployment_pods_and_bare_pods_get_their_own_groups() -> anyhow::Result<
     t.finish().await
 }
 
+/// The PodGroup of the one pod labelled `app=<app>`.
+async fn group_of_app(t: &TestEnv, app: &str) -> anyhow::Result<PodGroup> {
+    let p = grouped_pods(t, &format!("app={app}"), 1).await?.remove(0);
+    let name = group_of(&p).ok_or_else(|| anyhow::anyhow!("{app}: no group"))?;
+    pod_group(t, &name, |_| true).await
+}
+
+/// KAI's per-kind defaults ConfigMap (`--default-priorities-configmap-*`) gives a Deployment's groups
+/// their priority class and preemptibility when no label names them, and follows the ConfigMap's
+/// changes; a workload with KAI's `project` label and no queue label goes to the project's queue.
+#[tokio::test]
+async fn kind_defaults_configmap_and_project_label_as_kai() -> anyhow::Result<()> {
+    BUILT
+        .get_or_try_init(|| async {
+            tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await?
+        })
+        .await?;
+    let t = TestEnv::start("pg-kind-defaults").await?;
+    let types = |priority: &str| {
+        json!([{"typeName": "Deployment", "group": "apps", "priorityName": priority,
+                "preemptibility": "preemptible"}])
+        .to_string()
+    };
+    apply(
+        &t,
+        &json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kind-defaults"},
+            "data": {"types": types("build")},
+        }),
+    )
+    .await?;
+    // What the chart grants for `podgrouper.kindDefaultsConfigMap` in the ConfigMap's namespace: list and
+    // watch of that one ConfigMap (the watch's name field selector is what RBAC matches).
+    apply(&t, &json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "kind-defaults"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kind-defaults"],
+                   "verbs": ["list", "watch"]}],
+    }))
+    .await?;
+    apply(&t, &json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "kind-defaults"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kind-defaults"},
+        "subjects": [{"kind": "ServiceAccount", "name": "kai-podgrouper", "namespace": keys::SYSTEM_NAMESPACE}],
+    }))
+    .await?;
+    t.start_component(
+        COMPONENT,
+        "kai-podgrouper",
+        [
+            "--namespace",
+            t.namespace(),
+            "--admin-address",
+            "127.0.0.1:0",
+            "--leader-elect=false",
+            "--default-priorities-configmap-name",
+            "kind-defaults",
+            "--default-priorities-configmap-namespace",
+            t.namespace(),
+        ],
+    )?;
+    let deployment = |name: &str, labels: Value| {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"schedulerName": keys::SCHEDULER_NAME, "containers": [{"name": "c", "image": "busybox"}]}}},
+        })
+    };
+
+    apply(&t, &deployment("web", json!({keys::PROJECT_LABEL: "vision"}))).await?;
+    let pg = group_of_app(&t, "web").await?;
+    assert_eq!(
+        pg.spec.priority_class_name.as_deref(),
+        Some("build"),
+        "the ConfigMap's, not inference"
+    );
+    assert_eq!(pg.spec.preemptibility, Some(api::Preemptibility::Preemptible));
+    assert_eq!(pg.spec.queue.as_deref(), Some("vision"), "the project's queue");
+
+    // A label still wins; the ConfigMap's change is followed.
+    apply(
+        &t,
+        &json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kind-defaults"},
+            "data": {"types": types("train")},
+        }),
+    )
+    .await?;
+    apply(
+        &t,
+        &deployment("labelled", json!({keys::PRIORITY_CLASS_LABEL: "inference"})),
+    )
+    .await?;
+    let pg = group_of_app(&t, "labelled").await?;
+    assert_eq!(pg.spec.priority_class_name.as_deref(), Some("inference"));
+    // The podgrouper reads the change through its watch: a Deployment grouped before it arrived still
+    // gets `build`; the next ones get `train`.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let mut attempt = 0;
+    let pg = loop {
+        attempt += 1;
+        let app = format!("later-{attempt}");
+        apply(&t, &deployment(&app, json!({}))).await?;
+        let pg = group_of_app(&t, &app).await?;
+        if pg.spec.priority_class_name.as_deref() != Some("build") || std::time::Instant::now() > deadline {
+            break pg;
+        }
+    };
+    assert_eq!(
+        pg.spec.priority_class_name.as_deref(),
+        Some("train"),
+        "the changed ConfigMap"
+    );
+    assert_eq!(pg.spec.queue.as_deref(), Some("default-queue"));
+    t.finish().await
+}
+
 /// A Deployment that opts into a gang is one PodGroup of `spec.replicas`, owned by the Deployment. Its
 /// spec is not in the podgrouper's metadata-only cache of Deployments, so the podgrouper reads the
 /// object itself: the owner kinds' `get` the chart grants is needed (controller/owners.rs

@@ -40,6 +40,11 @@ pub const QUEUE_LABEL: &str = "kai.scheduler/queue";
 /// The seed documents' (older Run:ai) queue label. Read by the podgrouper after [`QUEUE_LABEL`].
 pub const QUEUE_LABEL_LEGACY: &str = "runai/queue";
 
+/// KAI's project label on a workload (top owner) or pod: a workload without a queue label goes to the
+/// queue of its project, `<project>`, or `<project>-<node pool>` when the pod names a node pool
+/// ([`NODE_POOL`]). Read by the podgrouper after the queue labels.
+pub const PROJECT_LABEL: &str = "project";
+
 /// Queue every workload without a queue label lands in. Created by the chart and `cargo xtask cluster up`.
 pub const DEFAULT_QUEUE: &str = "default-queue";
 

@@ -34,6 +34,10 @@ struct Args {
     /// Queue of workloads that name none.
     #[arg(long, env = "KAI_DEFAULT_QUEUE", default_value = api::keys::DEFAULT_QUEUE)]
     default_queue: String,
+    /// Label naming a pod's node pool (the scheduler's `--node-pool-label`): a workload with KAI's
+    /// `project` label and no queue label goes to the queue `<project>-<pool>` when its pod has one.
+    #[arg(long, env = "KAI_NODE_POOL_LABEL_KEY", default_value = api::keys::NODE_POOL)]
+    node_pool_label: String,
     /// Reconciles run at once. Each waits on up to two writes, so this bounds the pods grouped per
     /// second to about this many per write round trip: sized for a burst of new pods.
     #[arg(long, env = "KAI_MAX_CONCURRENT_RECONCILES", default_value_t = 32)]
@@ -44,6 +48,22 @@ struct Args {
     /// Group only the pods of this namespace (default: all namespaces).
     #[arg(long, env = "KAI_PODGROUPER_NAMESPACE")]
     namespace: Option<String>,
+    /// KAI's per-kind defaults: a ConfigMap whose `types` key lists `{typeName, group, priorityName,
+    /// preemptibility}`, the priority class and preemptibility of a kind's PodGroups when no label names
+    /// them. Read (and watched) only with its namespace.
+    #[arg(
+        long,
+        env = "KAI_DEFAULT_PRIORITIES_CONFIGMAP_NAME",
+        requires = "default_priorities_configmap_namespace"
+    )]
+    default_priorities_configmap_name: Option<String>,
+    /// Namespace of `--default-priorities-configmap-name`.
+    #[arg(
+        long,
+        env = "KAI_DEFAULT_PRIORITIES_CONFIGMAP_NAMESPACE",
+        requires = "default_priorities_configmap_name"
+    )]
+    default_priorities_configmap_namespace: Option<String>,
 }
 
 /// The client's default rate limit, the scheduler's: sized for bursts, since a workload's pods arrive
@@ -62,9 +82,12 @@ async fn main() -> anyhow::Result<()> {
         scheduler_name,
         queue_label_key,
         default_queue,
+        node_pool_label,
         max_concurrent_reconciles,
         knative_gang_schedule,
         namespace,
+        default_priorities_configmap_name,
+        default_priorities_configmap_namespace,
     } = Args::parse();
     telemetry::init(&common.log_settings())?;
     let shutdown = shutdown::on_signals()?;
@@ -119,12 +142,14 @@ async fn main() -> anyhow::Result<()> {
         settings: Settings {
             queue_label_key,
             default_queue,
+            node_pool_label_key: node_pool_label,
             knative_gang: knative_gang_schedule,
             field_manager: api::keys::FIELD_MANAGER_PODGROUPER.to_owned(),
         },
         concurrency: max_concurrent_reconciles.max(1),
         instance: common.identity.clone().unwrap_or_else(lease::default_identity),
         namespace,
+        kind_defaults: default_priorities_configmap_namespace.zip(default_priorities_configmap_name),
     };
     if !shutdown.is_cancelled() {
         tracing::info!(scheduler = %config.scheduler_name, "kai-podgrouper leading; grouping pods");

@@ -13,12 +13,12 @@ mod owners;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use api::{PodGroup, Queue, keys};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -33,6 +33,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 pub use owners::{OwnerError, Owners};
 
+use crate::grouping::kind_defaults::KindDefaults;
 use crate::grouping::{self, ClusterView, Decision, GroupingError, Input, Object, Settings, Warning};
 use crate::metrics::Metrics;
 
@@ -56,6 +57,8 @@ pub struct Config {
     pub instance: String,
     /// Only pods of this namespace are grouped (all namespaces when `None`).
     pub namespace: Option<String>,
+    /// KAI's per-kind defaults ConfigMap, `(namespace, name)`, when one is configured.
+    pub kind_defaults: Option<(String, String)>,
 }
 
 /// A reconcile failed; the pod is retried.
@@ -118,7 +121,12 @@ pub struct Caches {
     queues: Store<Queue>,
     queues_synced: Arc<AtomicBool>,
     pod_groups: Store<PodGroup>,
+    kind_defaults: KindDefaultsCache,
 }
+
+/// The per-kind defaults as last read from their ConfigMap (`None`: none configured, missing, or
+/// unreadable).
+type KindDefaultsCache = Arc<RwLock<Option<Arc<KindDefaults>>>>;
 
 impl ClusterView for Caches {
     fn object(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Object> {
@@ -148,6 +156,13 @@ impl ClusterView for Caches {
 
     fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroup>> {
         self.pod_groups.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    fn kind_defaults(&self) -> Option<Arc<KindDefaults>> {
+        self.kind_defaults
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -258,6 +273,27 @@ pub async fn run(
         liveness,
     );
 
+    let kind_defaults = KindDefaultsCache::default();
+    if let Some((namespace, name)) = &config.kind_defaults {
+        let mut listed = spawn_kind_defaults(
+            Api::namespaced(client.clone(), namespace),
+            name.clone(),
+            Arc::clone(&kind_defaults),
+            liveness,
+        );
+        // Pods grouped before the defaults are read would get the kinds' own priorities; wait for the
+        // first listing, but not forever (an unreadable ConfigMap is logged by its watch).
+        if tokio::time::timeout(KIND_DEFAULTS_WAIT, listed.wait_for(|l| *l))
+            .await
+            .is_err()
+        {
+            warn!(
+                configmap = %format!("{namespace}/{name}"),
+                "per-kind defaults not read within {KIND_DEFAULTS_WAIT:?}; grouping with the kinds' own defaults until they are"
+            );
+        }
+    }
+
     let readiness = (pods.clone(), pod_groups.clone());
     tokio::spawn(async move {
         let (pods, pod_groups) = readiness;
@@ -283,6 +319,7 @@ pub async fn run(
             queues,
             queues_synced,
             pod_groups,
+            kind_defaults,
         },
         metrics,
         reported,
@@ -369,6 +406,66 @@ type OnDelete = (
 
 /// Starts a cluster-wide cache; the flag turns true once it is filled. With `requeue_on_delete`, a
 /// deleted PodGroup re-queues the pods that name it. The cache's watch is a task of `liveness`.
+/// How long grouping waits at start for the per-kind defaults' first listing.
+const KIND_DEFAULTS_WAIT: Duration = Duration::from_secs(30);
+
+/// Keeps `cache` filled from the ConfigMap `name`: what it holds now, `None` when it is deleted or cannot
+/// be read (logged: the kinds' own defaults apply meanwhile). Entries it cannot use are logged and
+/// skipped. The returned flag turns true once the first listing is done.
+fn spawn_kind_defaults(
+    api: Api<ConfigMap>,
+    name: String,
+    cache: KindDefaultsCache,
+    liveness: &Liveness,
+) -> tokio::sync::watch::Receiver<bool> {
+    let (listed_tx, listed_rx) = tokio::sync::watch::channel(false);
+    let task = liveness.task("kind defaults".to_owned());
+    tokio::spawn(async move {
+        let _task = task;
+        let selector = format!("metadata.name={name}");
+        let mut stream =
+            std::pin::pin!(watcher(api, watcher::Config::default().fields(&selector)).default_backoff());
+        let set = |value: Option<Arc<KindDefaults>>| {
+            *cache.write().unwrap_or_else(std::sync::PoisonError::into_inner) = value;
+        };
+        let read = |cm: ConfigMap| match KindDefaults::from_data(&cm.data.unwrap_or_default()) {
+            Ok((defaults, problems)) => {
+                for problem in problems {
+                    warn!(configmap = %name, %problem, "per-kind defaults: entry skipped");
+                }
+                info!(configmap = %name, kinds = defaults.len(), "per-kind defaults read");
+                Some(Arc::new(defaults))
+            }
+            Err(e) => {
+                warn!(configmap = %name, error = %e, "per-kind defaults unreadable; the kinds' own defaults apply");
+                None
+            }
+        };
+        // Whether the ConfigMap was seen in the listing under way: a relist without it means it is gone.
+        let mut listed = false;
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::Init) => listed = false,
+                Ok(watcher::Event::InitApply(cm)) => {
+                    listed = true;
+                    set(read(cm));
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if !listed {
+                        info!(configmap = %name, "no per-kind defaults ConfigMap; the kinds' own defaults apply");
+                        set(None);
+                    }
+                    listed_tx.send_replace(true);
+                }
+                Ok(watcher::Event::Apply(cm)) => set(read(cm)),
+                Ok(watcher::Event::Delete(_)) => set(None),
+                Err(e) => warn!(configmap = %name, error = %e, "watching the per-kind defaults ConfigMap"),
+            }
+        }
+    });
+    listed_rx
+}
+
 fn spawn_cache<K>(
     api: Api<K>,
     what: &'static str,
@@ -807,6 +904,7 @@ mod tests {
                 concurrency: 10,
                 instance: "test".to_owned(),
                 namespace: None,
+                kind_defaults: None,
             },
             caches: Caches {
                 pods,
@@ -817,6 +915,7 @@ mod tests {
                 queues: reflector::store::Writer::default().as_reader(),
                 queues_synced: Arc::new(AtomicBool::new(false)),
                 pod_groups: reflector::store::Writer::default().as_reader(),
+                kind_defaults: KindDefaultsCache::default(),
             },
             metrics: Metrics::register(&mut prometheus_client::registry::Registry::default()),
             reported: Arc::default(),

@@ -67,6 +67,7 @@ fn needs_spec(group: &str, kind: &str) -> bool {
             | ("jobset.x-k8s.io", "JobSet")
             | ("ray.io", "RayCluster" | "RayJob")
             | ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
+            | ("amlarc.azureml.com", "AmlJob")
     ) || (group == "kubeflow.org" && kind.ends_with("Job"))
 }
 

@@ -172,16 +172,10 @@ pub(crate) fn finish(w: &Workload<'_>, mut shape: Shape, warnings: &mut Vec<Warn
         "the workload",
     );
     let mut labels = labels(top).clone();
-    if let Some(pool) = w
-        .pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(keys::NODE_POOL))
-    {
-        labels
-            .entry(keys::NODE_POOL.to_owned())
-            .or_insert_with(|| pool.clone());
+    // The pod's node pool, under the key the scheduler filters PodGroups by (`--node-pool-label`).
+    let pool_key = &w.settings.node_pool_label_key;
+    if let Some(pool) = w.pod.metadata.labels.as_ref().and_then(|l| l.get(pool_key)) {
+        labels.entry(pool_key.clone()).or_insert_with(|| pool.clone());
     }
     // Label values the API server would reject are dropped rather than failing the apply.
     labels.retain(|_, v| v.len() <= MAX_LABEL_VALUE);
@@ -229,6 +223,23 @@ fn min_member_override(top: &DynamicObject, shape: &mut Shape, warnings: &mut Ve
 
 /// Queue: the existing PodGroup's (fixed at creation); else the top owner's queue label (the configured
 /// key, then `runai/queue`), the templates', the pod's; else the default queue.
+/// KAI's project rule, for a workload without a queue label: the `project` label of the top owner, else
+/// of the pod, names the queue, suffixed with the pod's node pool when it has one.
+fn project_queue(w: &Workload<'_>) -> Option<String> {
+    let pod_labels = w.pod.metadata.labels.as_ref();
+    let project = std::iter::once(labels(&w.top))
+        .chain(pod_labels)
+        .filter_map(|l| l.get(keys::PROJECT_LABEL))
+        .find(|v| !v.is_empty())?;
+    let pool = pod_labels
+        .and_then(|l| l.get(&w.settings.node_pool_label_key))
+        .filter(|p| !p.is_empty());
+    Some(match pool {
+        Some(pool) => format!("{project}-{pool}"),
+        None => project.clone(),
+    })
+}
+
 fn queue(
     w: &Workload<'_>,
     shape: &Shape,
@@ -249,6 +260,7 @@ fn queue(
         .flat_map(|l| keys_in_order.iter().filter_map(move |k| l.get(*k)))
         .find(|v| !v.is_empty())
         .cloned()
+        .or_else(|| project_queue(w))
         .unwrap_or_else(|| w.settings.default_queue.clone());
     let existing = w
         .view
@@ -321,6 +333,23 @@ fn priority_class(w: &Workload<'_>, shape: &Shape, warnings: &mut Vec<Warning>) 
         }
         return class;
     }
+    // KAI's per-kind defaults ConfigMap, nearest owner first, before the kind's built-in default.
+    if let Some(defaults) = w.view.kind_defaults() {
+        for owner in chain_nearest_first(w) {
+            let (group, kind) = super::json::group_kind(owner);
+            let Some(class) = defaults.get(group, kind).and_then(|d| d.priority_class.as_ref()) else {
+                continue;
+            };
+            if w.view.priority_class_exists(class) == Some(false) {
+                warnings.push(Warning::PriorityClassNotFound {
+                    name: class.clone(),
+                    source: format!("the defaults ConfigMap's entry for {kind}"),
+                });
+                continue;
+            }
+            return class.clone();
+        }
+    }
     let default = shape.default_priority.to_owned();
     if w.view.priority_class_exists(&default) == Some(false) {
         warnings.push(Warning::PriorityClassNotFound {
@@ -349,7 +378,21 @@ fn preemptibility(w: &Workload<'_>, warnings: &mut Vec<Warning>) -> Option<Preem
             }),
         }
     }
-    None
+    // KAI's per-kind defaults ConfigMap, nearest owner first.
+    let defaults = w.view.kind_defaults()?;
+    chain_nearest_first(w).find_map(|owner| {
+        let (group, kind) = super::json::group_kind(owner);
+        defaults.get(group, kind).and_then(|d| d.preemptibility)
+    })
+}
+
+/// The owners the per-kind defaults are looked up for, as KAI does: the pod's owner first, up to the top
+/// owner (the pod itself for a bare pod).
+fn chain_nearest_first<'w>(w: &'w Workload<'_>) -> impl Iterator<Item = &'w DynamicObject> {
+    w.below
+        .iter()
+        .map(|owner| &**owner)
+        .chain(std::iter::once(w.top.as_ref()))
 }
 
 fn kind(obj: &DynamicObject) -> &str {

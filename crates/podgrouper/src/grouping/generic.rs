@@ -60,3 +60,23 @@ pub(crate) fn pod(w: &Workload<'_>) -> Shape {
     }
     shape
 }
+
+/// An Azure ML job (`amlarc.azureml.com` `AmlJob`): one gang of its node count,
+/// `spec.job.options.envs.AZUREML_NODE_COUNT`, as KAI groups it. Without a usable count the group is
+/// one pod's, and the user is told.
+pub(crate) fn aml_job(w: &Workload<'_>, warnings: &mut Vec<super::Warning>) -> Shape {
+    let count = super::json::int_at(
+        &w.top.data,
+        &["spec", "job", "options", "envs", "AZUREML_NODE_COUNT"],
+    );
+    match count.filter(|c| *c > 0) {
+        Some(count) => whole(w, super::json::clamp_i32(count), "train"),
+        None => {
+            warnings.push(super::Warning::Workload {
+                detail: "AmlJob without a positive spec.job.options.envs.AZUREML_NODE_COUNT; grouped with minMember 1"
+                    .to_owned(),
+            });
+            whole(w, 1, "train")
+        }
+    }
+}

@@ -14,6 +14,7 @@ mod explicit;
 mod generic;
 mod jobset;
 mod json;
+pub mod kind_defaults;
 mod knative;
 mod kubeflow;
 mod lws;
@@ -55,6 +56,9 @@ pub struct Settings {
     pub queue_label_key: String,
     /// Queue of workloads that name none.
     pub default_queue: String,
+    /// Label naming a pod's node pool: a workload's `project` label names the queue
+    /// `<project>-<pool>` when its pod carries this label.
+    pub node_pool_label_key: String,
     /// Knative revisions get one gang per revision (`min-scale` pods) rather than one group per pod.
     pub knative_gang: bool,
     /// Field manager of the podgrouper: a `pod-group-name` annotation it owns is its own, not the user's.
@@ -66,6 +70,7 @@ impl Default for Settings {
         Self {
             queue_label_key: api::keys::QUEUE_LABEL.to_owned(),
             default_queue: api::keys::DEFAULT_QUEUE.to_owned(),
+            node_pool_label_key: api::keys::NODE_POOL.to_owned(),
             knative_gang: true,
             field_manager: api::keys::FIELD_MANAGER_PODGROUPER.to_owned(),
         }
@@ -84,6 +89,10 @@ pub trait ClusterView {
     fn queue_exists(&self, name: &str) -> Option<bool>;
     /// An existing PodGroup.
     fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroup>>;
+    /// The per-kind defaults ConfigMap, when one is configured and readable.
+    fn kind_defaults(&self) -> Option<Arc<kind_defaults::KindDefaults>> {
+        None
+    }
 }
 
 /// Why the owner chain stops below its real top.
@@ -437,6 +446,9 @@ fn shape_for(w: &Workload<'_>, warnings: &mut Vec<Warning>) -> Result<Shape, Gro
         ("kubeflow.org", "Notebook") => generic::whole(w, 1, "build"),
         ("leaderworkerset.x-k8s.io", "LeaderWorkerSet") => lws::lws(w, warnings),
         ("serving.knative.dev", _) => knative::knative(w, warnings),
+        ("amlarc.azureml.com", "AmlJob") => generic::aml_job(w, warnings),
+        // KAI's SPOTRequest grouper: one group, inference by default.
+        ("egx.nvidia.io", "SPOTRequest") => generic::whole(w, 1, "inference"),
         _ => generic::whole(w, 1, "train"),
     })
 }

@@ -108,6 +108,7 @@ pub(crate) struct View {
     pub priority_classes: Option<BTreeSet<String>>,
     pub queues: Option<BTreeSet<String>>,
     pub pod_groups: Vec<Arc<PodGroup>>,
+    pub kind_defaults: Option<Arc<super::kind_defaults::KindDefaults>>,
 }
 
 impl View {
@@ -131,6 +132,16 @@ impl View {
         self.priority_classes
             .get_or_insert_with(BTreeSet::new)
             .insert(name.to_owned());
+        self
+    }
+    /// A view with the defaults ConfigMap whose `types` is `json`.
+    pub(crate) fn with_kind_defaults(mut self, json: &str) -> Self {
+        let data =
+            std::collections::BTreeMap::from([(super::kind_defaults::TYPES_KEY.to_owned(), json.to_owned())]);
+        let (defaults, problems) =
+            super::kind_defaults::KindDefaults::from_data(&data).expect("a defaults ConfigMap");
+        assert!(problems.is_empty(), "{problems:?}");
+        self.kind_defaults = Some(Arc::new(defaults));
         self
     }
     pub(crate) fn with_queue(mut self, name: &str) -> Self {
@@ -181,6 +192,9 @@ impl ClusterView for View {
                     && pg.metadata.name.as_deref() == Some(name)
             })
             .cloned()
+    }
+    fn kind_defaults(&self) -> Option<Arc<super::kind_defaults::KindDefaults>> {
+        self.kind_defaults.clone()
     }
 }
 

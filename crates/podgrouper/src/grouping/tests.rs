@@ -742,6 +742,7 @@ impl View {
             priority_classes: self.priority_classes.clone(),
             queues: self.queues.clone(),
             pod_groups: self.pod_groups.clone(),
+            kind_defaults: self.kind_defaults.clone(),
         }
         .with_queue(q)
     }
@@ -1567,6 +1568,68 @@ fn queue_rules() {
         "fallback"
     );
 
+    // KAI's project rule, after every queue label: the owner's project, else the pod's, suffixed with
+    // the pod's node pool.
+    let project = |labels: &[(&str, &str)], pod: &super::testkit::PodB, settings: &Settings| {
+        let owner = with_labels(j.clone(), labels);
+        applied(&run_with(pod, &[owner], &View::default(), settings))
+            .queue
+            .clone()
+    };
+    let defaults = Settings::default();
+    assert_eq!(
+        project(&[(keys::PROJECT_LABEL, "vision")], &p, &defaults),
+        "vision"
+    );
+    assert_eq!(
+        project(&[], &p.clone().label(keys::PROJECT_LABEL, "nlp"), &defaults),
+        "nlp"
+    );
+    assert_eq!(
+        project(
+            &[(keys::PROJECT_LABEL, "vision")],
+            &p.clone().label(keys::PROJECT_LABEL, "nlp"),
+            &defaults
+        ),
+        "vision",
+        "owner before pod"
+    );
+    assert_eq!(
+        project(
+            &[(keys::PROJECT_LABEL, "vision")],
+            &p.clone().label(keys::NODE_POOL, "a100"),
+            &defaults
+        ),
+        "vision-a100",
+        "the pod's node pool"
+    );
+    assert_eq!(
+        project(
+            &[(keys::PROJECT_LABEL, "vision")],
+            &p.clone().label("pool", "h100"),
+            &Settings {
+                node_pool_label_key: "pool".into(),
+                ..Settings::default()
+            }
+        ),
+        "vision-h100",
+        "the configured node pool label"
+    );
+    assert_eq!(
+        project(
+            &[(keys::PROJECT_LABEL, "vision")],
+            &p.clone().label(keys::QUEUE_LABEL, "q"),
+            &defaults
+        ),
+        "q",
+        "a queue label wins"
+    );
+    assert_eq!(
+        project(&[(keys::PROJECT_LABEL, "")], &p, &defaults),
+        "default-queue",
+        "an empty project names nothing"
+    );
+
     // A queue that does not exist is used and reported.
     let out = run(
         &p.clone().label(keys::QUEUE_LABEL, "nope"),
@@ -1696,6 +1759,21 @@ fn metadata_copy_topology_and_min_member_override() {
     assert_eq!(g.min_member, 6);
     assert_eq!(g.labels.get("team").map(String::as_str), Some("a"));
     assert_eq!(g.labels.get(keys::NODE_POOL).map(String::as_str), Some("pool-a"));
+    // Under the configured node pool label.
+    let pooled = with_labels(job("k", json!({})), &[]);
+    let out = run_with(
+        &pod("k-0").owned_by(&pooled).label("example.com/pool", "pool-b"),
+        &[pooled],
+        &View::default(),
+        &Settings {
+            node_pool_label_key: "example.com/pool".into(),
+            ..Settings::default()
+        },
+    );
+    assert_eq!(
+        applied(&out).labels.get("example.com/pool").map(String::as_str),
+        Some("pool-b")
+    );
     assert!(!g.annotations.contains_key(keys::LAST_APPLIED_CONFIGURATION));
     assert_eq!(g.annotations.get("note").map(String::as_str), Some("kept"));
     let meta: serde_json::Value =
@@ -1890,5 +1968,136 @@ fn a_joined_pod_hears_only_about_its_own_group() {
     assert_eq!(
         out.warnings,
         vec![Warning::NamedGroupMissing { group: "mine".into() }]
+    );
+}
+
+#[test]
+fn kind_defaults_come_after_labels_and_before_the_kinds_own_default() {
+    use api::Preemptibility::NonPreemptible;
+    let view = View::chart().with_kind_defaults(
+        r#"[{"typeName":"Deployment","group":"apps","priorityName":"build","preemptibility":"preemptible"},
+            {"typeName":"Job","group":"batch","priorityName":"missing-class"},
+            {"typeName":"Pod","priorityName":"train","preemptibility":"non-preemptible"},
+            {"typeName":"ReplicaSet","group":"apps","preemptibility":"non-preemptible"}]"#,
+    );
+    let d = obj("apps/v1", "Deployment", "web", "uid-web", json!({"replicas": 3}));
+    let rs = obj(
+        "apps/v1",
+        "ReplicaSet",
+        "web-7f",
+        "uid-rs",
+        json!({"replicas": 3}),
+    );
+    let p = pod("web-7f-a").owned_by(&rs);
+    let out = run(&p, &[rs.clone(), d.clone()], &view);
+    let g = applied(&out);
+    assert_eq!(
+        g.priority_class_name, "build",
+        "the Deployment's default instead of inference"
+    );
+    assert_eq!(
+        g.preemptibility,
+        Some(NonPreemptible),
+        "the nearest owner's entry first (the ReplicaSet's)"
+    );
+
+    // A label still wins.
+    let out = run(
+        &p.clone().label(keys::PRIORITY_CLASS_LABEL, "inference"),
+        &[rs.clone(), d.clone()],
+        &view,
+    );
+    assert_eq!(applied(&out).priority_class_name, "inference");
+
+    // A default naming a class that does not exist is reported; the kind's own default is used.
+    let j = job("j", json!({}));
+    let out = run(&pod("j-x").owned_by(&j), std::slice::from_ref(&j), &view);
+    assert_eq!(applied(&out).priority_class_name, "train");
+    assert!(
+        matches!(out.warnings.as_slice(), [Warning::PriorityClassNotFound { name, source }]
+            if name == "missing-class" && source.contains("Job")),
+        "{:?}",
+        out.warnings
+    );
+    assert_eq!(applied(&out).preemptibility, None);
+
+    // A bare pod is its own owner: the entry for Pod.
+    let out = run(&pod("solo"), &[], &view);
+    assert_eq!(applied(&out).priority_class_name, "train");
+    assert_eq!(applied(&out).preemptibility, Some(NonPreemptible));
+
+    // Without the ConfigMap, the kind's own default.
+    let out = run(&p, &[rs, d], &View::chart());
+    assert_eq!(applied(&out).priority_class_name, "inference");
+    assert_eq!(applied(&out).preemptibility, None);
+}
+
+#[test]
+fn aml_jobs_are_gangs_of_their_node_count_and_spot_requests_inference() {
+    let view = View::chart();
+    let aml = |envs: serde_json::Value| {
+        obj(
+            "amlarc.azureml.com/v1alpha1",
+            "AmlJob",
+            "train",
+            "uid-train",
+            json!({"job": {"options": {"envs": envs}}}),
+        )
+    };
+    let expect = Expect {
+        name: "pg-train-uid-train",
+        owner: ("AmlJob", "train"),
+        min: 4,
+        subs: &[],
+        pod_sub: None,
+        queue: "default-queue",
+        priority: "train",
+    };
+    let job = aml(json!({"AZUREML_NODE_COUNT": 4}));
+    row(
+        "amljob",
+        &pod("train-0").owned_by(&job),
+        std::slice::from_ref(&job),
+        &view,
+        &expect,
+    );
+    let job = aml(json!({"AZUREML_NODE_COUNT": "4"}));
+    row(
+        "amljob, count as a string",
+        &pod("train-0").owned_by(&job),
+        std::slice::from_ref(&job),
+        &view,
+        &expect,
+    );
+    for envs in [
+        json!({}),
+        json!({"AZUREML_NODE_COUNT": 0}),
+        json!({"AZUREML_NODE_COUNT": "x"}),
+    ] {
+        let job = aml(envs.clone());
+        let out = run(&pod("train-0").owned_by(&job), std::slice::from_ref(&job), &view);
+        assert_eq!(applied(&out).min_member, 1, "{envs}");
+        assert!(
+            matches!(out.warnings.as_slice(), [Warning::Workload { detail }] if detail.contains("AZUREML_NODE_COUNT")),
+            "{envs}: {:?}",
+            out.warnings
+        );
+    }
+
+    let spot = obj("egx.nvidia.io/v1", "SPOTRequest", "serve", "uid-serve", json!({}));
+    row(
+        "spotrequest",
+        &pod("serve-0").owned_by(&spot),
+        std::slice::from_ref(&spot),
+        &view,
+        &Expect {
+            name: "pg-serve-uid-serve",
+            owner: ("SPOTRequest", "serve"),
+            min: 1,
+            subs: &[],
+            pod_sub: None,
+            queue: "default-queue",
+            priority: "inference",
+        },
     );
 }

@@ -224,3 +224,12 @@ gpuSharingWebhook.url. */}}
 {{- printf "%s.%s.svc,%s,%s.%s,%s.%s.svc.cluster.local" $svc $ns $svc $svc $ns $svc $ns -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The per-kind defaults ConfigMap as "namespace/name", or "" when none is configured. */}}
+{{- define "kai.kindDefaults" -}}
+{{- if .Values.podgrouper.kindDefaults -}}
+{{ .Release.Namespace }}/{{ include "kai.podgrouper.name" . }}-kind-defaults
+{{- else if and .Values.podgrouper.kindDefaultsConfigMap.name .Values.podgrouper.kindDefaultsConfigMap.namespace -}}
+{{ .Values.podgrouper.kindDefaultsConfigMap.namespace }}/{{ .Values.podgrouper.kindDefaultsConfigMap.name }}
+{{- end -}}
+{{- end -}}
