@@ -3,7 +3,8 @@
 //!
 //! Owns: `cache` (watches and the conversion of API objects into the model), `apply` (decisions ->
 //! API writes), `coalesce` (one status write in flight per object), `loop_state` (when to run the next
-//! cycle, and the feedback a failed write sends back to it), `metrics`, and the binaries (`main.rs`,
+//! cycle, and the feedback a failed write sends back to it), `metrics`, `usage` (usage-based fair share's
+//! record: folded after each cycle, stored in a ConfigMap), and the binaries (`main.rs`,
 //! `kai-gpu-reservation`).
 //!
 //! Must not: make scheduling decisions; every decision is made by `scheduler_core::cycle::run`.
@@ -13,3 +14,4 @@ pub mod cache;
 pub mod coalesce;
 pub mod loop_state;
 pub mod metrics;
+pub mod usage;
