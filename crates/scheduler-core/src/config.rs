@@ -98,7 +98,7 @@ pub struct NodePlacementArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ProportionArgs {
-    /// Weight of historical usage in over-quota division (no effect without a usage source).
+    /// Weight of historical usage in over-quota division (acts only with `usageDBConfig`).
     #[serde(default = "one")]
     pub k_value: f64,
     /// How much more saturated than the queues it takes from a reclaimer may end (>= 1).

@@ -12,6 +12,9 @@ use kai_scheduler_core::model::{Millis, TaskStatus};
 use kai_scheduler_core::sim::{GangSpec, Sim};
 
 const MINUTE: Millis = 60_000;
+
+/// A usage history: how long `heavy` was busy, then how long nobody used anything.
+type History = Option<(Millis, Millis)>;
 const HOUR: Millis = 60 * MINUTE;
 
 fn config(yaml: &str) -> Config {
@@ -49,11 +52,11 @@ fn history(config: &Config, gpus: f64, busy: Millis, idle: Millis) -> (UsageReco
 
 /// Two queues of equal weight under one parent, no quota (everything is over quota), on 8 GPUs.
 /// `heavy` is the older queue, so without usage it is served first on ties.
-fn two_queues(config: Config, usage: Option<(Millis, Millis)>) -> Sim {
+fn two_queues(config: Config, usage: History) -> Sim {
     two_queues_with(config, 8.0, usage)
 }
 
-fn two_queues_with(config: Config, gpus: f64, usage: Option<(Millis, Millis)>) -> Sim {
+fn two_queues_with(config: Config, gpus: f64, usage: History) -> Sim {
     let mut s = Sim::new();
     if let Some((busy, idle)) = usage {
         let (record, at) = history(&config, gpus, busy, idle);
@@ -158,7 +161,7 @@ fn fair_share_of_contested_gpus_follows_recent_usage() {
 fn the_queue_that_used_more_is_ordered_after_the_one_that_used_less() {
     // One 8-GPU gang per queue, created at the same time: only one fits. Without usage the older
     // queue (heavy) goes first; with heavy's recent usage, light does; decayed, heavy again.
-    let cases: [(&str, Config, Option<(Millis, Millis)>, &str); 4] = [
+    let cases: [(&str, Config, History, &str); 4] = [
         ("off by default", Config::default(), None, "heavy-job"),
         ("on, no history", usage_on(1.0), None, "heavy-job"),
         (
@@ -189,7 +192,7 @@ fn the_queue_that_used_more_yields_gpus_to_the_one_that_used_less_through_reclai
     // Each queue runs 4 single-GPU gangs and wants one more. Without usage both are at their fair
     // share (4) and nothing moves; with heavy's recent usage its fair share drops to 3 and light's
     // rises to 5, so light reclaims one of heavy's GPUs.
-    let cases: [(&str, Config, Option<(Millis, Millis)>, usize); 3] = [
+    let cases: [(&str, Config, History, usize); 3] = [
         ("off by default", Config::default(), None, 0),
         ("heavy used more recently", usage_on(1.0), Some((HOUR, 0)), 1),
         ("decayed", usage_on(1.0), Some((HOUR, 400 * MINUTE)), 0),
