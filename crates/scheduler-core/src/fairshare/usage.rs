@@ -290,8 +290,18 @@ impl UsageRecord {
         };
         add(&mut bucket.capacity, &sample.capacity, factor);
         for (queue, amounts) in &sample.queues {
-            let into = bucket.queues.entry(queue.to_string()).or_insert([0.0; 3]);
-            add(into, amounts, factor);
+            // A queue that holds nothing adds nothing (absent is 0), which keeps the record small.
+            if amounts.iter().all(|v| clean(*v) == 0.0) {
+                continue;
+            }
+            match bucket.queues.get_mut(queue.as_ref()) {
+                Some(into) => add(into, amounts, factor),
+                None => {
+                    let mut into = [0.0; 3];
+                    add(&mut into, amounts, factor);
+                    bucket.queues.insert(queue.to_string(), into);
+                }
+            }
         }
     }
 
