@@ -11,6 +11,10 @@
 //!   stalegangeviction: {gracePeriod: 60s}
 //!   consolidation: {maxPreemptees: 16}
 //!   pipelining: {reservationTtl: 5m}
+//! # Usage-based fair share (off when absent), KAI's keys:
+//! usageDBConfig:
+//!   clientType: scheduler   # or KAI's `prometheus` / `fake`: usage is kept by the scheduler either way
+//!   usageParams: {halfLifePeriod: 1h, windowSize: 168h, windowType: sliding, fetchInterval: 1m}
 //! ```
 
 use std::time::Duration;
@@ -94,7 +98,7 @@ pub struct NodePlacementArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ProportionArgs {
-    /// Weight of historical usage in over-quota division (no effect without a usage source).
+    /// Weight of historical usage in over-quota division (acts only with `usageDBConfig`).
     #[serde(default = "one")]
     pub k_value: f64,
     /// How much more saturated than the queues it takes from a reclaimer may end (>= 1).
@@ -264,6 +268,233 @@ pub struct Config {
     /// Plugin settings.
     #[serde(default)]
     pub plugins: Plugins,
+    /// Usage-based (time-based) fair share, KAI's `usageDBConfig`; off when absent.
+    #[serde(default, rename = "usageDBConfig", skip_serializing_if = "Option::is_none")]
+    pub usage_db: Option<UsageDbConfig>,
+}
+
+/// KAI's `usageDBConfig`. KAI reads usage from Prometheus; this scheduler records it itself, so the
+/// connection settings are accepted and not used.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct UsageDbConfig {
+    /// `scheduler` (this scheduler's own record), or KAI's `prometheus` or `fake`, which mean the same
+    /// here.
+    #[serde(default)]
+    pub client_type: String,
+    /// KAI's Prometheus address (not used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_string: Option<String>,
+    /// KAI's variable holding the Prometheus address (not used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_string_env_var: Option<String>,
+    /// Window, decay and refresh.
+    #[serde(default)]
+    pub usage_params: UsageParamsConfig,
+}
+
+/// KAI's `usageDBConfig.usageParams`, as written (durations in Go's form, plus `d` and `w`).
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct UsageParamsConfig {
+    /// Half-life of the decay; absent or 0: no decay (KAI's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_life_period: Option<String>,
+    /// Window size (default one week, `168h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_size: Option<String>,
+    /// `sliding` (default) or `tumbling` (KAI's `cron` is not supported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_type: Option<String>,
+    /// Start of the first tumbling window (RFC 3339; default the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tumbling_window_start_time: Option<String>,
+    /// KAI's cron window definition (only with `windowType: cron`, which is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron_string: Option<String>,
+    /// How often the queues' usage is recomputed for fair share (default `1m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch_interval: Option<String>,
+    /// KAI's staleness period of fetched usage (accepted, not used: usage is never stale here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staleness_period: Option<String>,
+    /// KAI's wait for the first fetch (accepted, not used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_timeout: Option<String>,
+    /// KAI's client-specific parameters (Prometheus metric names; accepted, not used).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub extra_params: std::collections::BTreeMap<String, String>,
+}
+
+/// Usage-based fair share as configured and validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsageSettings {
+    /// Window and decay.
+    pub params: crate::fairshare::UsageParams,
+    /// How often the queues' usage is recomputed for fair share.
+    pub fetch_interval: Duration,
+}
+
+/// KAI's default window: one week.
+const DEFAULT_USAGE_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Key prefix of usage parameters in messages.
+const USAGE_PARAMS: &str = "usageDBConfig.usageParams";
+
+/// A duration in [`parse_duration`]'s form, or a whole number of days (`7d`) or weeks (`1w`).
+fn parse_long_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
+    let trimmed = text.trim();
+    let days = |n: &str, per: u64| {
+        n.parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(per * 24 * 3600))
+            .map(Duration::from_secs)
+    };
+    let long = if let Some(n) = trimmed.strip_suffix('w') {
+        days(n, 7)
+    } else if let Some(n) = trimmed.strip_suffix('d') {
+        days(n, 1)
+    } else {
+        None
+    };
+    match long {
+        Some(d) => Ok(d),
+        None => parse_duration(trimmed).map_err(|why| ConfigError::Invalid(format!("{key}: {why}"))),
+    }
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time (`2025-01-01T00:00:00Z`, fractions and offsets
+/// allowed).
+fn parse_rfc3339(text: &str) -> Result<crate::model::Millis, String> {
+    let bad = || format!("{text:?} is not an RFC 3339 time (e.g. 2025-01-01T00:00:00Z)");
+    let t = text.trim();
+    let b = t.as_bytes();
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return Err(bad());
+    }
+    let num = |r: std::ops::Range<usize>| -> Result<i64, String> {
+        let s = t.get(r).ok_or_else(bad)?;
+        if s.bytes().all(|c| c.is_ascii_digit()) {
+            s.parse::<i64>().map_err(|_| bad())
+        } else {
+            Err(bad())
+        }
+    };
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+        return Err(bad());
+    }
+    let mut rest = t.get(19..).ok_or_else(bad)?;
+    let mut millis = 0;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(bad());
+        }
+        let ms: String = frac[..digits].chars().chain("000".chars()).take(3).collect();
+        millis = ms.parse::<i64>().map_err(|_| bad())?;
+        rest = &frac[digits..];
+    }
+    let offset_min = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let ob = rest.as_bytes();
+            if ob.len() != 6 || !matches!(ob[0], b'+' | b'-') || ob[3] != b':' {
+                return Err(bad());
+            }
+            let h: i64 = rest[1..3].parse().map_err(|_| bad())?;
+            let m: i64 = rest[4..6].parse().map_err(|_| bad())?;
+            let sign = if ob[0] == b'-' { -1 } else { 1 };
+            sign * (h * 60 + m)
+        }
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_min * 60;
+    Ok(seconds * 1000 + millis)
+}
+
+impl UsageDbConfig {
+    /// The validated settings.
+    ///
+    /// # Errors
+    /// An unknown client type or window type, a cron window, a duration or time that does not parse,
+    /// a zero window or fetch interval.
+    pub fn settings(&self) -> Result<UsageSettings, ConfigError> {
+        match self.client_type.as_str() {
+            "scheduler" | "prometheus" | "fake" => {}
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "usageDBConfig.clientType must be scheduler (or KAI's prometheus or fake, which \
+                     mean the same here: the scheduler records usage itself), got {other:?}"
+                )));
+            }
+        }
+        let p = &self.usage_params;
+        let duration = |key: &str, value: &Option<String>| -> Result<Option<Duration>, ConfigError> {
+            value
+                .as_deref()
+                .map(|v| parse_long_duration(&format!("{USAGE_PARAMS}.{key}"), v))
+                .transpose()
+        };
+        let half_life = duration("halfLifePeriod", &p.half_life_period)?.filter(|d| !d.is_zero());
+        let window = duration("windowSize", &p.window_size)?.unwrap_or(DEFAULT_USAGE_WINDOW);
+        if window.is_zero() {
+            return Err(ConfigError::Invalid(format!(
+                "{USAGE_PARAMS}.windowSize must be above 0"
+            )));
+        }
+        let fetch_interval = duration("fetchInterval", &p.fetch_interval)?.unwrap_or(Duration::from_secs(60));
+        if fetch_interval.is_zero() {
+            return Err(ConfigError::Invalid(format!(
+                "{USAGE_PARAMS}.fetchInterval must be above 0"
+            )));
+        }
+        duration("stalenessPeriod", &p.staleness_period)?;
+        duration("waitTimeout", &p.wait_timeout)?;
+        let kind = match p.window_type.as_deref().unwrap_or("sliding") {
+            "sliding" => crate::fairshare::WindowKind::Sliding,
+            "tumbling" => crate::fairshare::WindowKind::Tumbling {
+                origin: match &p.tumbling_window_start_time {
+                    Some(t) => parse_rfc3339(t).map_err(|why| {
+                        ConfigError::Invalid(format!("{USAGE_PARAMS}.tumblingWindowStartTime: {why}"))
+                    })?,
+                    None => 0,
+                },
+            },
+            "cron" => {
+                return Err(ConfigError::Invalid(format!(
+                    "{USAGE_PARAMS}.windowType cron is not supported; use sliding or tumbling"
+                )));
+            }
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "{USAGE_PARAMS}.windowType must be sliding or tumbling, got {other:?}"
+                )));
+            }
+        };
+        Ok(UsageSettings {
+            params: crate::fairshare::UsageParams {
+                half_life,
+                window,
+                kind,
+            },
+            fetch_interval,
+        })
+    }
 }
 
 impl Default for Config {
@@ -271,6 +502,7 @@ impl Default for Config {
         Self {
             actions: default_actions(),
             plugins: Plugins::default(),
+            usage_db: None,
         }
     }
 }
@@ -343,7 +575,16 @@ impl Config {
                 p.reclaimer_saturation_multiplier
             )));
         }
+        self.usage()?;
         Ok(())
+    }
+
+    /// Usage-based fair share's settings, `None` when it is off (no `usageDBConfig`).
+    ///
+    /// # Errors
+    /// Invalid settings (see [`UsageDbConfig::settings`]); a loaded configuration has none.
+    pub fn usage(&self) -> Result<Option<UsageSettings>, ConfigError> {
+        self.usage_db.as_ref().map(UsageDbConfig::settings).transpose()
     }
 
     /// Whether an action is enabled.

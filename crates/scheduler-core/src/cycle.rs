@@ -22,6 +22,10 @@ pub struct CycleResult {
     /// Nothing changed since a cycle that decided nothing to place, evict or reserve, and no time-based
     /// rule fell due: the cycle was not run (its decisions are empty).
     pub skipped: bool,
+    /// With usage-based fair share on (`usageDBConfig`), what every queue holds at the end of the cycle
+    /// and the capacity shared, for the loop to fold into its usage record; `None` when off or
+    /// skipped (nothing changed since the last sample).
+    pub usage_sample: Option<crate::fairshare::UsageSample>,
 }
 
 /// A cycle that panicked and was contained by [`run_contained`].
@@ -90,6 +94,7 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
             open: Duration::ZERO,
             actions: Vec::new(),
             skipped: true,
+            usage_sample: None,
         };
     }
     let started = Instant::now();
@@ -102,6 +107,10 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
         timings.push((*action, t.elapsed()));
     }
     crate::framework::report::status::timeouts(&mut ssn);
+    let usage_sample = config
+        .usage_db
+        .is_some()
+        .then(|| ssn.fairness.usage_sample(ssn.cluster));
     let (decisions, stats) = ssn.close();
     let settled = !stats.placement_changed
         && decisions.binds.is_empty()
@@ -123,5 +132,6 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
         open,
         actions: timings,
         skipped: false,
+        usage_sample,
     }
 }

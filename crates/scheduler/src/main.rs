@@ -14,6 +14,7 @@ use kai_scheduler::cache::ingest::{Ingest, Partition};
 use kai_scheduler::cache::watch::{self, Offered};
 use kai_scheduler::loop_state;
 use kai_scheduler::metrics::CycleMetrics;
+use kai_scheduler::usage::{self, UsageKeeper};
 use kai_scheduler::webhook::{self, WebhookMetrics, keeper};
 use prometheus_client::registry::Registry;
 use runtime::client::RateLimit;
@@ -97,6 +98,13 @@ struct Args {
     /// Validity of the CAs the scheduler makes; each is replaced with a third left.
     #[arg(long, env = "KAI_WEBHOOK_CA_VALIDITY", default_value = "17520h", value_parser = parse_duration)]
     webhook_ca_validity: Duration,
+    /// ConfigMap keeping the queues' usage for usage-based fair share (only with `usageDBConfig` in the
+    /// configuration). [default: the lease name (`<scheduler-name>[-<node-pool>]`) + `-usage`]
+    #[arg(long, env = "KAI_USAGE_CONFIGMAP")]
+    usage_configmap: Option<String>,
+    /// Namespace of that ConfigMap (the scheduler's own).
+    #[arg(long, env = "KAI_USAGE_NAMESPACE", default_value = api::keys::SYSTEM_NAMESPACE)]
+    usage_namespace: String,
 }
 
 /// Who keeps the webhook's certificates (`--webhook-certificates`).
@@ -121,7 +129,8 @@ async fn main() -> anyhow::Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    info!(actions = ?config.actions, "configuration loaded");
+    let usage_settings = config.usage()?;
+    info!(actions = ?config.actions, usage = ?usage_settings, "configuration loaded");
     let shutdown = shutdown::on_signals()?;
     let user_agent = concat!("kai-scheduler/", env!("CARGO_PKG_VERSION"));
     let lease_client = runtime::client::build(user_agent, RateLimit::UNLIMITED)
@@ -258,6 +267,18 @@ async fn main() -> anyhow::Result<()> {
     if args.node_pool.is_some() {
         cluster.queue_reports = scheduler_core::model::QueueReports::UsedByPool;
     }
+    // Usage-based fair share: the record lives here; only the leader folds and stores it.
+    let mut usage = usage_settings.map(|settings| {
+        let name = args
+            .usage_configmap
+            .clone()
+            .unwrap_or_else(|| format!("{lease_name}-usage"));
+        info!(configmap = %name, namespace = %args.usage_namespace, "usage-based fair share on");
+        (
+            UsageKeeper::new(settings),
+            usage::Store::new(client.clone(), &args.usage_namespace, &name),
+        )
+    });
     let mut state = loop_state::LoopState::new(args.schedule_period, args.min_cycle_interval);
     let mut was_leader = false;
     let mut cycle_id: u64 = 0;
@@ -304,14 +325,19 @@ async fn main() -> anyhow::Result<()> {
                     warn!("lost leadership; dropping assumed placements");
                     cluster.clear_all_assumed();
                 }
+                let gained = leader && !was_leader;
                 was_leader = leader;
                 if !leader {
                     continue;
                 }
+                if gained && let Some((keeper, store)) = &mut usage {
+                    let loaded = store.load().await;
+                    keeper.restore(loaded, &mut cluster, k8s_openapi::jiff::Timestamp::now().as_millisecond());
+                }
                 cycle_id += 1;
                 let span = info_span!("cycle", id = cycle_id);
                 let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
-                let result = match span.in_scope(|| cycle::run_contained(&mut cluster, &config, now)) {
+                let mut result = match span.in_scope(|| cycle::run_contained(&mut cluster, &config, now)) {
                     Ok(result) => result,
                     Err(crash) => {
                         // Contained: the cycle's decisions were never sent and its changes are undone.
@@ -332,6 +358,17 @@ async fn main() -> anyhow::Result<()> {
                     tracing::error!("allocate stopped at its attempt budget; please report this with the scheduler's logs");
                 }
                 cycle_metrics.observe(&result, elapsed, &cluster);
+                if let Some((keeper, store)) = &mut usage
+                    && let Some(text) = keeper.after_cycle(&mut cluster, now, result.usage_sample.take())
+                {
+                    // Off the loop: a slow write must not delay cycles; the fence drops it if deposed.
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = store.save(text).await {
+                            warn!(error = %e, "usage record not stored; retried at the next interval");
+                        }
+                    });
+                }
                 async {
                     if !result.decisions.is_empty() {
                         info!(

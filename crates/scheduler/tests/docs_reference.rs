@@ -83,6 +83,19 @@ fn configuration_doc_names_every_action_plugin_and_argument() {
             absent.push(format!("placement strategy {strategy}"));
         }
     }
+    for (section, yaml) in [
+        ("usageDBConfig", "usageDBConfig: {noSuchKey: 1}"),
+        (
+            "usageDBConfig.usageParams",
+            "usageDBConfig: {clientType: scheduler, usageParams: {noSuchKey: 1}}",
+        ),
+    ] {
+        absent.extend(
+            missing(&text, accepted_names(yaml))
+                .into_iter()
+                .map(|k| format!("{section}.{k}")),
+        );
+    }
     let absent: BTreeSet<String> = absent.into_iter().collect();
     assert!(
         absent.is_empty(),

@@ -17,6 +17,10 @@
 //!    the statement; [`QueueTree::snapshot`] / [`QueueTree::restore`] checkpoint the accounting,
 //!    and a snapshot is the explicit baseline for reclaim validation.
 //!
+//! Usage-based (time-based) fair share: [`usage`] keeps each queue's historical usage; the session
+//! sets it on the tree ([`QueueTree::set_usage`]) before [`QueueTree::divide`], where `kValue` weighs
+//! it in the over-quota phase. Without it every usage is 0, which is fair share without history.
+//!
 //! Units are KAI's (see [`units`]); resources are generalised from KAI's three (CPU, memory, GPU)
 //! to every slot of the model vector that some queue configures.
 //!
@@ -38,6 +42,7 @@ pub mod order;
 pub mod reclaim;
 pub mod tree;
 pub mod units;
+pub mod usage;
 
 #[cfg(test)]
 mod tests;
@@ -52,6 +57,7 @@ pub use tree::{
     QueueUsage, TreeProblem,
 };
 pub use units::{ShareVec, SlotMask, UNLIMITED};
+pub use usage::{UsageError, UsageParams, UsageRecord, UsageSample, WindowKind};
 
 /// Errors of this module: plugin arguments that cannot be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

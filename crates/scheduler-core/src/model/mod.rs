@@ -14,6 +14,7 @@ pub mod queue;
 pub mod resources;
 pub mod task;
 pub mod time;
+pub mod usage;
 pub mod volumes;
 
 pub use cluster::{Cluster, Epochs, NodeUpdate, PlacementUndo, PodUpdate, QueueReports, Quiet};
@@ -25,3 +26,4 @@ pub use queue::Queue;
 pub use resources::Resources;
 pub use task::{ApiView, Assumed, GpuRequest, Task, TaskStatus};
 pub use time::Millis;
+pub use usage::{HistoricalUsage, UsageShares};

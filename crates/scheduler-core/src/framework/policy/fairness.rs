@@ -8,10 +8,14 @@ use std::cell::RefCell;
 use std::cmp::Ordering;
 
 use crate::config::ProportionArgs;
+use crate::fairshare::ShareVec;
+use crate::fairshare::units::to_share;
+use crate::fairshare::usage::UsageSample;
 use crate::fairshare::{
     self, Accounting, CapacityViolation, FairShareConfig, OrderKey, Preemptibility, QueueCandidate,
     QueueReport, QueueSpec, QueueTree, ReclaimRejection, ReclaimScratch, Reclaimer, VictimChunk,
 };
+use crate::model::resources::{CPU, GPU, MEMORY};
 use crate::model::{Cluster, QueueId, Resources};
 
 use crate::framework::gang::Gang;
@@ -56,6 +60,16 @@ impl Fairness {
         for (i, q) in cluster.queues.iter() {
             ids[i as usize] = tree.id(&q.name);
         }
+        // Usage-based fair share: empty (every usage 0, today's division) unless it is on.
+        for (name, u) in cluster.historical_usage.iter() {
+            if let Some(id) = tree.id(name) {
+                let usage = ShareVec::ZERO
+                    .with(GPU, u.gpu)
+                    .with(CPU, u.cpu)
+                    .with(MEMORY, u.memory);
+                tree.set_usage(id, usage);
+            }
+        }
         for gang in gangs {
             let Some(q) = gang.queue.and_then(|q| ids[q.index()]) else {
                 continue;
@@ -99,6 +113,31 @@ impl Fairness {
             versions: vec![0; ids.len()],
             ids,
             scratch: RefCell::new(ReclaimScratch::default()),
+        }
+    }
+
+    /// What every queue holds now and the capacity fair share divided, for the usage record
+    /// (GPU in devices, CPU in millicores, memory in bytes; parents include their children).
+    #[must_use]
+    pub fn usage_sample(&self, cluster: &Cluster) -> UsageSample {
+        let total = self.tree.total();
+        let amounts = |r: &Resources| {
+            [
+                to_share(GPU, r.0[GPU]),
+                to_share(CPU, r.0[CPU]),
+                to_share(MEMORY, r.0[MEMORY]),
+            ]
+        };
+        UsageSample {
+            capacity: [total.0[GPU], total.0[CPU], total.0[MEMORY]],
+            queues: cluster
+                .queues
+                .iter()
+                .filter_map(|(i, q)| {
+                    let id = self.ids.get(i as usize).copied().flatten()?;
+                    Some((q.name.clone(), amounts(&self.tree.usage_of(id).allocated)))
+                })
+                .collect(),
         }
     }
 

@@ -131,6 +131,9 @@ pub struct Cluster {
     /// pool writes only those its pool's gangs use, so schedulers of different pools do not overwrite each
     /// other's view of a queue.
     pub queue_reports: QueueReports,
+    /// Queues' normalised historical usage for usage-based fair share (empty when it is off). Set
+    /// with [`Cluster::set_historical_usage`], which makes a cycle due when it changes.
+    pub historical_usage: super::HistoricalUsage,
     /// Gangs that did not fit, remembered across cycles so an unchanged cluster costs nothing to
     /// schedule again (by root PodGroup). Written and read by allocate; forgotten here when a gang goes
     /// or every assumption is dropped.
@@ -201,6 +204,14 @@ impl Cluster {
     #[must_use]
     pub fn group_id(&self, key: &GroupKey) -> Option<GroupId> {
         self.group_index.get(key).copied()
+    }
+
+    /// Replaces the queues' historical usage; a change is a change a cycle reads (fair shares move).
+    pub fn set_historical_usage(&mut self, usage: super::HistoricalUsage) {
+        if usage != self.historical_usage {
+            self.historical_usage = usage;
+            self.epochs.changed();
+        }
     }
 
     /// A queue id by name.
