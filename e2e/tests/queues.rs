@@ -359,3 +359,92 @@ async fn a_podgroup_naming_a_missing_queue_waits_and_says_so() -> anyhow::Result
     assert_eq!(bound(&pods(&t, "job-name=lost").await?), 0);
     t.finish().await
 }
+
+/// Usage-based fair share (KAI's `usageDBConfig`, issue 19): the scheduler keeps the queues' usage in a
+/// ConfigMap (server-side apply, under the permissions the chart grants when `usageDBConfig` is set:
+/// `create`, and `get`/`patch` of that one name), with the queue that held a GPU in it; a new leader
+/// reads it back.
+#[tokio::test]
+async fn usage_record_is_stored_in_a_configmap_and_read_back_by_the_next_leader() -> anyhow::Result<()> {
+    e2e::workloads::build().await?;
+    let t = TestEnv::start("queues-usage").await?;
+    let dir = std::env::temp_dir().join(format!("kai-e2e-queues-usage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("scheduler.yaml");
+    std::fs::write(
+        &config,
+        "usageDBConfig:\n  clientType: scheduler\n  usageParams:\n    halfLifePeriod: 10m\n    windowSize: 1h\n",
+    )?;
+    let rbac = [
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "usage"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["usage"],
+                 "verbs": ["get", "patch"]},
+            ],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "usage"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "usage"},
+            "subjects": [{"kind": "ServiceAccount", "name": "kai-scheduler", "namespace": keys::SYSTEM_NAMESPACE}],
+        }),
+    ];
+    apply(&t, &rbac).await?;
+    let config = config.to_string_lossy().into_owned();
+    let args = [
+        "--config",
+        config.as_str(),
+        "--usage-namespace",
+        t.namespace(),
+        "--usage-configmap",
+        "usage",
+    ];
+    e2e::workloads::start_scheduler(&t, "scheduler", &args)?;
+    let team = queue_name(&t, "usage");
+    let _cleanup = QueuesCleanup::new(&t, &[&team])?;
+    apply(&t, &[queue(&team, None, (-1, -1, 1))]).await?;
+    t.create_nodes(pool_nodes(&t, "u").count(1).gpus(2)).await?;
+    apply(
+        &t,
+        &[
+            group_in(&t, "held", &team, 1, None),
+            job_in(&t, "held", &team, 1, 1),
+        ],
+    )
+    .await?;
+    t.wait_for_pods("the bound pod", "job-name=held", TIMEOUT, |p| {
+        p.len() == 1 && bound(p) == 1
+    })
+    .await?;
+    // The record is written once a minute; the queue is in it once it held its GPU over a fold.
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = t.api();
+    let text = t
+        .wait_until(
+            "the usage record naming the queue",
+            Duration::from_secs(150),
+            async || {
+                let text = configmaps
+                    .get_opt("usage")
+                    .await?
+                    .and_then(|cm| cm.data)
+                    .and_then(|d| d.get("usage.yaml").cloned());
+                Ok(text.filter(|text| text.contains(team.as_str())))
+            },
+        )
+        .await?;
+    scheduler_core::fairshare::UsageRecord::decode(&text).context("the stored record reads back")?;
+
+    t.stop_component("scheduler", Duration::from_secs(10))?;
+    e2e::workloads::start_scheduler(&t, "scheduler-2", &args)?;
+    t.wait_until("the new scheduler to read the record", TIMEOUT, async || {
+        let log = t
+            .component_log("scheduler-2")
+            .map(std::fs::read_to_string)
+            .transpose()?
+            .unwrap_or_default();
+        Ok(log.contains("usage record restored").then_some(()))
+    })
+    .await?;
+    t.finish().await
+}
