@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use crate::actions;
 use crate::config::{ActionKind, Config};
 use crate::framework::decisions::Decisions;
+use crate::framework::report::queues::QueueFigures;
 use crate::framework::{Session, SessionStats};
 use crate::model::{Cluster, GroupKey, Millis, Quiet};
 
@@ -22,6 +23,9 @@ pub struct CycleResult {
     /// Nothing changed since a cycle that decided nothing to place, evict or reserve, and no time-based
     /// rule fell due: the cycle was not run (its decisions are empty).
     pub skipped: bool,
+    /// Each queue's allocated, deserved, fair share and limit after the cycle (for metrics; empty when
+    /// the cycle was skipped, as nothing changed).
+    pub queues: Vec<QueueFigures>,
 }
 
 /// A cycle that panicked and was contained by [`run_contained`].
@@ -90,6 +94,7 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
             open: Duration::ZERO,
             actions: Vec::new(),
             skipped: true,
+            queues: Vec::new(),
         };
     }
     let started = Instant::now();
@@ -102,6 +107,7 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
         timings.push((*action, t.elapsed()));
     }
     crate::framework::report::status::timeouts(&mut ssn);
+    let queues = crate::framework::report::queues::figures(&ssn);
     let (decisions, stats) = ssn.close();
     let settled = !stats.placement_changed
         && decisions.binds.is_empty()
@@ -123,5 +129,6 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
         open,
         actions: timings,
         skipped: false,
+        queues,
     }
 }
