@@ -12,8 +12,7 @@ use kai_scheduler::apply::{Applier, ApplierOptions, ApplyMetrics};
 use kai_scheduler::cache::ingest::{Ingest, Partition};
 use kai_scheduler::cache::watch::{self, Offered};
 use kai_scheduler::loop_state;
-use kai_scheduler::metrics::CycleMetrics;
-use prometheus_client::registry::Registry;
+use kai_scheduler::metrics::{self, CycleMetrics};
 use runtime::client::RateLimit;
 use runtime::{admin, args::CommonArgs, crd, discovery, lease, liveness::Liveness, shutdown, telemetry};
 use scheduler_core::config::Config;
@@ -103,11 +102,9 @@ async fn main() -> anyhow::Result<()> {
     .await
     .context("connecting to the cluster")?;
 
-    let mut registry = Registry::with_prefix("kai_scheduler");
     let cycle_metrics = CycleMetrics::default();
-    cycle_metrics.register(&mut registry);
     let apply_metrics = ApplyMetrics::default();
-    apply_metrics.register(&mut registry);
+    let registry = metrics::registry(&cycle_metrics, &apply_metrics);
     let readiness = admin::Readiness::new();
     let crds_ready = readiness.gate("crds");
     let caches_ready = readiness.gate("caches");
