@@ -200,7 +200,7 @@ impl CycleMetrics {
         let by_reason = &result.stats.gangs_waiting_by_reason;
         for (reason, n) in by_reason {
             self.gangs_waiting_by_reason
-                .get_or_create(&ReasonLabel { reason: *reason })
+                .get_or_create(&ReasonLabel { reason })
                 .set(i64::try_from(*n).unwrap_or(i64::MAX));
         }
         // A panic while the set was held leaves it as it was: still a set of exported reasons.
@@ -209,8 +209,7 @@ impl CycleMetrics {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         for gone in exported.iter().filter(|r| !by_reason.contains_key(*r)) {
-            self.gangs_waiting_by_reason
-                .remove(&ReasonLabel { reason: *gone });
+            self.gangs_waiting_by_reason.remove(&ReasonLabel { reason: gone });
         }
         *exported = by_reason.keys().copied().collect();
     }
