@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use crate::actions;
 use crate::config::{ActionKind, Config};
 use crate::framework::decisions::Decisions;
+use crate::framework::report::queues::QueueFigures;
 use crate::framework::{Session, SessionStats};
 use crate::model::{Cluster, GroupKey, Millis, Quiet};
 
@@ -26,6 +27,9 @@ pub struct CycleResult {
     /// and the capacity shared, for the loop to fold into its usage record; `None` when off or
     /// skipped (nothing changed since the last sample).
     pub usage_sample: Option<crate::fairshare::UsageSample>,
+    /// Each queue's allocated, deserved, fair share and limit after the cycle (for metrics; empty when
+    /// the cycle was skipped, as nothing changed).
+    pub queues: Vec<QueueFigures>,
 }
 
 /// A cycle that panicked and was contained by [`run_contained`].
@@ -95,6 +99,7 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
             actions: Vec::new(),
             skipped: true,
             usage_sample: None,
+            queues: Vec::new(),
         };
     }
     let started = Instant::now();
@@ -111,6 +116,7 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
         .usage_db
         .is_some()
         .then(|| ssn.fairness.usage_sample(ssn.cluster));
+    let queues = crate::framework::report::queues::figures(&ssn);
     let (decisions, stats) = ssn.close();
     let settled = !stats.placement_changed
         && decisions.binds.is_empty()
@@ -133,5 +139,6 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
         actions: timings,
         skipped: false,
         usage_sample,
+        queues,
     }
 }

@@ -13,10 +13,9 @@ use kai_scheduler::apply::{Applier, ApplierOptions, ApplyMetrics};
 use kai_scheduler::cache::ingest::{Ingest, Partition};
 use kai_scheduler::cache::watch::{self, Offered};
 use kai_scheduler::loop_state;
-use kai_scheduler::metrics::CycleMetrics;
+use kai_scheduler::metrics::{self, CycleMetrics};
 use kai_scheduler::usage::{self, UsageKeeper};
 use kai_scheduler::webhook::{self, WebhookMetrics, keeper};
-use prometheus_client::registry::Registry;
 use runtime::client::RateLimit;
 use runtime::{admin, args::CommonArgs, crd, discovery, lease, liveness::Liveness, shutdown, telemetry};
 use scheduler_core::config::Config;
@@ -159,13 +158,11 @@ async fn main() -> anyhow::Result<()> {
     .await
     .context("connecting to the cluster")?;
 
-    let mut registry = Registry::with_prefix("kai_scheduler");
     let cycle_metrics = CycleMetrics::default();
-    cycle_metrics.register(&mut registry);
     let apply_metrics = ApplyMetrics::default();
-    apply_metrics.register(&mut registry);
+    let mut registry = metrics::registry(&cycle_metrics, &apply_metrics);
     let webhook_metrics = WebhookMetrics::default();
-    webhook_metrics.register(&mut registry);
+    webhook_metrics.register(registry.sub_registry_with_prefix("scheduler"));
     let readiness = admin::Readiness::new();
     let crds_ready = readiness.gate("crds");
     let caches_ready = readiness.gate("caches");

@@ -7,6 +7,7 @@
 //! What survives the cycle is the model's assumed placements; [`Session::close`] turns the difference from
 //! the start of the cycle into [`Decisions`]. Nothing here does I/O or reads a clock.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::decisions::{Bind, Decisions, Evict, EvictionCause};
@@ -109,6 +110,8 @@ pub struct SessionStats {
     pub placements: u64,
     /// Gangs left waiting with a reason at the end of the cycle.
     pub gangs_waiting: u64,
+    /// The same gangs by the reason of their PodGroup's `Unschedulable` condition (their first reason).
+    pub gangs_waiting_by_reason: BTreeMap<&'static str, u64>,
     /// Allocate stopped at its attempt budget (a defect if it ever happens; logged).
     pub attempt_budget_exhausted: bool,
     /// Some pod's placement differs from the start of the cycle (bound, evicted, reserved elsewhere or
@@ -429,7 +432,12 @@ impl<'c> Session<'c> {
                 _ => {}
             }
         }
-        self.stats.gangs_waiting = self.outcomes.values().filter(|o| !o.why.is_empty()).count() as u64;
+        let mut by_reason = BTreeMap::new();
+        for why in self.outcomes.values().filter_map(|o| o.why.first()) {
+            *by_reason.entry(why.reason()).or_insert(0) += 1;
+        }
+        self.stats.gangs_waiting = by_reason.values().sum();
+        self.stats.gangs_waiting_by_reason = by_reason;
         status::report(&mut self, &mut decisions);
         reservations::reconcile(&mut self, &mut decisions);
         for (_, t) in self.cluster.tasks.iter() {

@@ -97,6 +97,21 @@ impl ApplyMetrics {
     }
 }
 
+#[cfg(test)]
+impl ApplyMetrics {
+    /// One child in every family, so that the text encoder shows each (it leaves out empty families).
+    pub(crate) fn touch_every_family(&self) {
+        let ok = ResultLabel { result: "ok" };
+        let _ = self.binds.get_or_create(&ok);
+        let _ = self.status_writes.get_or_create(&ok);
+        let _ = self.claim_bindings.get_or_create(&ok);
+        let _ = self.evictions.get_or_create(&EvictLabel {
+            action: "reclaim",
+            result: "ok",
+        });
+    }
+}
+
 /// How long a status, annotation, pod condition or event may wait for binds to drain. Binds go first
 /// because the API server's write path is the bottleneck and a bound pod is what users wait for; the
 /// cap keeps a continuous stream of binds from starving the explanations.

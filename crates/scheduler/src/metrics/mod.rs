@@ -1,5 +1,8 @@
-//! Scheduler metrics: cycle and action durations, decisions, gangs waiting, model size.
+//! Scheduler metrics: cycle and action durations, decisions, gangs waiting (by reason), model size,
+//! and the queues' fair-share figures under KAI's names (`queues`).
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -11,6 +14,29 @@ use prometheus_client::registry::Registry;
 
 use scheduler_core::cycle::CycleResult;
 use scheduler_core::model::Cluster;
+
+use crate::apply::ApplyMetrics;
+
+pub mod queues;
+
+pub use queues::QueueMetrics;
+
+/// The scheduler's registry: KAI's queue metrics under `kai_` (KAI's default metrics namespace, so its
+/// dashboards find them), everything else under `kai_scheduler_`.
+#[must_use]
+pub fn registry(cycle: &CycleMetrics, apply: &ApplyMetrics) -> Registry {
+    let mut kai = Registry::with_prefix("kai");
+    cycle.queues.register_kai(&mut kai);
+    let scheduler = kai.sub_registry_with_prefix("scheduler");
+    cycle.register(scheduler);
+    apply.register(scheduler);
+    kai
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActionLabel {
@@ -29,10 +55,14 @@ pub struct CycleMetrics {
     binds_decided: Counter,
     evictions_decided: Family<ActionLabel, Counter>,
     gangs_waiting: Gauge,
+    gangs_waiting_by_reason: Family<ReasonLabel, Gauge>,
+    /// The reasons that have a series now.
+    waiting_reasons: Arc<Mutex<BTreeSet<&'static str>>>,
     gangs_skipped_unchanged: Counter,
     nodes: Gauge,
     pods: Gauge,
     podgroups: Gauge,
+    queues: QueueMetrics,
 }
 
 impl Default for CycleMetrics {
@@ -47,10 +77,13 @@ impl Default for CycleMetrics {
             binds_decided: Counter::default(),
             evictions_decided: Family::default(),
             gangs_waiting: Gauge::default(),
+            gangs_waiting_by_reason: Family::default(),
+            waiting_reasons: Arc::default(),
             gangs_skipped_unchanged: Counter::default(),
             nodes: Gauge::default(),
             pods: Gauge::default(),
             podgroups: Gauge::default(),
+            queues: QueueMetrics::default(),
         }
     }
 }
@@ -60,7 +93,8 @@ fn secs(d: Duration) -> f64 {
 }
 
 impl CycleMetrics {
-    /// Registers every metric.
+    /// Registers every metric but KAI's queue metrics; `r` is the registry prefixed `kai_scheduler`
+    /// (see [`registry`]).
     pub fn register(&self, r: &mut Registry) {
         r.register(
             "cycle_duration_seconds",
@@ -104,6 +138,11 @@ impl CycleMetrics {
             self.gangs_waiting.clone(),
         );
         r.register(
+            "gangs_waiting_by_reason",
+            "Gangs with pods waiting, by the reason of their PodGroup's Unschedulable condition",
+            self.gangs_waiting_by_reason.clone(),
+        );
+        r.register(
             "gangs_skipped_unchanged",
             "Gang attempts skipped because nothing changed since they last failed",
             self.gangs_skipped_unchanged.clone(),
@@ -111,6 +150,7 @@ impl CycleMetrics {
         r.register("nodes", "Nodes in the model", self.nodes.clone());
         r.register("pods", "Pods in the model", self.pods.clone());
         r.register("podgroups", "PodGroups in the model", self.podgroups.clone());
+        self.queues.register_own(r);
     }
 
     /// Records a cycle that panicked and was contained.
@@ -144,6 +184,8 @@ impl CycleMetrics {
         }
         self.gangs_waiting
             .set(i64::try_from(result.stats.gangs_waiting).unwrap_or(i64::MAX));
+        self.waiting_by_reason(result);
+        self.queues.update(&result.queues);
         self.gangs_skipped_unchanged
             .inc_by(result.stats.gangs_skipped_unchanged);
         self.nodes
@@ -153,4 +195,25 @@ impl CycleMetrics {
         self.podgroups
             .set(i64::try_from(cluster.groups.len()).unwrap_or(i64::MAX));
     }
+
+    fn waiting_by_reason(&self, result: &CycleResult) {
+        let by_reason = &result.stats.gangs_waiting_by_reason;
+        for (reason, n) in by_reason {
+            self.gangs_waiting_by_reason
+                .get_or_create(&ReasonLabel { reason })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        // A panic while the set was held leaves it as it was: still a set of exported reasons.
+        let mut exported = self
+            .waiting_reasons
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for gone in exported.iter().filter(|r| !by_reason.contains_key(*r)) {
+            self.gangs_waiting_by_reason.remove(&ReasonLabel { reason: gone });
+        }
+        *exported = by_reason.keys().copied().collect();
+    }
 }
+
+#[cfg(test)]
+mod tests;
