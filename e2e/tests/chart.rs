@@ -785,3 +785,35 @@ fn kind_defaults_render_a_configmap_the_podgrouper_may_read() {
     );
     assert!(plain.find("Role", "kai-podgrouper-kind-defaults").is_none());
 }
+
+/// `grafanaDashboard.enabled` renders the dashboard for Grafana's sidecar: a ConfigMap with its label
+/// holding the dashboard file as valid JSON; off by default.
+#[test]
+fn grafana_dashboard_renders_for_the_sidecar_only_when_enabled() {
+    let rendered = render(&[("grafanaDashboard.enabled", "true")]);
+    let cm = rendered
+        .of_kind("ConfigMap")
+        .find(|c| {
+            c["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("grafana-dashboard"))
+        })
+        .expect("the dashboard ConfigMap");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let dashboard: Value = serde_json::from_str(
+        cm["data"]["kai-scheduler.json"]
+            .as_str()
+            .expect("the dashboard file"),
+    )
+    .expect("the dashboard is JSON");
+    assert!(
+        dashboard["panels"].as_array().is_some_and(|p| !p.is_empty()),
+        "{dashboard}"
+    );
+    assert!(
+        render(&[]).of_kind("ConfigMap").all(|c| !c["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("grafana-dashboard"))),
+        "off by default"
+    );
+}
