@@ -78,30 +78,18 @@ impl Applier {
 
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
     use std::sync::atomic::AtomicBool;
-    use std::sync::{Arc, Mutex};
 
-    use http::{Method, Request, Response, StatusCode};
-    use kube::client::Body;
-    use runtime::discovery::EvictionVersion;
-    use runtime::lease::{Elector, LeaderElection};
+    use http::{Method, StatusCode};
     use scheduler_core::config::GpuSharingArgs;
     use scheduler_core::framework::decisions::Bind;
     use scheduler_core::model::GpuRequest;
     use serde_json::{Value, json};
     use tokio::sync::mpsc;
 
-    use super::super::{Applier, ApplierOptions, ApplyMetrics};
+    use super::super::Applier;
+    use super::super::test_api::{self, Log};
     use crate::loop_state::Feedback;
-
-    /// One request as the fake API server saw it.
-    #[derive(Debug, Clone)]
-    struct Seen {
-        method: Method,
-        path: String,
-        body: Value,
-    }
 
     /// A sharing pod the webhook prepared, as the API server returns it after the binder's label patch.
     fn prepared_pod() -> Value {
@@ -118,57 +106,20 @@ mod tests {
 
     /// An applier whose API server answers every request with `prepared_pod` (or the body it was sent),
     /// with reservation pods on or off; returns its request log and feedback.
-    fn applier(
-        reservation_pods: bool,
-    ) -> (Applier, Arc<Mutex<Vec<Seen>>>, mpsc::UnboundedReceiver<Feedback>) {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let seen_log = Arc::clone(&log);
-        let service = tower::service_fn(move |request: Request<Body>| {
-            let log = Arc::clone(&seen_log);
-            async move {
-                let (parts, body) = request.into_parts();
-                let bytes = body.collect_bytes().await.expect("request body");
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let answer = if parts.uri.path().contains("/pods/") && parts.method == Method::PATCH {
-                    prepared_pod()
-                } else {
-                    body.clone()
-                };
-                log.lock().expect("log").push(Seen {
-                    method: parts.method,
-                    path: parts.uri.path().to_owned(),
-                    body,
-                });
-                let response = Response::builder()
-                    .status(StatusCode::OK)
-                    .header("content-type", "application/json")
-                    .body(Body::from(answer.to_string().into_bytes()))
-                    .expect("response");
-                Ok::<_, Infallible>(response)
-            }
-        });
-        let client = kube::Client::new(service, "default");
-        let (_elector, leadership) = Elector::new(client.clone(), LeaderElection::Disabled);
-        let (feedback, received) = mpsc::unbounded_channel();
-        let options = ApplierOptions {
-            identity: "test".to_owned(),
-            bind_concurrency: 1,
-            write_concurrency: 1,
-            gpu_sharing: GpuSharingArgs {
-                enabled: true,
-                reservation_pods,
-                ..GpuSharingArgs::default()
-            },
+    fn applier(reservation_pods: bool) -> (Applier, Log, mpsc::UnboundedReceiver<Feedback>) {
+        let sharing = GpuSharingArgs {
+            enabled: true,
+            reservation_pods,
+            ..GpuSharingArgs::default()
         };
-        let applier = Applier::new(
-            client,
-            EvictionVersion::V1,
-            leadership.guard(),
-            feedback,
-            options,
-            ApplyMetrics::default(),
-        );
-        (applier, log, received)
+        test_api::applier(1, sharing, |seen| {
+            let answer = if seen.path.contains("/pods/") && seen.method == Method::PATCH {
+                prepared_pod()
+            } else {
+                seen.body.clone()
+            };
+            (StatusCode::OK, answer)
+        })
     }
 
     fn bind(device: Option<&str>) -> Bind {

@@ -22,6 +22,8 @@ mod gpu_env;
 mod queue;
 mod reservation;
 mod status;
+#[cfg(test)]
+mod test_api;
 mod volumes;
 
 use std::collections::HashMap;

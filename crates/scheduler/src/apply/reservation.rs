@@ -157,80 +157,30 @@ fn reservation_pod(node: &str, group: &str, image: &str) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
     use std::time::Duration;
 
-    use http::{Method, Request, Response, StatusCode};
+    use http::{Method, StatusCode};
     use k8s_openapi::api::core::v1::Pod;
-    use kube::client::Body;
-    use runtime::discovery::EvictionVersion;
-    use runtime::lease::{Elector, LeaderElection};
     use scheduler_core::config::GpuSharingArgs;
     use serde_json::{Value, json};
-    use tokio::sync::mpsc;
 
-    use super::super::{Applier, ApplierOptions, ApplyMetrics};
+    use super::super::Applier;
+    use super::super::test_api::{self, Log, Seen};
     use super::{reservation_pod, reservation_pod_name};
-
-    /// One request as the fake API server saw it.
-    #[derive(Debug, Clone)]
-    struct Seen {
-        method: Method,
-        path: String,
-        body: Value,
-    }
 
     /// An applier built as `main.rs` builds it, whose client is answered by `respond` instead of an API
     /// server; also returns the log of requests.
     fn applier(
         reservation_timeout: Duration,
         respond: impl Fn(&Seen) -> (StatusCode, Value) + Send + Sync + 'static,
-    ) -> (Applier, Arc<Mutex<Vec<Seen>>>) {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let respond = Arc::new(respond);
-        let seen_log = Arc::clone(&log);
-        let service = tower::service_fn(move |request: Request<Body>| {
-            let (respond, log) = (Arc::clone(&respond), Arc::clone(&seen_log));
-            async move {
-                let (parts, body) = request.into_parts();
-                let bytes = body.collect_bytes().await.expect("request body");
-                let seen = Seen {
-                    method: parts.method,
-                    path: parts.uri.path().to_owned(),
-                    body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-                };
-                let (code, answer) = respond(&seen);
-                log.lock().expect("log").push(seen);
-                let response = Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(Body::from(answer.to_string().into_bytes()))
-                    .expect("response");
-                Ok::<_, Infallible>(response)
-            }
-        });
-        let client = kube::Client::new(service, "default");
-        let (_elector, leadership) = Elector::new(client.clone(), LeaderElection::Disabled);
-        let (feedback, _) = mpsc::unbounded_channel();
-        let options = ApplierOptions {
-            identity: "test".to_owned(),
-            bind_concurrency: 1,
-            write_concurrency: 1,
-            gpu_sharing: GpuSharingArgs {
-                enabled: true,
-                reservation_timeout,
-                ..GpuSharingArgs::default()
-            },
+    ) -> (Applier, Log) {
+        let sharing = GpuSharingArgs {
+            enabled: true,
+            reservation_timeout,
+            ..GpuSharingArgs::default()
         };
-        let applier = Applier::new(
-            client,
-            EvictionVersion::V1,
-            leadership.guard(),
-            feedback,
-            options,
-            ApplyMetrics::default(),
-        );
+        let (applier, log, _feedback) = test_api::applier(1, sharing, respond);
         (applier, log)
     }
 

@@ -610,17 +610,13 @@ mod tests {
     /// The binder against a fake API server holding PersistentVolumes and claims, in paused time.
     mod against_a_fake_api {
         use std::collections::HashMap;
-        use std::convert::Infallible;
         use std::sync::Mutex;
 
-        use http::{Method, Request, Response, StatusCode};
-        use kube::client::Body;
-        use runtime::discovery::EvictionVersion;
-        use runtime::lease::{Elector, LeaderElection};
+        use http::{Method, StatusCode};
         use scheduler_core::config::GpuSharingArgs;
         use tokio::sync::mpsc;
 
-        use super::super::super::{ApplierOptions, ApplyMetrics};
+        use super::super::super::test_api;
         use super::*;
 
         /// Objects by path; GET, merge PATCH (refused with 409 when the resourceVersion it carries is
@@ -726,41 +722,16 @@ mod tests {
                 react,
             });
             let server = Arc::clone(&fake);
-            let service = tower::service_fn(move |request: Request<Body>| {
-                let server = Arc::clone(&server);
-                async move {
-                    let (parts, body) = request.into_parts();
-                    let bytes = body.collect_bytes().await.expect("request body");
-                    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                    let path = parts.uri.path().to_owned();
-                    let (code, answer) = server.answer(&parts.method, &path, &body);
-                    server.log.lock().expect("log").push((parts.method, path, body));
-                    let response = Response::builder()
-                        .status(code)
-                        .header("content-type", "application/json")
-                        .body(Body::from(answer.to_string().into_bytes()))
-                        .expect("response");
-                    Ok::<_, Infallible>(response)
-                }
+            let (applier, _log, feedback) = test_api::applier(4, GpuSharingArgs::default(), move |seen| {
+                let answer = server.answer(&seen.method, &seen.path, &seen.body);
+                server.log.lock().expect("log").push((
+                    seen.method.clone(),
+                    seen.path.clone(),
+                    seen.body.clone(),
+                ));
+                answer
             });
-            let client = kube::Client::new(service, "default");
-            let (_elector, leadership) = Elector::new(client.clone(), LeaderElection::Disabled);
-            let (feedback, feedback_rx) = mpsc::unbounded_channel();
-            let options = ApplierOptions {
-                identity: "test".to_owned(),
-                bind_concurrency: 4,
-                write_concurrency: 4,
-                gpu_sharing: GpuSharingArgs::default(),
-            };
-            let applier = Applier::new(
-                client,
-                EvictionVersion::V1,
-                leadership.guard(),
-                feedback,
-                options,
-                ApplyMetrics::default(),
-            );
-            (Arc::new(applier), fake, feedback_rx)
+            (Arc::new(applier), fake, feedback)
         }
 
         fn choice(claim: &str, choice: ClaimChoice) -> ClaimBinding {
