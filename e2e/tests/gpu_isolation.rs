@@ -292,13 +292,7 @@ async fn half_gpu_pods_share_one_device_and_see_only_it() -> anyhow::Result<()> 
         anyhow::Ok(())
     }
     .await;
-    if outcome.is_err() {
-        remove_reservations(&t, &nodes).await?;
-        println!("{}", t.report().await);
-    }
-    webhook.remove(t.client()).await?;
-    outcome?;
-    t.finish().await
+    finish(t, webhook, &nodes, outcome).await
 }
 
 /// A `gpu-memory` pod's portion is its memory over the node's `nvidia.com/gpu.memory`; a pod of half a GPU
@@ -402,13 +396,7 @@ async fn memory_shares_two_device_shares_and_named_containers_see_the_right_devi
         anyhow::Ok(())
     }
     .await;
-    if outcome.is_err() {
-        remove_reservations(&t, &nodes).await?;
-        println!("{}", t.report().await);
-    }
-    webhook.remove(t.client()).await?;
-    outcome?;
-    t.finish().await
+    finish(t, webhook, &nodes, outcome).await
 }
 
 /// The webhook is registered but nothing answers (the scheduler does not serve it): pods are still
@@ -485,7 +473,19 @@ async fn with_the_webhook_down_sharing_pods_wait_with_a_message_and_other_pods_a
         anyhow::Ok(())
     }
     .await;
+    finish(t, webhook, &[], outcome).await
+}
+
+/// Ends a test whose body gave `outcome`: on failure, the reservation pods of `nodes` removed and the
+/// report printed; the webhook configuration removed in every case, then the namespace.
+async fn finish(
+    t: TestEnv,
+    webhook: LocalWebhook,
+    nodes: &[String],
+    outcome: anyhow::Result<()>,
+) -> anyhow::Result<()> {
     if outcome.is_err() {
+        remove_reservations(&t, nodes).await?;
         println!("{}", t.report().await);
     }
     webhook.remove(t.client()).await?;
@@ -575,12 +575,7 @@ async fn certificates_are_renewed_while_the_webhook_serves() -> anyhow::Result<(
         anyhow::Ok(())
     }
     .await;
-    if outcome.is_err() {
-        println!("{}", t.report().await);
-    }
-    webhook.remove(t.client()).await?;
-    outcome?;
-    t.finish().await
+    finish(t, webhook, &[], outcome).await
 }
 
 /// Certificates kept by someone else (cert-manager: a `kubernetes.io/tls` Secret, the bundle injected into
@@ -648,10 +643,5 @@ async fn certificates_kept_by_cert_manager_are_served_and_left_alone() -> anyhow
         anyhow::Ok(())
     }
     .await;
-    if outcome.is_err() {
-        println!("{}", t.report().await);
-    }
-    webhook.remove(t.client()).await?;
-    outcome?;
-    t.finish().await
+    finish(t, webhook, &[], outcome).await
 }

@@ -24,13 +24,19 @@ const TIMEOUT: Duration = Duration::from_secs(45);
 const COMPONENT: &str = "podgrouper";
 static BUILT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 
-/// A test namespace with the fixture CRDs and a podgrouper watching it.
-async fn start(test: &str) -> anyhow::Result<TestEnv> {
+/// Builds the podgrouper once per test process.
+async fn build() -> anyhow::Result<()> {
     BUILT
         .get_or_try_init(|| async {
             tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await?
         })
         .await?;
+    Ok(())
+}
+
+/// A test namespace with the fixture CRDs and a podgrouper watching it.
+async fn start(test: &str) -> anyhow::Result<TestEnv> {
+    build().await?;
     let t = TestEnv::start(test).await?;
     t.install_fixture_crds().await?;
     start_podgrouper(&t)?;
@@ -38,18 +44,21 @@ async fn start(test: &str) -> anyhow::Result<TestEnv> {
 }
 
 fn start_podgrouper(t: &TestEnv) -> anyhow::Result<()> {
-    t.start_component(
-        COMPONENT,
-        "kai-podgrouper",
-        // Alone on its namespace: no Lease (the binary elects by default).
-        [
-            "--namespace",
-            t.namespace(),
-            "--admin-address",
-            "127.0.0.1:0",
-            "--leader-elect=false",
-        ],
-    )
+    start_podgrouper_with(t, &[])
+}
+
+/// [`start_podgrouper`] with `extra` flags after the test's own.
+fn start_podgrouper_with(t: &TestEnv, extra: &[&str]) -> anyhow::Result<()> {
+    // Alone on its namespace: no Lease (the binary elects by default).
+    let mut args = vec![
+        "--namespace",
+        t.namespace(),
+        "--admin-address",
+        "127.0.0.1:0",
+        "--leader-elect=false",
+    ];
+    args.extend_from_slice(extra);
+    t.start_component(COMPONENT, "kai-podgrouper", args)
 }
 
 /// Applies one object given as JSON; returns it as stored.
@@ -272,11 +281,7 @@ async fn group_of_app(t: &TestEnv, app: &str) -> anyhow::Result<PodGroup> {
 /// changes; a workload with KAI's `project` label and no queue label goes to the project's queue.
 #[tokio::test]
 async fn kind_defaults_configmap_and_project_label_as_kai() -> anyhow::Result<()> {
-    BUILT
-        .get_or_try_init(|| async {
-            tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await?
-        })
-        .await?;
+    build().await?;
     let t = TestEnv::start("pg-kind-defaults").await?;
     let types = |priority: &str| {
         json!([{"typeName": "Deployment", "group": "apps", "priorityName": priority,
@@ -305,19 +310,14 @@ async fn kind_defaults_configmap_and_project_label_as_kai() -> anyhow::Result<()
         "subjects": [{"kind": "ServiceAccount", "name": "kai-podgrouper", "namespace": keys::SYSTEM_NAMESPACE}],
     }))
     .await?;
-    t.start_component(
-        COMPONENT,
-        "kai-podgrouper",
-        [
-            "--namespace",
-            t.namespace(),
-            "--admin-address",
-            "127.0.0.1:0",
-            "--leader-elect=false",
+    let namespace = t.namespace().to_owned();
+    start_podgrouper_with(
+        &t,
+        &[
             "--default-priorities-configmap-name",
             "kind-defaults",
             "--default-priorities-configmap-namespace",
-            t.namespace(),
+            &namespace,
         ],
     )?;
     let deployment = |name: &str, labels: Value| {
@@ -836,11 +836,7 @@ async fn burst_of_1000_pods_with_a_podgrouper_kill_mid_way_groups_each_exactly_o
 /// When the old one stops (releasing the lease), the new one leads and groups.
 #[tokio::test]
 async fn a_follower_is_ready_as_a_standby_and_takes_over_when_the_leader_stops() -> anyhow::Result<()> {
-    BUILT
-        .get_or_try_init(|| async {
-            tokio::task::spawn_blocking(|| Component::build("kai-podgrouper")).await?
-        })
-        .await?;
+    build().await?;
     let t = TestEnv::start("pg-standby").await?;
     // In the test's namespace, so the Lease goes with it, under the chart's lease Role (copied there).
     let election = t.leader_election_flags("kai-podgrouper").await?;

@@ -108,34 +108,6 @@ fn registry() -> Registry {
     kai_scheduler::metrics::registry(&CycleMetrics::default(), &ApplyMetrics::default())
 }
 
-/// Every registered metric's name with its registry's prefix, from the registry's `Debug` form (a
-/// registry's prefix comes before its metrics, its sub-registries after them).
-fn registered_names(registry: &Registry) -> Vec<String> {
-    const PREFIX: &str = "prefix: Some(Prefix(\"";
-    const NAME: &str = "Descriptor { name: \"";
-    let debug = format!("{registry:?}");
-    let mut rest = debug.as_str();
-    let mut prefix = "";
-    let mut names = Vec::new();
-    loop {
-        let (at, is_prefix) = match (rest.find(PREFIX), rest.find(NAME)) {
-            (Some(p), Some(n)) => (p.min(n), p < n),
-            (Some(p), None) => (p, true),
-            (None, Some(n)) => (n, false),
-            (None, None) => break,
-        };
-        let start = at + if is_prefix { PREFIX.len() } else { NAME.len() };
-        let (value, tail) = rest[start..].split_once('"').expect("a quoted string");
-        if is_prefix {
-            prefix = value;
-        } else {
-            names.push(format!("{prefix}_{value}"));
-        }
-        rest = tail;
-    }
-    names
-}
-
 /// Every registered metric's name with the prefix, and its type where the text encoder shows it. The
 /// encoder leaves out a labelled family until it has a child, so the names come from the registry's
 /// descriptors (its `Debug` form) and the types from the encoded text.
@@ -148,7 +120,7 @@ fn registered_metrics() -> Vec<(String, Option<String>)> {
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split_once(' '))
         .collect();
-    registered_names(&registry)
+    kai_scheduler::metrics::registered_names(&registry)
         .into_iter()
         .map(|name| {
             let kind = types

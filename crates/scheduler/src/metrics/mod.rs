@@ -33,6 +33,40 @@ pub fn registry(cycle: &CycleMetrics, apply: &ApplyMetrics) -> Registry {
     kai
 }
 
+/// Every metric `registry` holds, with its registry's prefix, in registration order. Read from the
+/// registry's descriptors (its `Debug` form: a registry's prefix comes before its metrics, its
+/// sub-registries after them), since the text encoder leaves out labelled families without a child.
+/// For the tests that hold the docs and the dashboard to the metrics served.
+#[doc(hidden)]
+#[must_use]
+pub fn registered_names(registry: &Registry) -> Vec<String> {
+    const PREFIX: &str = "prefix: Some(Prefix(\"";
+    const NAME: &str = "Descriptor { name: \"";
+    let debug = format!("{registry:?}");
+    let mut rest = debug.as_str();
+    let mut prefix = "";
+    let mut names = Vec::new();
+    loop {
+        let (at, is_prefix) = match (rest.find(PREFIX), rest.find(NAME)) {
+            (Some(p), Some(n)) => (p.min(n), p < n),
+            (Some(p), None) => (p, true),
+            (None, Some(n)) => (n, false),
+            (None, None) => break,
+        };
+        let start = at + if is_prefix { PREFIX.len() } else { NAME.len() };
+        let Some((value, tail)) = rest[start..].split_once('"') else {
+            break;
+        };
+        if is_prefix {
+            prefix = value;
+        } else {
+            names.push(format!("{prefix}_{value}"));
+        }
+        rest = tail;
+    }
+    names
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: &'static str,

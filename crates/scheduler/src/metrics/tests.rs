@@ -183,34 +183,8 @@ fn gangs_waiting_are_counted_by_reason_and_reasons_that_end_vanish() {
     assert!(!by_reason.keys().any(|k| reasons.contains(k)), "{reasons:?}");
 }
 
-/// Every metric the registry holds, with its prefix, from the registry's descriptors (its `Debug`
-/// form: a registry's prefix comes before its metrics, and its sub-registries after them).
 fn registered(registry: &Registry) -> BTreeSet<String> {
-    const PREFIX: &str = "prefix: Some(Prefix(\"";
-    const NAME: &str = "Descriptor { name: \"";
-    let debug = format!("{registry:?}");
-    let mut rest = debug.as_str();
-    let mut prefix = "";
-    let mut names = BTreeSet::new();
-    loop {
-        let next_prefix = rest.find(PREFIX);
-        let next_name = rest.find(NAME);
-        let (at, is_prefix) = match (next_prefix, next_name) {
-            (Some(p), Some(n)) => (p.min(n), p < n),
-            (Some(p), None) => (p, true),
-            (None, Some(n)) => (n, false),
-            (None, None) => break,
-        };
-        let start = at + if is_prefix { PREFIX.len() } else { NAME.len() };
-        let (value, tail) = rest[start..].split_once('"').expect("a quoted string");
-        if is_prefix {
-            prefix = value;
-        } else {
-            names.insert(format!("{prefix}_{value}"));
-        }
-        rest = tail;
-    }
-    names
+    super::registered_names(registry).into_iter().collect()
 }
 
 /// Every sample name the registry can produce: its `# TYPE` lines with the suffixes of their type.
