@@ -292,6 +292,68 @@ async fn schedule_timeout_moves_the_podgroup_to_failed_with_a_reason() -> anyhow
     t.finish().await
 }
 
+/// `schedulingBackoff: 1` (KAI's field): a gang found unschedulable on its node pool is not tried there
+/// again, its status keeps the record naming the pool (and why), and it is tried again once that record
+/// is removed. A gang without back-off, waiting beside it, is placed as soon as room appears.
+#[tokio::test]
+async fn scheduling_backoff_tries_a_gang_once_per_node_pool() -> anyhow::Result<()> {
+    let t = start("backoff", &[]).await?;
+    t.create_nodes(pool_nodes(&t, "bo").count(1).gpus(2)).await?;
+    apply(
+        &t,
+        &[
+            pod_group(&t, "once", json!({ "minMember": 1, "schedulingBackoff": 1 })),
+            job(&t, "once", "once", 1, 4, json!({})),
+            pod_group(&t, "again", json!({ "minMember": 1 })),
+            job(&t, "again", "again", 1, 4, json!({})),
+        ],
+    )
+    .await?;
+    let pool = t.namespace().to_owned();
+    let record = t
+        .wait_until("the backed-off gang's pool record", TIMEOUT, async || {
+            let pg = podgroup(&t, "once").await?;
+            Ok(pg.status.and_then(|s| s.scheduling_conditions.into_iter().next()))
+        })
+        .await?;
+    assert_eq!(record.node_pool.as_deref(), Some(pool.as_str()));
+    let message = record.message.clone().unwrap_or_default();
+    assert!(message.starts_with(&format!("Node-Pool '{pool}': ")), "{message}");
+    // Room for both: only the gang without back-off is placed.
+    t.create_nodes(pool_nodes(&t, "bo-big").count(1).gpus(8)).await?;
+    t.wait_for_pods(
+        "the gang without back-off bound",
+        "job-name=again",
+        TIMEOUT,
+        |p| bound(p) == 1,
+    )
+    .await?;
+    // A few more cycles' time: the backed-off gang is still not tried, and its record is untouched.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(bound(&pods(&t, "job-name=once").await?), 0);
+    let kept = podgroup(&t, "once")
+        .await?
+        .status
+        .map(|s| s.scheduling_conditions);
+    assert_eq!(kept, Some(vec![record]), "the record is kept as it was");
+    // Removing the record (as a user or a controller moving the gang would) lets it be tried again.
+    t.api::<api::PodGroup>()
+        .patch_status(
+            "once",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "status": { "schedulingConditions": null } })),
+        )
+        .await?;
+    t.wait_for_pods(
+        "the gang bound once its record is gone",
+        "job-name=once",
+        TIMEOUT,
+        |p| bound(p) == 1,
+    )
+    .await?;
+    t.finish().await
+}
+
 /// Node selectors and taints are respected, and a pod that fits nowhere says which rule stopped it.
 #[tokio::test]
 async fn selectors_and_taints_are_respected_and_explained() -> anyhow::Result<()> {

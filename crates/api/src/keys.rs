@@ -104,6 +104,10 @@ pub const STALE_TIMESTAMP: &str = "kai.scheduler/stale-podgroup-timestamp";
 /// Node-pool label on nodes and pods. Read by the scheduler (partitioning) and copied by the podgrouper.
 pub const NODE_POOL: &str = "kai.scheduler/node-pool";
 
+/// The node pool named on a PodGroup's `schedulingConditions` by a scheduler serving what carries no
+/// pool label (KAI's default pool name). Written by the scheduler; compared by `schedulingBackoff`.
+pub const DEFAULT_NODE_POOL: &str = "default";
+
 // ---------------------------------------------------------------------------------------------
 // Topology
 // ---------------------------------------------------------------------------------------------

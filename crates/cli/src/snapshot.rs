@@ -179,6 +179,7 @@ impl Snapshot {
             options.partition.clone(),
         );
         let mut cluster = Cluster::default();
+        cluster.node_pool = options.partition.value.as_deref().map(Into::into);
         // References first (priority classes, topologies, queues) so gangs resolve once.
         for pc in &self.priority_classes {
             ingest.apply(&mut cluster, Event::PriorityClass(Change::Apply(pc.clone())));

@@ -84,6 +84,7 @@ pub struct GangSpec {
     labels: Labels,
     rules: RulesSpec,
     claims: Vec<(String, bool)>,
+    scheduling_backoff: bool,
 }
 
 impl GangSpec {
@@ -115,7 +116,14 @@ impl GangSpec {
             labels: Labels::new(),
             rules: RulesSpec::default(),
             claims: Vec::new(),
+            scheduling_backoff: false,
         }
+    }
+    /// `schedulingBackoff: 1`: tried once per node pool.
+    #[must_use]
+    pub fn scheduling_backoff(mut self) -> Self {
+        self.scheduling_backoff = true;
+        self
     }
     /// minMember.
     #[must_use]
@@ -413,6 +421,7 @@ impl Sim {
         group.parent_name = spec.parent.as_deref().map(Into::into);
         group.created = spec.created;
         group.schedule_timeout_secs = spec.timeout;
+        group.scheduling_backoff = spec.scheduling_backoff;
         group.min_resources = spec.min_resources;
         group.topology_spec = spec.topology.clone();
         for (name, min, parent, _) in &spec.subgroups {

@@ -264,6 +264,7 @@ async fn main() -> anyhow::Result<()> {
     if args.node_pool.is_some() {
         cluster.queue_reports = scheduler_core::model::QueueReports::UsedByPool;
     }
+    cluster.node_pool = args.node_pool.as_deref().map(Into::into);
     // Usage-based fair share: the record lives here; only the leader folds and stores it.
     let mut usage = usage_settings.map(|settings| {
         let name = args

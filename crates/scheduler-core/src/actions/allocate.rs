@@ -123,6 +123,12 @@ fn has_work(ssn: &Session<'_>, g: usize) -> bool {
 /// Reasons a gang cannot be tried at all.
 fn blocked(ssn: &Session<'_>, g: usize) -> Option<Why> {
     let gang = &ssn.gangs[g];
+    let pool = ssn.cluster.node_pool_name();
+    if ssn.cluster.group(gang.root).backed_off_on(pool) {
+        return Some(Why::SchedulingBackoff {
+            node_pool: pool.into(),
+        });
+    }
     for id in &gang.groups {
         if let Some(p) = ssn.cluster.group(*id).blocking_problem() {
             return Some(Why::Problem(p.clone()));

@@ -285,6 +285,9 @@ pub struct Group {
     pub schedule_timeout_secs: Option<i64>,
     /// Whether pods get Unschedulable conditions.
     pub mark_unschedulable: bool,
+    /// `spec.schedulingBackoff` other than -1 (KAI: 1): once found unschedulable on a node pool, the
+    /// gang is not tried there again while that pool's `schedulingConditions` entry is its last.
+    pub scheduling_backoff: bool,
     /// Volcano `minResources`, checked against free capacity before placing.
     pub min_resources: Option<Resources>,
     /// Creation time.
@@ -338,6 +341,7 @@ impl Group {
             subgroup_topology_specs: Vec::new(),
             schedule_timeout_secs: None,
             mark_unschedulable: true,
+            scheduling_backoff: false,
             min_resources: None,
             created: 0,
             last_start: None,
@@ -370,6 +374,7 @@ impl Group {
             && self.subgroup_topology_specs == other.subgroup_topology_specs
             && self.schedule_timeout_secs == other.schedule_timeout_secs
             && self.mark_unschedulable == other.mark_unschedulable
+            && self.scheduling_backoff == other.scheduling_backoff
             && self.min_resources == other.min_resources
             && self.created == other.created
             && self
@@ -377,6 +382,32 @@ impl Group {
                 .iter()
                 .filter(|p| !p.is_resolution())
                 .eq(other.problems.iter().filter(|p| !p.is_resolution()))
+    }
+
+    /// Whether `schedulingBackoff` keeps the gang from being tried on `node_pool`: it asks for back-off
+    /// and the last of its `schedulingConditions` (highest `transitionID`; one that does not parse
+    /// counts as -1, the first of equals wins, as KAI reads them) is about that pool.
+    #[must_use]
+    pub fn backed_off_on(&self, node_pool: &str) -> bool {
+        if !self.scheduling_backoff {
+            return false;
+        }
+        let Some(status) = &self.observed.status else {
+            return false;
+        };
+        let id = |c: &api::podgroup::SchedulingCondition| {
+            c.transition_id
+                .as_deref()
+                .and_then(|t| t.parse::<i64>().ok())
+                .unwrap_or(-1)
+        };
+        let mut last: Option<&api::podgroup::SchedulingCondition> = None;
+        for c in &status.scheduling_conditions {
+            if last.is_none_or(|l| id(c) > id(l)) {
+                last = Some(c);
+            }
+        }
+        last.is_some_and(|c| c.node_pool.as_deref().unwrap_or("") == node_pool)
     }
 
     /// The first problem that stops scheduling, if any.

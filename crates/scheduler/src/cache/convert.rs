@@ -756,6 +756,8 @@ pub fn pod_group(pg: &api::PodGroup, default_queue: &str) -> Group {
     group.parent_name = non_empty(spec.parent_pod_group.as_ref()).map(Into::into);
     group.schedule_timeout_secs = spec.schedule_timeout_seconds.filter(|s| *s > 0);
     group.mark_unschedulable = spec.mark_unschedulable.unwrap_or(true);
+    // KAI backs off on any value but -1 (its default); the CRD allows -1 and up.
+    group.scheduling_backoff = spec.scheduling_backoff.is_some_and(|b| b != -1);
     group.created = millis(meta.creation_timestamp.as_ref());
     group.last_start = annotation_time(meta, keys::LAST_START_TIMESTAMP);
     group.stale_since = annotation_time(meta, keys::STALE_TIMESTAMP);
@@ -1518,6 +1520,30 @@ spec:
                 .any(|r| r.starts_with("cycle: sub-groups a -> b -> a")),
             "{reasons:?}"
         );
+    }
+
+    #[test]
+    fn scheduling_backoff_is_on_for_any_value_but_minus_one_and_reads_the_recorded_pool() {
+        let read = |backoff: &str| {
+            let pg: api::PodGroup = serde_yaml::from_str(&format!(
+                r#"
+metadata: {{name: g, namespace: n}}
+spec: {{minMember: 1{backoff}}}
+status:
+  schedulingConditions:
+  - {{type: UnschedulableOnNodePool, nodePool: pool-a, transitionID: "3", status: "True"}}
+"#
+            ))
+            .unwrap();
+            pod_group(&pg, "default-queue")
+        };
+        assert!(!read("").scheduling_backoff, "KAI's default is -1: no back-off");
+        assert!(!read(", schedulingBackoff: -1").scheduling_backoff);
+        for on in ["1", "0", "2"] {
+            let g = read(&format!(", schedulingBackoff: {on}"));
+            assert!(g.scheduling_backoff, "{on}");
+            assert!(g.backed_off_on("pool-a") && !g.backed_off_on("default"), "{on}");
+        }
     }
 
     #[test]

@@ -70,6 +70,11 @@ pub enum Why {
     Pipelined,
     /// Pods that name a sub-group that is missing or are beyond `maxMember`.
     Elastic(String),
+    /// `schedulingBackoff`: found unschedulable on this node pool before, so not tried here again.
+    SchedulingBackoff {
+        /// The pool.
+        node_pool: Arc<str>,
+    },
     /// A pod's bind failed; the gang is tried again after a back-off.
     BindFailed {
         /// `namespace/name` of the pod.
@@ -95,6 +100,7 @@ impl Why {
             Self::Pipelined => "WaitingForEvictions",
             Self::Elastic(_) => "Elastic",
             Self::BindFailed { .. } => "BindFailed",
+            Self::SchedulingBackoff { .. } => "SchedulingBackoff",
         }
     }
 
@@ -119,6 +125,11 @@ impl Why {
                     .to_owned()
             }
             Self::Elastic(m) => m.clone(),
+            Self::SchedulingBackoff { node_pool } => format!(
+                "not tried again on node pool {node_pool:?}: it was found unschedulable there and its PodGroup \
+                 sets schedulingBackoff; its status keeps the reason found then. Remove that \
+                 schedulingConditions entry, or move the PodGroup to another node pool, to try again"
+            ),
             Self::BindFailed { pod, reason, count } => {
                 let times = if *count > 1 {
                     format!(" ({count} times in a row)")

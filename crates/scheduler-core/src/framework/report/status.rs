@@ -67,7 +67,8 @@ pub fn status_fingerprint(s: &PodGroupStatus) -> u64 {
         (&c.type_, &c.status, &c.reason, &c.message).hash(&mut h);
     }
     for c in &s.scheduling_conditions {
-        (&c.type_, &c.reason, &c.message, &c.status).hash(&mut h);
+        // The pool too: `schedulingBackoff` reads it, so a record moved to another pool is news.
+        (&c.type_, &c.node_pool, &c.reason, &c.message, &c.status).hash(&mut h);
         for r in &c.reasons {
             (&r.reason, &r.message).hash(&mut h);
         }
@@ -381,6 +382,15 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
     let outcome = gang_index
         .and_then(|g| ssn.outcomes.get(&g))
         .unwrap_or(&no_outcome);
+    // A gang backed off on this pool keeps the status that recorded why (KAI leaves it out of its
+    // snapshot altogether): writing one now would replace the reason it was found unschedulable.
+    if outcome
+        .why
+        .iter()
+        .any(|w| matches!(w, Why::SchedulingBackoff { .. }))
+    {
+        return;
+    }
     let gang_waiting = is_root
         && gang_index.is_some_and(|g| {
             !ssn.gangs[g].is_satisfied(cluster) && ssn.gangs[g].pending(cluster).next().is_some()
@@ -489,11 +499,23 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
             stamp,
         ));
         if c.running + c.bound == 0 {
+            let pool = cluster.node_pool_name();
+            // KAI names the pool in the message of a gang that backs off per pool.
+            let pool_message = if group.scheduling_backoff {
+                format!("Node-Pool '{pool}': {message}")
+            } else {
+                message.clone()
+            };
+            let last_transition_time = prev
+                .and_then(|p| p.scheduling_conditions.first())
+                .filter(|s| s.message.as_ref() == Some(&pool_message))
+                .and_then(|s| s.last_transition_time.clone())
+                .or_else(|| Some(stamp.to_owned()));
             status.scheduling_conditions.push(SchedulingCondition {
                 type_: "UnschedulableOnNodePool".to_owned(),
-                node_pool: Some("default".to_owned()),
+                node_pool: Some(pool.to_owned()),
                 reason: Some("Unschedulable".to_owned()),
-                message: Some(message.clone()),
+                message: Some(pool_message),
                 reasons: whys
                     .iter()
                     .enumerate()
@@ -509,11 +531,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
                     })
                     .collect(),
                 transition_id: Some("0".to_owned()),
-                last_transition_time: prev
-                    .and_then(|p| p.scheduling_conditions.first())
-                    .filter(|s| s.message.as_ref() == Some(message))
-                    .and_then(|s| s.last_transition_time.clone())
-                    .or_else(|| Some(stamp.to_owned())),
+                last_transition_time,
                 status: Some("True".to_owned()),
             });
         }

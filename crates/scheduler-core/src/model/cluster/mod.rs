@@ -131,6 +131,9 @@ pub struct Cluster {
     /// pool writes only those its pool's gangs use, so schedulers of different pools do not overwrite each
     /// other's view of a queue.
     pub queue_reports: QueueReports,
+    /// The node pool this scheduler serves (its `--node-pool`), or `None` for what carries no pool
+    /// label: named on the gangs' `schedulingConditions` and compared by `schedulingBackoff`.
+    pub node_pool: Option<Arc<str>>,
     /// Queues' normalised historical usage for usage-based fair share (empty when it is off). Set
     /// with [`Cluster::set_historical_usage`], which makes a cycle due when it changes.
     pub historical_usage: super::HistoricalUsage,
@@ -149,6 +152,12 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// The served node pool's name as KAI writes it: the pool label's value, `default` without one.
+    #[must_use]
+    pub fn node_pool_name(&self) -> &str {
+        self.node_pool.as_deref().unwrap_or(api::keys::DEFAULT_NODE_POOL)
+    }
+
     /// A node by id.
     #[must_use]
     pub fn node(&self, id: NodeId) -> &Node {
