@@ -315,6 +315,70 @@ async fn a_gang_over_its_queue_limit_waits_and_says_so() -> anyhow::Result<()> {
     t.finish().await
 }
 
+/// MIG profiles count against queues as their compute slices, as in KAI: with a queue limited to 4 GPUs
+/// and a node offering two `mig-3g.20gb` profiles, one of two 3-slice pods is bound and the other waits
+/// on the queue's GPU limit (3 + 3 > 4), not on the node; the queue's status counts 3 GPUs.
+#[tokio::test]
+async fn mig_profiles_count_as_gpus_against_the_queue_limit() -> anyhow::Result<()> {
+    const MIG: &str = "nvidia.com/mig-3g.20gb";
+    let t = start("queues-mig", &[]).await?;
+    let q = queue_name(&t, "mig");
+    let _cleanup = QueuesCleanup::new(&t, &[&q])?;
+    apply(&t, &[queue(&q, None, (4, 4, 1))]).await?;
+    t.create_nodes(pool_nodes(&t, "mig").count(1).resource(MIG, "2"))
+        .await?;
+    let mig_job = |name: &str| {
+        let mut j = job_in(&t, name, &q, 1, 0);
+        j["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({ "limits": { MIG: "1" } });
+        j
+    };
+    apply(
+        &t,
+        &[
+            group_in(&t, "mig-a", &q, 1, None),
+            mig_job("mig-a"),
+            group_in(&t, "mig-b", &q, 1, None),
+            mig_job("mig-b"),
+        ],
+    )
+    .await?;
+    let waiting = t
+        .wait_until(
+            "one bound, the other waiting on the queue limit",
+            TIMEOUT,
+            async || {
+                let a = bound(&pods(&t, "job-name=mig-a").await?);
+                let b = bound(&pods(&t, "job-name=mig-b").await?);
+                let waiting = match (a, b) {
+                    (1, 0) => "mig-b",
+                    (0, 1) => "mig-a",
+                    _ => return Ok(None),
+                };
+                Ok(condition(&t, waiting, "Unschedulable")
+                    .await?
+                    .filter(|m| m.contains("limit"))
+                    .map(|m| (waiting, m)))
+            },
+        )
+        .await?;
+    assert_eq!(
+        waiting.1,
+        format!("queue {q} at its nvidia.com/gpu limit 4: allocated 3, gang needs 3"),
+        "{} waits",
+        waiting.0
+    );
+    let status = t
+        .wait_until("the queue's allocated GPUs", TIMEOUT, async || {
+            let status = queue_status(&t, &q).await?;
+            Ok(gpus(&status.allocated)
+                .is_some_and(|g| g == "3")
+                .then_some(status))
+        })
+        .await?;
+    assert_eq!(gpus(&status.allocated).as_deref(), Some("3"), "{status:?}");
+    t.finish().await
+}
+
 /// A PodGroup naming a queue that does not exist waits with a condition saying so (and how to fix it).
 #[tokio::test]
 async fn a_podgroup_naming_a_missing_queue_waits_and_says_so() -> anyhow::Result<()> {

@@ -264,3 +264,77 @@ fn a_pod_with_a_problem_holds_its_gang_back_and_both_say_why() {
     s.round();
     assert_eq!(s.count("claims", TaskStatus::Running), 2);
 }
+
+/// MIG profiles count against queues as GPUs, `g` per `nvidia.com/mig-<g>g.<mem>gb`, as in KAI: a queue
+/// limited to 4 GPUs takes one 3-slice MIG pod but not a second one, and says so in GPUs; the cluster's
+/// capacity counts the node's profiles as GPUs too.
+#[test]
+fn mig_profiles_count_as_their_compute_slices_in_queue_accounting() {
+    let mut s = Sim::new();
+    s.queue("dept", None, -1.0, -1.0, 1.0);
+    s.queue("team", Some("dept"), 4.0, 4.0, 1.0);
+    node(
+        &mut s,
+        "mig-node",
+        Some(110),
+        &[("nvidia.com/mig-3g.20gb", 2), ("nvidia.com/mig-1g.5gb", 1)],
+    );
+    let mig = |name: &str, created| {
+        GangSpec::new(name, "team", 1)
+            .gpus(0)
+            .cpu_mem(1000, 1)
+            .created(created)
+    };
+    s.gang(mig("first", 0));
+    s.gang(mig("second", 1));
+    ask(&mut s, "first", "nvidia.com/mig-3g.20gb", 1);
+    ask(&mut s, "second", "nvidia.com/mig-3g.20gb", 1);
+    let queues = s.round().queues.clone();
+    assert_eq!(s.count("first", TaskStatus::Running), 1);
+    assert_eq!(
+        s.count("second", TaskStatus::Running),
+        0,
+        "the node has room, the queue's limit has not"
+    );
+    let why = why(&s, "second");
+    assert_eq!(
+        why,
+        "queue team at its nvidia.com/gpu limit 4: allocated 3, gang needs 3"
+    );
+    // The queue's figures count the placed profile as 3 GPUs, and capacity the node's 2x3 + 1x1.
+    let team = queues
+        .iter()
+        .find(|q| &*q.name == "team")
+        .expect("team's figures");
+    assert!((team.allocated.0[GPU] - 3.0).abs() < 1e-9, "{:?}", team.allocated);
+    let status = s.status("first").expect("status");
+    let allocated = status.resources_status.expect("resources").allocated;
+    assert_eq!(allocated.get("nvidia.com/gpu").map(|q| q.0.as_str()), Some("3"));
+}
+
+#[test]
+fn mig_profile_names_follow_kais_pattern_exactly() {
+    use kai_scheduler_core::model::resources::mig_slices;
+    assert_eq!(mig_slices("nvidia.com/mig-1g.5gb"), Some(1));
+    assert_eq!(mig_slices("nvidia.com/mig-7g.80gb"), Some(7));
+    for other in [
+        "nvidia.com/mig-1g.5gb+me",
+        "nvidia.com/mig-g.5gb",
+        "nvidia.com/mig-1g.gb",
+        "nvidia.com/gpu",
+        "mig-1g.5gb",
+    ] {
+        assert_eq!(mig_slices(other), None, "{other}");
+    }
+    let mut names = kai_scheduler_core::model::resources::ResourceNames::default();
+    let slot = names.slot("nvidia.com/mig-2g.10gb").expect("slot");
+    let mut r = Resources::new(0, 0, 500);
+    r.0[slot] = 3;
+    assert_eq!(
+        names.with_mig_as_gpus(r).0[GPU],
+        6500,
+        "3 x 2 slices plus half a GPU"
+    );
+    r.0[slot] = i64::MAX;
+    assert_eq!(names.with_mig_as_gpus(r).0[GPU], i64::MAX, "saturates");
+}

@@ -179,6 +179,9 @@ impl fmt::Debug for Resources {
 pub struct ResourceNames {
     slots: HashMap<String, usize>,
     names: Vec<String>,
+    /// Slots of MIG profiles (`nvidia.com/mig-<g>g.<mem>gb`) and their compute slices `g`, which queue
+    /// accounting counts as `g` GPUs each, as KAI does.
+    mig: Vec<(usize, i64)>,
 }
 
 impl Default for ResourceNames {
@@ -188,8 +191,26 @@ impl Default for ResourceNames {
             .map(|s| (*s).to_owned())
             .collect();
         let slots = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-        Self { slots, names }
+        Self {
+            slots,
+            names,
+            mig: Vec::new(),
+        }
     }
+}
+
+/// The compute slices `g` of a MIG profile name `nvidia.com/mig-<g>g.<mem>gb` (KAI's pattern, exactly:
+/// other spellings are not MIG profiles to it and count as plain extended resources here too).
+#[must_use]
+pub fn mig_slices(name: &str) -> Option<i64> {
+    let profile = name.strip_prefix("nvidia.com/mig-")?;
+    let (slices, memory) = profile.split_once("g.")?;
+    let memory = memory.strip_suffix("gb")?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(slices) || !digits(memory) {
+        return None;
+    }
+    slices.parse().ok()
 }
 
 impl ResourceNames {
@@ -204,7 +225,25 @@ impl ResourceNames {
         let slot = self.names.len();
         self.names.push(name.to_owned());
         self.slots.insert(name.to_owned(), slot);
+        if let Some(slices) = mig_slices(name) {
+            self.mig.push((slot, slices));
+        }
         Some(slot)
+    }
+
+    /// `r` as queues count it: MIG profiles added to the GPU slot at their compute slices each (a
+    /// `nvidia.com/mig-3g.20gb` counts 3 GPUs), as KAI's quota, fair share and queue figures count them.
+    /// The profiles keep their own slots too, for placement and for quotas set on them by name.
+    #[must_use]
+    pub fn with_mig_as_gpus(&self, mut r: Resources) -> Resources {
+        for &(slot, slices) in &self.mig {
+            let count = r.0[slot];
+            if count > 0 {
+                let milli = count.saturating_mul(slices).saturating_mul(1000);
+                r.0[GPU] = r.0[GPU].saturating_add(milli);
+            }
+        }
+        r
     }
 
     /// The slot of a known name, without interning.

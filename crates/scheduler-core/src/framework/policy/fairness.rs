@@ -372,7 +372,8 @@ impl Fairness {
     }
 }
 
-/// What a task counts against its queue: its request with fractions as milli-GPUs.
+/// What a task counts against its queue: its request with fractions as milli-GPUs and MIG profiles as
+/// their compute slices ([`crate::model::resources::ResourceNames::with_mig_as_gpus`]).
 #[must_use]
 pub fn share_request(cluster: &Cluster, t: crate::model::TaskId) -> Resources {
     let task = cluster.task(t);
@@ -389,12 +390,13 @@ pub fn share_request(cluster: &Cluster, t: crate::model::TaskId) -> Resources {
         }
         crate::model::GpuRequest::None | crate::model::GpuRequest::Whole(_) => {}
     }
-    r
+    cluster.names.with_mig_as_gpus(r)
 }
 
 /// What the queues share: allocatable resources of Ready nodes, minus what other schedulers' pods hold
-/// on those nodes. A foreign pod on a node outside the model (another node pool's, or one not yet
-/// seen) takes nothing from this scheduler's nodes, so it is not subtracted.
+/// on those nodes, with MIG profiles counted as GPUs as tasks count them. A foreign pod on a node
+/// outside the model (another node pool's, or one not yet seen) takes nothing from this scheduler's
+/// nodes, so it is not subtracted.
 #[must_use]
 pub fn capacity(cluster: &Cluster) -> Resources {
     let mut total = Resources::ZERO;
@@ -412,5 +414,5 @@ pub fn capacity(cluster: &Cluster) -> Resources {
             total.sub(&t.request);
         }
     }
-    total.max(&Resources::ZERO)
+    cluster.names.with_mig_as_gpus(total.max(&Resources::ZERO))
 }
