@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::ListParams;
@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 
 use crate::explain;
 use crate::queues;
-use crate::snapshot::{ModelOptions, Snapshot};
+use crate::snapshot::{ModelOptions, Snapshot, UsageOrigin};
 use crate::top;
 
 /// Explains the KAI-compatible gang scheduler's decisions.
@@ -58,6 +58,13 @@ pub struct Args {
     /// The scheduler's configuration file (actions and plugin settings), to simulate exactly what it runs.
     #[arg(long, global = true, env = "KAI_SCHEDULER_CONFIG", value_name = "FILE")]
     pub scheduler_config: Option<String>,
+    /// ConfigMap of the usage record for usage-based fair share (read only when the configuration has
+    /// `usageDBConfig`). [default: as the scheduler names it, `<scheduler-name>[-<node-pool>]-usage`]
+    #[arg(long, global = true, env = "KAI_USAGE_CONFIGMAP")]
+    pub usage_configmap: Option<String>,
+    /// Namespace of that ConfigMap.
+    #[arg(long, global = true, env = "KAI_USAGE_NAMESPACE", default_value = api::keys::SYSTEM_NAMESPACE)]
+    pub usage_namespace: String,
     /// What to show.
     #[command(subcommand)]
     pub command: Command,
@@ -193,6 +200,8 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
         node_pool,
         node_pool_label,
         scheduler_config,
+        usage_configmap,
+        usage_namespace,
         command,
     } = args;
     let config = match &scheduler_config {
@@ -207,15 +216,35 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
             value: node_pool,
         },
     };
+    let usage_settings = config.usage()?;
+    let usage_configmap = usage_configmap.unwrap_or_else(|| {
+        scheduler::usage::default_configmap_name(&options.scheduler_name, options.partition.value.as_deref())
+    });
     let (snapshot, default_namespace) = match &from_file {
         Some(path) => (read_file(path)?, "default".to_owned()),
         None => {
             let (client, namespace) = connect(context.as_deref()).await?;
-            (fetch(&client).await?, namespace)
+            let mut snapshot = fetch(&client).await?;
+            if usage_settings.is_some() {
+                snapshot
+                    .usage_records
+                    .extend(fetch_usage_record(&client, &usage_namespace, &usage_configmap).await?);
+            }
+            (snapshot, namespace)
         }
     };
     let now = now_millis();
-    let model = snapshot.model(&options);
+    let mut model = snapshot.model(&options);
+    let usage_origin = snapshot.apply_usage(
+        &mut model,
+        usage_settings.as_ref(),
+        &usage_namespace,
+        &usage_configmap,
+        now,
+    );
+    if let Some(note) = usage_note(&usage_origin) {
+        eprintln!("{note}");
+    }
     match command {
         Command::Explain {
             what: ExplainWhat::Pg { name, namespace },
@@ -258,6 +287,38 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
                 Output::Json => json(&r),
             }
         }
+    }
+}
+
+/// What to tell the user about the usage record behind fair share, when it is not simply used.
+fn usage_note(origin: &UsageOrigin) -> Option<String> {
+    match origin {
+        UsageOrigin::Off | UsageOrigin::Record(_) => None,
+        UsageOrigin::Missing(cm) => Some(format!(
+            "note: usage-based fair share is on but ConfigMap {cm} does not exist (yet): usage counted as 0"
+        )),
+        UsageOrigin::Unreadable { configmap, error } => Some(format!(
+            "note: the usage record in ConfigMap {configmap} cannot be used ({error}): usage counted as 0"
+        )),
+    }
+}
+
+/// The usage ConfigMap, if it exists.
+async fn fetch_usage_record(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Option<ConfigMap>> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    match api.get_opt(name).await {
+        Ok(found) => Ok(found),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            bail!(
+                "not allowed to read ConfigMap {namespace}/{name} (the usage record): {}",
+                s.message
+            )
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!("reading ConfigMap {namespace}/{name}"))),
     }
 }
 
@@ -399,6 +460,8 @@ async fn fetch(client: &Client) -> anyhow::Result<Snapshot> {
         volumes,
         storage_classes,
         csi_nodes,
+        // Read by `run` only when the configuration turns usage-based fair share on.
+        usage_records: Vec::new(),
     })
 }
 

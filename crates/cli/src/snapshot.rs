@@ -6,12 +6,14 @@
 //!
 //! Must not: do I/O (the `app` module lists the objects) or interpret the model (the reports do).
 
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use scheduler::cache::ingest::{Ingest, Partition};
 use scheduler::cache::watch::{Change, Event};
-use scheduler_core::model::{Cluster, GroupKey, GroupKind};
+use scheduler::usage;
+use scheduler_core::config::UsageSettings;
+use scheduler_core::model::{Cluster, GroupKey, GroupKind, Millis};
 use serde::Deserialize;
 
 /// Why YAML could not be read as a snapshot.
@@ -54,6 +56,27 @@ pub struct Snapshot {
     pub storage_classes: Vec<StorageClass>,
     /// CSINodes (per-node attach limits).
     pub csi_nodes: Vec<CSINode>,
+    /// ConfigMaps holding a usage record for usage-based fair share (those with its data key).
+    pub usage_records: Vec<ConfigMap>,
+}
+
+/// What the model's usage-based fair share was taken from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UsageOrigin {
+    /// The configuration has no `usageDBConfig`: fair share ignores usage, as the scheduler does.
+    Off,
+    /// The record in this ConfigMap (`namespace/name`).
+    Record(String),
+    /// No such ConfigMap (the scheduler has not stored one yet): every queue's usage is 0, as for a
+    /// scheduler starting from an empty record.
+    Missing(String),
+    /// The ConfigMap holds no valid record; used as empty, as the scheduler would.
+    Unreadable {
+        /// `namespace/name`.
+        configmap: String,
+        /// Why.
+        error: String,
+    },
 }
 
 /// What the model needs to know that is not in the objects: the scheduler's settings.
@@ -164,6 +187,12 @@ impl Snapshot {
                 self.storage_classes.push(parse(value, "StorageClass", index)?);
             }
             ("storage.k8s.io", "CSINode") => self.csi_nodes.push(parse(value, "CSINode", index)?),
+            ("", "ConfigMap") => {
+                let cm: ConfigMap = parse(value, "ConfigMap", index)?;
+                if cm.data.as_ref().is_some_and(|d| d.contains_key(usage::DATA_KEY)) {
+                    self.usage_records.push(cm);
+                }
+            }
             ("", "") => return Err(bad("missing apiVersion and kind".to_owned())),
             _ => {}
         }
@@ -219,6 +248,40 @@ impl Snapshot {
             ingest.apply(&mut cluster, Event::Pod(Box::new(Change::Apply(p.clone()))));
         }
         cluster
+    }
+
+    /// Sets the model's historical usage from the record in ConfigMap `namespace/name`, as the
+    /// scheduler with these settings reads it at `now` (usage-based fair share); without settings,
+    /// leaves it empty.
+    pub fn apply_usage(
+        &self,
+        cluster: &mut Cluster,
+        settings: Option<&UsageSettings>,
+        namespace: &str,
+        name: &str,
+        now: Millis,
+    ) -> UsageOrigin {
+        let Some(settings) = settings else {
+            return UsageOrigin::Off;
+        };
+        let id = format!("{namespace}/{name}");
+        let found = self.usage_records.iter().find(|cm| {
+            cm.metadata.name.as_deref() == Some(name)
+                && cm.metadata.namespace.as_deref().unwrap_or("default") == namespace
+        });
+        let Some(cm) = found else {
+            return UsageOrigin::Missing(id);
+        };
+        match usage::decode_configmap(name, cm) {
+            Ok(record) => {
+                cluster.set_historical_usage(record.normalized(&settings.params, now));
+                UsageOrigin::Record(id)
+            }
+            Err(e) => UsageOrigin::Unreadable {
+                configmap: id,
+                error: e.to_string(),
+            },
+        }
     }
 
     /// The PodGroup named `namespace/name`: KAI's if it exists, else Volcano's.

@@ -216,3 +216,80 @@ node-1 Ready                  4    2    2 1: 75%           2     1     3     8  
 node-2 NotReady,Cordoned      8    0    8 -                0     0     0     8     0  32Gi
 TOTAL                        14    4   10 1                4     1     5    24   8Gi  96Gi
 "#;
+
+/// With usage-based fair share on, the queues' fair shares computed from a snapshot weigh the usage
+/// record the scheduler stored (its ConfigMap, read as the scheduler reads it): of two queues alike in
+/// everything but their past use, the one that used more recently gets less. Without the settings, or
+/// without the record, they are equal.
+#[test]
+fn computed_fair_shares_weigh_the_stored_usage_record() {
+    use kai_cli::snapshot::UsageOrigin;
+    use scheduler_core::config::Config;
+    use scheduler_core::fairshare::{UsageRecord, UsageSample};
+
+    let settings = Config::from_yaml(
+        "usageDBConfig: {clientType: scheduler, usageParams: {halfLifePeriod: 1h, windowSize: 24h}}",
+    )
+    .expect("config")
+    .usage()
+    .expect("usage settings")
+    .expect("on");
+    // "busy" held all 8 GPUs for the last hour; "idle" nothing.
+    let mut record = UsageRecord::default();
+    let sample = UsageSample {
+        capacity: [8.0, 8000.0, 32.0 * 1024.0 * 1024.0 * 1024.0],
+        queues: vec![("busy".into(), [8.0, 0.0, 0.0]), ("dept".into(), [8.0, 0.0, 0.0])],
+    };
+    for minute in 0..=60 {
+        record.fold(&settings.params, NOW - 3_600_000 + minute * 60_000, &sample);
+    }
+    let configmap = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: kai-scheduler-usage, namespace: kai-scheduler}}\ndata:\n  {}: {}\n",
+        scheduler::usage::DATA_KEY,
+        serde_json::to_string(&record.encode().expect("encoded")).expect("quoted")
+    );
+    let yaml = stream(&[
+        default_priority_classes(),
+        node("node-0", 8, &[]),
+        queue("dept", None, -1.0, -1.0),
+        queue("busy", Some("dept"), 0.0, -1.0),
+        queue("idle", Some("dept"), 0.0, -1.0),
+        pod_group("ml", "b", "busy", 8, "train"),
+        pods("ml", "b", 8, 1, &[], None),
+        pod_group("ml", "i", "idle", 8, "train"),
+        pods("ml", "i", 8, 1, &[], None),
+        configmap,
+    ]);
+    let gpu_shares = |settings: Option<&scheduler_core::config::UsageSettings>, name: &str| {
+        let (snapshot, mut model) = load(&yaml);
+        let origin = snapshot.apply_usage(&mut model, settings, "kai-scheduler", name, NOW);
+        let r = queues::report(&snapshot, &model, NOW);
+        let share = |q: &str| {
+            r.queues
+                .iter()
+                .find(|x| x.name == q)
+                .and_then(|x| x.gpu.fair_share)
+                .expect("a computed fair share")
+        };
+        (origin, share("busy"), share("idle"))
+    };
+    let (origin, busy, idle) = gpu_shares(None, "kai-scheduler-usage");
+    assert_eq!(origin, UsageOrigin::Off);
+    assert_eq!((busy, idle), (4.0, 4.0), "without usage-based fair share, equal");
+    let (origin, busy, idle) = gpu_shares(Some(&settings), "kai-scheduler-usage");
+    assert_eq!(
+        origin,
+        UsageOrigin::Record("kai-scheduler/kai-scheduler-usage".into())
+    );
+    assert!(
+        busy < idle,
+        "the queue that used more yields: busy {busy}, idle {idle}"
+    );
+    assert!(
+        (busy + idle - 8.0).abs() < 1e-9,
+        "the 8 GPUs are still divided: {busy} + {idle}"
+    );
+    let (origin, busy, idle) = gpu_shares(Some(&settings), "other-name");
+    assert_eq!(origin, UsageOrigin::Missing("kai-scheduler/other-name".into()));
+    assert_eq!((busy, idle), (4.0, 4.0), "no record: usage 0 for all");
+}

@@ -267,10 +267,9 @@ async fn main() -> anyhow::Result<()> {
     cluster.node_pool = args.node_pool.as_deref().map(Into::into);
     // Usage-based fair share: the record lives here; only the leader folds and stores it.
     let mut usage = usage_settings.map(|settings| {
-        let name = args
-            .usage_configmap
-            .clone()
-            .unwrap_or_else(|| format!("{lease_name}-usage"));
+        let name = args.usage_configmap.clone().unwrap_or_else(|| {
+            usage::default_configmap_name(&args.scheduler_name, args.node_pool.as_deref())
+        });
         info!(configmap = %name, namespace = %args.usage_namespace, "usage-based fair share on");
         (
             UsageKeeper::new(settings),

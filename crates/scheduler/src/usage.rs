@@ -103,6 +103,16 @@ impl Store {
     }
 }
 
+/// The usage ConfigMap's name when none is given: the scheduler's Lease name (`<scheduler-name>`, or
+/// `<scheduler-name>-<node-pool>` for a pool's scheduler, as KAI names its shards' leases) + `-usage`.
+#[must_use]
+pub fn default_configmap_name(scheduler_name: &str, node_pool: Option<&str>) -> String {
+    match node_pool {
+        Some(pool) => format!("{scheduler_name}-{pool}-usage"),
+        None => format!("{scheduler_name}-usage"),
+    }
+}
+
 /// The record a ConfigMap holds.
 ///
 /// # Errors
