@@ -85,6 +85,7 @@ pub struct GangSpec {
     rules: RulesSpec,
     claims: Vec<(String, bool)>,
     scheduling_backoff: bool,
+    never_preempts: bool,
 }
 
 impl GangSpec {
@@ -117,7 +118,14 @@ impl GangSpec {
             rules: RulesSpec::default(),
             claims: Vec::new(),
             scheduling_backoff: false,
+            never_preempts: false,
         }
+    }
+    /// Pods with `preemptionPolicy: Never`.
+    #[must_use]
+    pub fn never_preempts(mut self) -> Self {
+        self.never_preempts = true;
+        self
     }
     /// `schedulingBackoff: 1`: tried once per node pool.
     #[must_use]
@@ -489,6 +497,7 @@ impl Sim {
                     _ => Vec::new(),
                 },
                 task_order: 0,
+                never_preempts: spec.never_preempts,
                 created: spec.created + i64::from(i),
                 problem: None,
                 claims: spec
@@ -535,6 +544,7 @@ impl Sim {
             },
             gpu_groups: Vec::new(),
             task_order: 0,
+            never_preempts: false,
             created: 0,
             problem: None,
             claims: Vec::new(),
@@ -1076,6 +1086,7 @@ impl SyntheticUpdates {
                 },
                 gpu_groups: Vec::new(),
                 task_order: 0,
+                never_preempts: false,
                 created: created * 1000 + i64::from(i),
                 problem: None,
                 claims: Vec::new(),
@@ -1105,6 +1116,7 @@ pub fn pod_update_of(cluster: &Cluster, id: crate::model::TaskId) -> PodUpdate {
         api: t.api.clone(),
         gpu_groups: t.gpu_groups.clone(),
         task_order: t.task_order,
+        never_preempts: t.never_preempts,
         created: t.created,
         problem: t.spec_problem.clone(),
         claims: t.claims.clone(),

@@ -308,3 +308,23 @@ fn replacement_pods_of_an_evicted_gang_wait_for_the_whole_gang() {
     settle(&mut s, 2);
     assert_eq!(s.count("train", TaskStatus::Running), 4);
 }
+
+/// `preemptionPolicy: Never` (kube-scheduler's rule): the build still waits ahead of lower priorities but
+/// evicts no one, by preempt, reclaim or consolidation; the same build without it preempts (s24).
+#[test]
+fn a_gang_whose_pods_never_preempt_waits_without_evicting() {
+    let mut s = one_queue(1.0);
+    s.node("n0", 64_000, 256, 2);
+    s.gang(train("train", 1, 2).running_on(&["n0"]).created(0));
+    s.gang(build("build", 1, 1).never_preempts().created(10));
+    settle(&mut s, 4);
+    assert_eq!(s.count("build", TaskStatus::Running), 0);
+    assert_eq!(s.count("train", TaskStatus::Running), 1);
+    assert!(s.evicted.is_empty(), "{:?}", s.evicted);
+    let why = s.why("build").expect("waits with a reason");
+    assert!(why.contains("nvidia.com/gpu"), "{why}");
+    // Room appears without evictions: it is placed as usual.
+    s.complete("ns", "train-0");
+    settle(&mut s, 2);
+    assert_eq!(s.count("build", TaskStatus::Running), 1);
+}

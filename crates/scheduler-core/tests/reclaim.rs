@@ -143,3 +143,16 @@ fn worked_example_queue_priority() {
     assert_eq!((from_q0, from_q1), (2, 1), "{:?}", s.evicted);
     stable(&mut s);
 }
+
+/// The reclaimer of s32 with `preemptionPolicy: Never` waits below its share instead of reclaiming.
+#[test]
+fn a_reclaimer_whose_pods_never_preempt_takes_nothing_back() {
+    let mut s = queues(&[("q0", 1.0, 1.0), ("q1", 1.0, 1.0)]);
+    s.node("n0", 64_000, 256, 2);
+    s.gang(train("big", "q0", 2, 0).running_on(&["n0"]));
+    s.gang(train("small", "q1", 1, 10).never_preempts());
+    s.rounds(3);
+    assert_eq!(s.count("small", TaskStatus::Running), 0);
+    assert!(s.evicted.is_empty(), "{:?}", s.evicted);
+    stable(&mut s);
+}

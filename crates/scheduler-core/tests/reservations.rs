@@ -33,6 +33,7 @@ fn reservation_pod(s: &mut Sim, uid: &str, node: &str, group: &str) {
         },
         gpu_groups: Vec::new(),
         task_order: 0,
+        never_preempts: false,
         created: s.now,
         problem: None,
         claims: Vec::new(),

@@ -233,6 +233,7 @@ fn a_pod_whose_podgroup_never_comes_is_told_at_the_same_round() {
                 },
                 gpu_groups: Vec::new(),
                 task_order: 0,
+                never_preempts: false,
                 created: s.now,
                 problem: None,
                 claims: Vec::new(),

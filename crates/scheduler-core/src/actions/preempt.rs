@@ -8,13 +8,21 @@ use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::report::explain::Why;
 
-/// Gangs that allocate could not place because no node had room (the only ones eviction can help).
+/// Gangs that allocate could not place because no node had room (the only ones eviction can help), and
+/// that may evict others for it: not a gang with a pod of `preemptionPolicy: Never` waiting, which
+/// kube-scheduler never lets preempt (here it neither preempts, reclaims nor consolidates).
 pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
     let mut gangs: Vec<usize> = ssn
         .outcomes
         .iter()
         .filter(|(_, o)| !o.placed() && matches!(o.why.first(), Some(Why::NoFit(_))))
         .map(|(g, _)| *g)
+        .filter(|g| {
+            !ssn.gangs[*g].tasks().any(|t| {
+                let task = ssn.cluster.task(t);
+                task.never_preempts && task.status.is_pending()
+            })
+        })
         .collect();
     gangs.sort_by_cached_key(|g| crate::framework::policy::ordering::job_key(ssn, *g));
     gangs

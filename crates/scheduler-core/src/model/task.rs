@@ -222,6 +222,9 @@ pub struct Task {
     pub gpu_groups: Vec<Arc<str>>,
     /// Order inside its gang (`kai.scheduler/task-priority` label, Ray head / Kubeflow master first).
     pub task_order: i32,
+    /// `spec.preemptionPolicy: Never` (from its PriorityClass): placed ahead of lower priorities as
+    /// usual, but its gang never evicts other pods to make room (kube-scheduler's rule).
+    pub never_preempts: bool,
     /// Creation time.
     pub created: Millis,
     /// What stops the pod from being scheduled anywhere: its own definition's problem (bad annotation,

@@ -529,6 +529,7 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
         api: ApiView { status, node_name },
         gpu_groups,
         task_order,
+        never_preempts: spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never"),
         created: millis(meta.creation_timestamp.as_ref()),
         problem: (!problems.is_empty()).then(|| problems.join("; ").into()),
         claims: pod_claims(meta.name.as_deref().unwrap_or_default(), spec),
@@ -1313,6 +1314,21 @@ spec:
                 devices: 2
             }
         );
+    }
+
+    #[test]
+    fn preemption_policy_never_is_read() {
+        let mut names = ResourceNames::default();
+        let read = |names: &mut ResourceNames, policy: &str| {
+            let p: Pod = serde_yaml::from_str(&format!(
+                "metadata: {{name: p, namespace: n, uid: u}}\nspec: {{schedulerName: kai-scheduler, containers: []{policy}}}"
+            ))
+            .unwrap();
+            pod(names, &p, "kai-scheduler").never_preempts
+        };
+        assert!(read(&mut names, ", preemptionPolicy: Never"));
+        assert!(!read(&mut names, ", preemptionPolicy: PreemptLowerPriority"));
+        assert!(!read(&mut names, ""));
     }
 
     #[test]

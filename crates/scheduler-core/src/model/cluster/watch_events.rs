@@ -30,6 +30,7 @@ struct TaskInputs {
     group_key: Option<GroupKey>,
     subgroup: Option<Arc<str>>,
     task_order: i32,
+    never_preempts: bool,
     ours: bool,
     problem: Option<Arc<str>>,
     reservation_for: Option<Arc<str>>,
@@ -49,6 +50,7 @@ fn task_inputs(t: &Task) -> TaskInputs {
         group_key: t.group_key.clone(),
         subgroup: t.subgroup.clone(),
         task_order: t.task_order,
+        never_preempts: t.never_preempts,
         ours: t.ours,
         problem: t.problem.clone(),
         reservation_for: t.reservation_for.clone(),
@@ -87,6 +89,8 @@ pub struct PodUpdate {
     pub gpu_groups: Vec<Arc<str>>,
     /// Order in the gang.
     pub task_order: i32,
+    /// `spec.preemptionPolicy: Never`.
+    pub never_preempts: bool,
     /// Creation time.
     pub created: Millis,
     /// A problem with the pod's own definition.
@@ -228,6 +232,7 @@ impl Cluster {
                 task.gpu_groups = update.gpu_groups;
             }
             task.task_order = update.task_order;
+            task.never_preempts = update.never_preempts;
             task.spec_problem = update.problem;
             if task.claims != update.claims {
                 // Pod volumes are immutable: only a recreated pod under the same UID could get here.
@@ -286,6 +291,7 @@ impl Cluster {
             assumed: Assumed::None,
             gpu_groups: update.gpu_groups,
             task_order: update.task_order,
+            never_preempts: update.never_preempts,
             created: update.created,
             problem: None,
             spec_problem: update.problem,
