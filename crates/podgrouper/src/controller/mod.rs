@@ -166,6 +166,49 @@ impl ClusterView for Caches {
     }
 }
 
+/// The caches, plus the related objects this reconcile read (from the caches or, when the watch had not
+/// delivered them yet, from the API server).
+struct WithRelated<'a> {
+    caches: &'a Caches,
+    related: &'a [Object],
+}
+
+impl ClusterView for WithRelated<'_> {
+    fn object(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Object> {
+        self.related
+            .iter()
+            .find(|o| {
+                o.types
+                    .as_ref()
+                    .is_some_and(|t| t.api_version == api_version && t.kind == kind)
+                    && o.metadata.namespace.as_deref() == Some(namespace)
+                    && o.metadata.name.as_deref() == Some(name)
+            })
+            .cloned()
+            .or_else(|| self.caches.object(api_version, kind, namespace, name))
+    }
+
+    fn pods(&self, namespace: &str, labels: &[(&str, &str)]) -> Vec<Arc<Pod>> {
+        self.caches.pods(namespace, labels)
+    }
+
+    fn priority_class_exists(&self, name: &str) -> Option<bool> {
+        self.caches.priority_class_exists(name)
+    }
+
+    fn queue_exists(&self, name: &str) -> Option<bool> {
+        self.caches.queue_exists(name)
+    }
+
+    fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroup>> {
+        self.caches.pod_group(namespace, name)
+    }
+
+    fn kind_defaults(&self) -> Option<Arc<KindDefaults>> {
+        self.caches.kind_defaults()
+    }
+}
+
 struct Context {
     client: Client,
     leader: LeaderGuard,
@@ -554,7 +597,12 @@ async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileEr
         owners: &owners,
         chain_break: chain_break.as_ref(),
     };
-    let outcome = grouping::group(&input, &ctx.config.settings, &ctx.caches)?;
+    let related = ctx.caches.owners.related(pod, &grouping::related(&input)).await?;
+    let view = WithRelated {
+        caches: &ctx.caches,
+        related: &related,
+    };
+    let outcome = grouping::group(&input, &ctx.config.settings, &view)?;
 
     // The PodGroup and the pod's annotation are independent writes: sent together, a pod costs one
     // round trip of latency, not two (a scheduler that sees the annotation first waits for the group).

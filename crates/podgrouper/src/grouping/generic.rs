@@ -21,6 +21,8 @@ pub(crate) fn whole(w: &Workload<'_>, min_member: i32, default_priority: &'stati
         pod_sub_group: None,
         default_priority,
         priority_label_keys: PRIORITY_LABELS,
+        spec_priority_class: None,
+        topology: None,
         gang: min_member > 1,
         template_labels: Vec::new(),
     }
@@ -42,6 +44,8 @@ pub(crate) fn per_pod(
         pod_sub_group: None,
         default_priority,
         priority_label_keys: PRIORITY_LABELS,
+        spec_priority_class: None,
+        topology: None,
         gang: false,
         template_labels: Vec::new(),
     }
