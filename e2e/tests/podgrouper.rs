@@ -742,6 +742,16 @@ async fn grove_podgang_is_the_gang_and_its_changes_regroup_the_pods() -> anyhow:
         apply(&t, &pod(name, labels.clone(), &prefill)).await?;
     }
     apply(&t, &pod("svc-0-decode-a", labels.clone(), &decode)).await?;
+    // Without their PodGang the pods wait ungrouped (retried quietly every 15 s).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = t
+        .api::<Pod>()
+        .list(&ListParams::default().labels("app=svc"))
+        .await?;
+    assert!(
+        waiting.items.iter().all(|p| group_of(p).is_none()),
+        "grouped before their PodGang exists"
+    );
 
     // The decode pod is not referenced yet (Grove fills the references as pods appear).
     let gang_spec = |decode_refs: &[&str]| {
@@ -766,7 +776,16 @@ async fn grove_podgang_is_the_gang_and_its_changes_regroup_the_pods() -> anyhow:
     )
     .await?;
     let name = format!("pg-svc-0-{}", gang.uid().unwrap_or_default());
-    for p in grouped_pods(&t, "app=svc", 3).await? {
+    // The PodGang's creation re-groups the waiting pods at once, well before their retry.
+    let grouped = t
+        .wait_for_pods(
+            "3 pods grouped once their PodGang exists",
+            "app=svc",
+            Duration::from_secs(10),
+            |pods| pods.len() == 3 && pods.iter().all(|p| group_of(p).is_some()),
+        )
+        .await?;
+    for p in grouped {
         assert_eq!(group_of(&p).as_deref(), Some(name.as_str()), "{}", p.name_any());
         let expected = p
             .name_any()

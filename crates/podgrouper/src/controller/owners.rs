@@ -545,7 +545,7 @@ impl Owners {
                     pods.extend(below.pods_below(&key));
                     pods
                 };
-                debug!(%kind, name = ?obj.meta().name, pods = pods.len(), "owner changed; re-grouping its pods");
+                debug!(%kind, name = ?obj.meta().name, pods = pods.len(), "owner or related object changed; re-grouping its pods");
                 for pod in pods {
                     if trigger.unbounded_send(pod).is_err() {
                         // The controller has gone: the process is stopping.
