@@ -1,7 +1,8 @@
 //! The podgrouper against a real API server: the binary runs as a local process (one per test, limited
 //! to the test's namespace); batch Jobs, Deployments and bare pods get their pods from the real
-//! controllers; for the CRD kinds (JobSet, RayCluster, TrainJob, PyTorchJob, LeaderWorkerSet, Grove) the test
-//! creates the owner objects and the pods with the owner references their operators would set.
+//! controllers; for the CRD kinds (JobSet, RayCluster, TrainJob, PyTorchJob, LeaderWorkerSet, Grove,
+//! RunaiJob) the test creates the owner objects and the pods with the owner references their operators
+//! would set.
 //!
 //! Each test asserts the PodGroups' fields and the pods' annotations and labels.
 //!
@@ -826,6 +827,41 @@ async fn grove_podgang_is_the_gang_and_its_changes_regroup_the_pods() -> anyhow:
             .any(|p| p.name_any() == "svc-0-decode-a" && sub_group_of(p).as_deref() == Some("svc-0-decode"))
     })
     .await?;
+    t.finish().await
+}
+
+#[tokio::test]
+async fn runaijob_pods_are_grouped_by_their_name_without_its_last_suffix() -> anyhow::Result<()> {
+    let t = start("pg-runaijob").await?;
+    let job = apply(
+        &t,
+        &json!({
+            "apiVersion": "run.ai/v1", "kind": "RunaiJob",
+            "metadata": {"name": "rj", "labels": {"team": "runai"}}, "spec": {"parallelism": 2},
+        }),
+    )
+    .await?;
+    for name in ["rj-0-0", "rj-1-0"] {
+        apply(&t, &pod(name, json!({"app": "rj"}), &job)).await?;
+    }
+    let uid = job.uid().unwrap_or_default();
+    for p in grouped_pods(&t, "app=rj", 2).await? {
+        let prefix = p.name_any().rsplit_once('-').map(|(head, _)| head.to_owned());
+        let expected = format!("pg-{}-{uid}", prefix.unwrap_or_default());
+        assert_eq!(
+            group_of(&p).as_deref(),
+            Some(expected.as_str()),
+            "{}",
+            p.name_any()
+        );
+        let pg = pod_group(&t, &expected, |_| true).await?;
+        assert_eq!(
+            (pg.spec.min_member, owner_of(&pg)),
+            (Some(1), ("RunaiJob".to_owned(), "rj".to_owned()))
+        );
+        assert_eq!(pg.spec.priority_class_name.as_deref(), Some("train"));
+        assert_eq!(pg.labels().get("team").map(String::as_str), Some("runai"));
+    }
     t.finish().await
 }
 

@@ -65,6 +65,17 @@ pub(crate) fn pod(w: &Workload<'_>) -> Shape {
     shape
 }
 
+/// A Run:ai job (`run.ai` `RunaiJob`): KAI's default rule on the job, one group per pod named after the
+/// pod without its last `-` suffix (`pg-<pod prefix>-<job uid>`), so a pod recreated under the same
+/// prefix finds its group again.
+pub(crate) fn runai_job(w: &Workload<'_>) -> Shape {
+    let pod_name = w.pod.metadata.name.as_deref().unwrap_or_default();
+    let prefix = pod_name.rsplit_once('-').map_or(pod_name, |(head, _)| head);
+    let mut shape = whole(w, 1, "train");
+    shape.name = pg_name(prefix, uid(&w.top), None);
+    shape
+}
+
 /// An Azure ML job (`amlarc.azureml.com` `AmlJob`): one gang of its node count,
 /// `spec.job.options.envs.AZUREML_NODE_COUNT`, as KAI groups it. Without a usable count the group is
 /// one pod's, and the user is told.

@@ -478,6 +478,7 @@ fn shape_for(w: &Workload<'_>, warnings: &mut Vec<Warning>) -> Result<Shape, Gro
         ("leaderworkerset.x-k8s.io", "LeaderWorkerSet") => lws::lws(w, warnings),
         ("serving.knative.dev", _) => knative::knative(w, warnings),
         ("amlarc.azureml.com", "AmlJob") => generic::aml_job(w, warnings),
+        ("run.ai", "RunaiJob") => generic::runai_job(w),
         // KAI's SPOTRequest grouper: one group, inference by default.
         ("egx.nvidia.io", "SPOTRequest") => generic::whole(w, 1, "inference"),
         ("scheduler.grove.io", "PodGang") => grove::podgang(w, warnings),
