@@ -278,27 +278,33 @@ pub async fn run(
     let pod_selector = format!("spec.schedulerName={}", config.scheduler_name);
     let manager = config.settings.field_manager.clone();
     let forget = (Arc::clone(&owners), Arc::clone(&reported));
-    let pod_stream = watcher(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default().fields(&pod_selector),
-    )
-    .default_backoff()
-    .modify(move |p: &mut Pod| trim_pod(p, &manager))
-    .map_ok(move |event| {
-        if let watcher::Event::Delete(p) = &event {
-            forget.0.forget(&ObjectRef::from_obj(p));
-            if let Some(uid) = p.metadata.uid.as_ref() {
-                forget
-                    .1
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .remove(uid);
+    // `--namespace`: only that namespace's pods are grouped (and its PodGroups cached).
+    let pod_api: Api<Pod> = match &config.namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let pod_group_api: Api<PodGroup> = match &config.namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let pod_stream = watcher(pod_api, watcher::Config::default().fields(&pod_selector))
+        .default_backoff()
+        .modify(move |p: &mut Pod| trim_pod(p, &manager))
+        .map_ok(move |event| {
+            if let watcher::Event::Delete(p) = &event {
+                forget.0.forget(&ObjectRef::from_obj(p));
+                if let Some(uid) = p.metadata.uid.as_ref() {
+                    forget
+                        .1
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .remove(uid);
+                }
             }
-        }
-        event
-    })
-    .reflect(pod_writer)
-    .applied_objects();
+            event
+        })
+        .reflect(pod_writer)
+        .applied_objects();
 
     let (priority_classes, priority_classes_synced) = spawn_cache(
         Api::<PriorityClass>::all(client.clone()),
@@ -310,7 +316,7 @@ pub async fn run(
     // A deleted PodGroup is re-made: its pods are re-queued, and what was applied to it is forgotten.
     let applied = Arc::new(applied::Applied::default());
     let (pod_groups, _) = spawn_cache(
-        Api::<PodGroup>::all(client.clone()),
+        pod_group_api,
         "podgroups",
         Some((pods.clone(), trigger_tx.clone(), Arc::clone(&applied))),
         liveness,
