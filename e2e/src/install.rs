@@ -115,7 +115,8 @@ pub async fn install_project(client: &Client, crds_dir: &Path) -> anyhow::Result
     Ok(report)
 }
 
-/// Installs the third-party CRDs of `e2e/fixtures/crds/` (KubeRay, Kubeflow, JobSet, LWS) where absent.
+/// Installs the third-party CRDs of `e2e/fixtures/crds/` (KubeRay, Kubeflow, JobSet, LWS, Grove, Run:ai)
+/// where absent.
 ///
 /// # Errors
 /// When the server rejects one or it is not Established within 60 s.

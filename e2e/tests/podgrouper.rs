@@ -1,7 +1,8 @@
 //! The podgrouper against a real API server: the binary runs as a local process (one per test, limited
 //! to the test's namespace); batch Jobs, Deployments and bare pods get their pods from the real
-//! controllers; for the CRD kinds (JobSet, RayCluster, TrainJob, PyTorchJob, LeaderWorkerSet) the test
-//! creates the owner objects and the pods with the owner references their operators would set.
+//! controllers; for the CRD kinds (JobSet, RayCluster, TrainJob, PyTorchJob, LeaderWorkerSet, Grove,
+//! RunaiJob) the test creates the owner objects and the pods with the owner references their operators
+//! would set.
 //!
 //! Each test asserts the PodGroups' fields and the pods' annotations and labels.
 //!
@@ -708,6 +709,159 @@ async fn leaderworkerset_gets_one_group_per_replica_group() -> anyhow::Result<()
         (Some(3), ("LeaderWorkerSet".to_owned(), "lws".to_owned()))
     );
     assert_eq!(sub_groups(&pg), pairs(&[("leader", 1), ("workers", 2)]));
+    t.finish().await
+}
+
+/// `spec.podgroups[]` entry of a PodGang: `min` pods, referencing `pods` of namespace `ns`.
+fn grove_pod_group(name: &str, min: i32, ns: &str, pods: &[&str]) -> Value {
+    let references: Vec<Value> = pods.iter().map(|p| json!({"namespace": ns, "name": p})).collect();
+    json!({"name": name, "minReplicas": min, "podReferences": references})
+}
+
+#[tokio::test]
+async fn grove_podgang_is_the_gang_and_its_changes_regroup_the_pods() -> anyhow::Result<()> {
+    let t = start("pg-grove").await?;
+    let ns = t.namespace().to_owned();
+    // Grove: PodCliqueSet -> PodClique -> pods, and PodCliqueSet -> PodGang (no owner of the pods),
+    // created after the pods, which name it in `grove.io/podgang`.
+    let set = apply(
+        &t,
+        &json!({
+            "apiVersion": "grove.io/v1alpha1", "kind": "PodCliqueSet",
+            "metadata": {"name": "svc", "labels": {"team": "set"}}, "spec": {},
+        }),
+    )
+    .await?;
+    let clique = |name: &str| {
+        json!({"apiVersion": "grove.io/v1alpha1", "kind": "PodClique",
+            "metadata": {"name": name, "ownerReferences": owned_by(&set)}, "spec": {}})
+    };
+    let prefill = apply(&t, &clique("svc-0-prefill")).await?;
+    let decode = apply(&t, &clique("svc-0-decode")).await?;
+    let labels = json!({"app": "svc", keys::GROVE_PODGANG: "svc-0"});
+    for name in ["svc-0-prefill-a", "svc-0-prefill-b"] {
+        apply(&t, &pod(name, labels.clone(), &prefill)).await?;
+    }
+    apply(&t, &pod("svc-0-decode-a", labels.clone(), &decode)).await?;
+    // Without their PodGang the pods wait ungrouped (retried quietly every 15 s).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = t
+        .api::<Pod>()
+        .list(&ListParams::default().labels("app=svc"))
+        .await?;
+    assert!(
+        waiting.items.iter().all(|p| group_of(p).is_none()),
+        "grouped before their PodGang exists"
+    );
+
+    // The decode pod is not referenced yet (Grove fills the references as pods appear).
+    let gang_spec = |decode_refs: &[&str]| {
+        json!({
+            "podgroups": [
+                grove_pod_group("svc-0-prefill", 2, &ns, &["svc-0-prefill-a", "svc-0-prefill-b"]),
+                grove_pod_group("svc-0-decode", 1, &ns, decode_refs),
+            ],
+            "topologyConstraintGroupConfigs": [
+                {"name": "svc-0-pd", "podGroupNames": ["svc-0-prefill", "svc-0-decode"]},
+            ],
+            "priorityClassName": "inference",
+        })
+    };
+    let gang = apply(
+        &t,
+        &json!({
+            "apiVersion": "scheduler.grove.io/v1alpha1", "kind": "PodGang",
+            "metadata": {"name": "svc-0", "ownerReferences": owned_by(&set)},
+            "spec": gang_spec(&[]),
+        }),
+    )
+    .await?;
+    let name = format!("pg-svc-0-{}", gang.uid().unwrap_or_default());
+    // The PodGang's creation re-groups the waiting pods at once, well before their retry.
+    let grouped = t
+        .wait_for_pods(
+            "3 pods grouped once their PodGang exists",
+            "app=svc",
+            Duration::from_secs(10),
+            |pods| pods.len() == 3 && pods.iter().all(|p| group_of(p).is_some()),
+        )
+        .await?;
+    for p in grouped {
+        assert_eq!(group_of(&p).as_deref(), Some(name.as_str()), "{}", p.name_any());
+        let expected = p
+            .name_any()
+            .starts_with("svc-0-prefill")
+            .then_some("svc-0-prefill");
+        assert_eq!(sub_group_of(&p).as_deref(), expected, "{}", p.name_any());
+    }
+    let pg = pod_group(&t, &name, |_| true).await?;
+    assert_eq!(
+        (pg.spec.min_member, owner_of(&pg)),
+        (Some(3), ("PodGang".to_owned(), "svc-0".to_owned()))
+    );
+    assert_eq!(
+        sub_groups(&pg),
+        pairs(&[("svc-0-pd", 0), ("svc-0-prefill", 2), ("svc-0-decode", 1)])
+    );
+    let parents: Vec<Option<&str>> = pg.spec.sub_groups.iter().map(|s| s.parent.as_deref()).collect();
+    assert_eq!(parents, [None, Some("svc-0-pd"), Some("svc-0-pd")]);
+    assert_eq!(pg.spec.priority_class_name.as_deref(), Some("inference"));
+    assert_eq!(pg.labels().get("team").map(String::as_str), Some("set"));
+
+    // Grove references the decode pod and grows its minimum: the group and the pod follow, without a
+    // pod event.
+    let gangs: Api<DynamicObject> =
+        Api::namespaced_with(t.client().clone(), t.namespace(), &resource_of(&gang));
+    let mut spec = gang_spec(&["svc-0-decode-a"]);
+    spec["podgroups"][1]["minReplicas"] = json!(2);
+    gangs
+        .patch(
+            "svc-0",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": spec})),
+        )
+        .await?;
+    pod_group(&t, &name, |pg| pg.spec.min_member == Some(4)).await?;
+    t.wait_for_pods("the decode pod in its sub-group", "app=svc", TIMEOUT, |pods| {
+        pods.iter()
+            .any(|p| p.name_any() == "svc-0-decode-a" && sub_group_of(p).as_deref() == Some("svc-0-decode"))
+    })
+    .await?;
+    t.finish().await
+}
+
+#[tokio::test]
+async fn runaijob_pods_are_grouped_by_their_name_without_its_last_suffix() -> anyhow::Result<()> {
+    let t = start("pg-runaijob").await?;
+    let job = apply(
+        &t,
+        &json!({
+            "apiVersion": "run.ai/v1", "kind": "RunaiJob",
+            "metadata": {"name": "rj", "labels": {"team": "runai"}}, "spec": {"parallelism": 2},
+        }),
+    )
+    .await?;
+    for name in ["rj-0-0", "rj-1-0"] {
+        apply(&t, &pod(name, json!({"app": "rj"}), &job)).await?;
+    }
+    let uid = job.uid().unwrap_or_default();
+    for p in grouped_pods(&t, "app=rj", 2).await? {
+        let prefix = p.name_any().rsplit_once('-').map(|(head, _)| head.to_owned());
+        let expected = format!("pg-{}-{uid}", prefix.unwrap_or_default());
+        assert_eq!(
+            group_of(&p).as_deref(),
+            Some(expected.as_str()),
+            "{}",
+            p.name_any()
+        );
+        let pg = pod_group(&t, &expected, |_| true).await?;
+        assert_eq!(
+            (pg.spec.min_member, owner_of(&pg)),
+            (Some(1), ("RunaiJob".to_owned(), "rj".to_owned()))
+        );
+        assert_eq!(pg.spec.priority_class_name.as_deref(), Some("train"));
+        assert_eq!(pg.labels().get("team").map(String::as_str), Some("runai"));
+    }
     t.finish().await
 }
 

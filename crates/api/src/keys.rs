@@ -246,6 +246,10 @@ pub const LWS_GROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/group-index";
 pub const LWS_WORKER_INDEX: &str = "leaderworkerset.sigs.k8s.io/worker-index";
 /// LeaderWorkerSet: pod annotation with the group size.
 pub const LWS_SIZE: &str = "leaderworkerset.sigs.k8s.io/size";
+/// Grove: pod label naming the PodGang (`scheduler.grove.io`) the pod belongs to.
+pub const GROVE_PODGANG: &str = "grove.io/podgang";
+/// Grove: PodGang annotation naming the `Topology` its pack constraints refer to.
+pub const GROVE_TOPOLOGY_NAME: &str = "grove.io/topology-name";
 /// Knative: annotation on a Revision with its minimal number of pods.
 pub const KNATIVE_MIN_SCALE: &str = "autoscaling.knative.dev/min-scale";
 /// Spark: pod label with the application's name.

@@ -15,7 +15,7 @@ use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
 /// Every key the podgrouper reads from pods and workloads.
-const KEYS: [&str; 34] = [
+const KEYS: [&str; 36] = [
     keys::POD_GROUP_NAME,
     keys::POD_GROUP_SEED,
     keys::VOLCANO_GROUP_NAME,
@@ -45,6 +45,8 @@ const KEYS: [&str; 34] = [
     keys::LWS_WORKER_INDEX,
     keys::LWS_SIZE,
     keys::KNATIVE_MIN_SCALE,
+    keys::GROVE_PODGANG,
+    keys::GROVE_TOPOLOGY_NAME,
     keys::SPARK_APP_NAME,
     keys::SPARK_APP_SELECTOR,
     keys::LAST_APPLIED_CONFIGURATION,
@@ -53,7 +55,7 @@ const KEYS: [&str; 34] = [
 ];
 
 /// Field names the workload rules look for in specs.
-const FIELDS: [&str; 32] = [
+const FIELDS: [&str; 42] = [
     "replicas",
     "minReplicas",
     "maxReplicas",
@@ -86,10 +88,20 @@ const FIELDS: [&str; 32] = [
     "podGroupPolicy",
     "subGroupPolicy",
     "subGroupSize",
+    "podgroups",
+    "podReferences",
+    "namespace",
+    "topologyConstraintGroupConfigs",
+    "podGroupNames",
+    "topologyConstraint",
+    "packConstraint",
+    "required",
+    "preferred",
+    "priorityClassName",
 ];
 
 /// Workload kinds with rules of their own, plus wrappers and an unknown kind.
-const KINDS: [(&str, &str); 16] = [
+const KINDS: [(&str, &str); 18] = [
     ("batch/v1", "Job"),
     ("batch/v1", "CronJob"),
     ("apps/v1", "Deployment"),
@@ -105,6 +117,8 @@ const KINDS: [(&str, &str); 16] = [
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
     ("serving.knative.dev/v1", "Revision"),
     ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+    ("grove.io/v1alpha1", "PodCliqueSet"),
+    ("scheduler.grove.io/v1alpha1", "PodGang"),
     ("example.com/v1", "Unknown"),
 ];
 

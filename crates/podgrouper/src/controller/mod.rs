@@ -166,6 +166,49 @@ impl ClusterView for Caches {
     }
 }
 
+/// The caches, plus the related objects this reconcile read (from the caches or, when the watch had not
+/// delivered them yet, from the API server).
+struct WithRelated<'a> {
+    caches: &'a Caches,
+    related: &'a [Object],
+}
+
+impl ClusterView for WithRelated<'_> {
+    fn object(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Object> {
+        self.related
+            .iter()
+            .find(|o| {
+                o.types
+                    .as_ref()
+                    .is_some_and(|t| t.api_version == api_version && t.kind == kind)
+                    && o.metadata.namespace.as_deref() == Some(namespace)
+                    && o.metadata.name.as_deref() == Some(name)
+            })
+            .cloned()
+            .or_else(|| self.caches.object(api_version, kind, namespace, name))
+    }
+
+    fn pods(&self, namespace: &str, labels: &[(&str, &str)]) -> Vec<Arc<Pod>> {
+        self.caches.pods(namespace, labels)
+    }
+
+    fn priority_class_exists(&self, name: &str) -> Option<bool> {
+        self.caches.priority_class_exists(name)
+    }
+
+    fn queue_exists(&self, name: &str) -> Option<bool> {
+        self.caches.queue_exists(name)
+    }
+
+    fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroup>> {
+        self.caches.pod_group(namespace, name)
+    }
+
+    fn kind_defaults(&self) -> Option<Arc<KindDefaults>> {
+        self.caches.kind_defaults()
+    }
+}
+
 struct Context {
     client: Client,
     leader: LeaderGuard,
@@ -235,27 +278,33 @@ pub async fn run(
     let pod_selector = format!("spec.schedulerName={}", config.scheduler_name);
     let manager = config.settings.field_manager.clone();
     let forget = (Arc::clone(&owners), Arc::clone(&reported));
-    let pod_stream = watcher(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default().fields(&pod_selector),
-    )
-    .default_backoff()
-    .modify(move |p: &mut Pod| trim_pod(p, &manager))
-    .map_ok(move |event| {
-        if let watcher::Event::Delete(p) = &event {
-            forget.0.forget(&ObjectRef::from_obj(p));
-            if let Some(uid) = p.metadata.uid.as_ref() {
-                forget
-                    .1
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .remove(uid);
+    // `--namespace`: only that namespace's pods are grouped (and its PodGroups cached).
+    let pod_api: Api<Pod> = match &config.namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let pod_group_api: Api<PodGroup> = match &config.namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let pod_stream = watcher(pod_api, watcher::Config::default().fields(&pod_selector))
+        .default_backoff()
+        .modify(move |p: &mut Pod| trim_pod(p, &manager))
+        .map_ok(move |event| {
+            if let watcher::Event::Delete(p) = &event {
+                forget.0.forget(&ObjectRef::from_obj(p));
+                if let Some(uid) = p.metadata.uid.as_ref() {
+                    forget
+                        .1
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .remove(uid);
+                }
             }
-        }
-        event
-    })
-    .reflect(pod_writer)
-    .applied_objects();
+            event
+        })
+        .reflect(pod_writer)
+        .applied_objects();
 
     let (priority_classes, priority_classes_synced) = spawn_cache(
         Api::<PriorityClass>::all(client.clone()),
@@ -267,7 +316,7 @@ pub async fn run(
     // A deleted PodGroup is re-made: its pods are re-queued, and what was applied to it is forgotten.
     let applied = Arc::new(applied::Applied::default());
     let (pod_groups, _) = spawn_cache(
-        Api::<PodGroup>::all(client.clone()),
+        pod_group_api,
         "podgroups",
         Some((pods.clone(), trigger_tx.clone(), Arc::clone(&applied))),
         liveness,
@@ -554,7 +603,12 @@ async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileEr
         owners: &owners,
         chain_break: chain_break.as_ref(),
     };
-    let outcome = grouping::group(&input, &ctx.config.settings, &ctx.caches)?;
+    let related = ctx.caches.owners.related(pod, &grouping::related(&input)).await?;
+    let view = WithRelated {
+        caches: &ctx.caches,
+        related: &related,
+    };
+    let outcome = grouping::group(&input, &ctx.config.settings, &view)?;
 
     // The PodGroup and the pod's annotation are independent writes: sent together, a pod costs one
     // round trip of latency, not two (a scheduler that sees the annotation first waits for the group).

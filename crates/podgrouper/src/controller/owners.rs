@@ -5,7 +5,9 @@
 //! `spec.replicas` the metadata cache lacks.
 //!
 //! Also keeps which pods hang below which owner, so a changed owner (spec, labels or annotations)
-//! re-reconciles its pods without waiting for a pod event.
+//! re-reconciles its pods without waiting for a pod event. Objects the rules read besides the chain
+//! ([`Related`], Grove's PodGang) are cached and read the same way, and recorded by name, so their
+//! creation re-reconciles the pods waiting for them too.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -26,7 +28,7 @@ use runtime::liveness::Liveness;
 use serde_json::Value;
 use tracing::{debug, error, info, warn};
 
-use crate::grouping::{BreakReason, ChainBreak, Object, pod_as_object};
+use crate::grouping::{BreakReason, ChainBreak, Object, Related, pod_as_object};
 
 /// How long a kind found unreadable (RBAC) or unserved (no CRD) is not retried.
 const UNAVAILABLE_FOR: Duration = Duration::from_secs(300);
@@ -68,6 +70,7 @@ fn needs_spec(group: &str, kind: &str) -> bool {
             | ("ray.io", "RayCluster" | "RayJob")
             | ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
             | ("amlarc.azureml.com", "AmlJob")
+            | ("scheduler.grove.io", "PodGang")
     ) || (group == "kubeflow.org" && kind.ends_with("Job"))
 }
 
@@ -169,6 +172,45 @@ impl Owners {
             .record(ObjectRef::from_obj(pod), uids);
     }
 
+    /// The objects the rules will read for `pod` besides its chain, from their kinds' caches (started on
+    /// first use) or, on a miss the watch does not fill within [`ECHO_WAIT`], from the API server. Objects
+    /// that do not exist or may not be read are left out. Records the pod under each object's name, so
+    /// the object's creation or change re-reconciles it; call after [`Self::chain`], which replaces what
+    /// was recorded for the pod.
+    ///
+    /// # Errors
+    /// A failed API request or a cache that does not sync in time.
+    pub async fn related(&self, pod: &Pod, related: &[Related]) -> Result<Vec<Object>, OwnerError> {
+        if related.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = related
+            .iter()
+            .map(|r| {
+                let gvk = gvk_of(r.api_version, r.kind);
+                name_key(&gvk.group, &gvk.kind, &r.namespace, &r.name)
+            })
+            .collect();
+        // Recorded before the read: an object created meanwhile then still triggers the pod.
+        self.below
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add(ObjectRef::from_obj(pod), keys);
+        let mut found = Vec::with_capacity(related.len());
+        for r in related {
+            match self
+                .find(&gvk_of(r.api_version, r.kind), &r.namespace, &r.name, None)
+                .await?
+            {
+                Lookup::Found(o) => found.push(o),
+                Lookup::Broken(reason) => {
+                    debug!(kind = r.kind, name = %r.name, ?reason, "related object not readable");
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// Forgets a pod that is gone.
     pub fn forget(&self, pod: &ObjectRef<Pod>) {
         self.below
@@ -195,17 +237,25 @@ impl Owners {
         if reference.api_version == "v1" && reference.kind == "Pod" {
             return self.lookup_pod(reference, namespace).await;
         }
-        let kind = match self
-            .kind(&gvk_of(&reference.api_version, &reference.kind))
-            .await?
-        {
+        let gvk = gvk_of(&reference.api_version, &reference.kind);
+        self.find(&gvk, namespace, &reference.name, Some(&reference.uid))
+            .await
+    }
+
+    /// An object of kind `gvk` by name (and uid, when given): from its kind's cache, else the API server.
+    async fn find(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+    ) -> Result<Lookup, OwnerError> {
+        let kind = match self.kind(gvk).await? {
             KindState::Ready(kind) => kind,
             KindState::Unavailable { reason, .. } => return Ok(Lookup::Broken(reason)),
         };
-        if let Some(found) = kind
-            .get(namespace, &reference.name)
-            .filter(|o| o.metadata.uid.as_deref() == Some(&reference.uid))
-        {
+        let wanted = |o: &Object| uid_matches(o, uid);
+        if let Some(found) = kind.get(namespace, name).filter(wanted) {
             return self.with_spec_if_needed(&kind, namespace, found).await;
         }
         // A cache miss: the owner is likely newer than our watch (a ReplicaSet or Job whose controller
@@ -214,35 +264,29 @@ impl Owners {
         let deadline = tokio::time::Instant::now() + ECHO_WAIT;
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(ECHO_POLL).await;
-            if let Some(found) = kind
-                .get(namespace, &reference.name)
-                .filter(|o| o.metadata.uid.as_deref() == Some(&reference.uid))
-            {
+            if let Some(found) = kind.get(namespace, name).filter(wanted) {
                 return self.with_spec_if_needed(&kind, namespace, found).await;
             }
         }
-        debug!(kind = %reference.kind, name = %reference.name, "owner not cached; reading it");
+        debug!(kind = %gvk.kind, %name, "owner not cached; reading it");
         let api = kind.api(self.client.clone(), namespace);
         let fetched = match &kind.cache {
             Cache::Metadata(_) => api
-                .get_metadata_opt(&reference.name)
+                .get_metadata_opt(name)
                 .await
                 .map(|o| o.map(|m| kind.object_of(m))),
-            Cache::Full(_) => api
-                .get_opt(&reference.name)
-                .await
-                .map(|o| o.map(|o| kind.typed(o))),
+            Cache::Full(_) => api.get_opt(name).await.map(|o| o.map(|o| kind.typed(o))),
         };
         match fetched {
-            Ok(Some(o)) if o.metadata.uid.as_deref() == Some(&reference.uid) => {
+            Ok(Some(o)) if uid_matches(&o, uid) => {
                 self.with_spec_if_needed(&kind, namespace, Arc::new(o)).await
             }
             Ok(_) => Ok(Lookup::Broken(BreakReason::Missing)),
             Err(e) if status_code(&e) == Some(403) => Ok(Lookup::Broken(BreakReason::Forbidden)),
             Err(e) if status_code(&e) == Some(404) => Ok(Lookup::Broken(BreakReason::Missing)),
             Err(source) => Err(OwnerError::Api {
-                kind: reference.kind.clone(),
-                name: reference.name.clone(),
+                kind: gvk.kind.clone(),
+                name: name.to_owned(),
                 source,
             }),
         }
@@ -448,6 +492,7 @@ impl Owners {
         let below = Arc::clone(&self.below);
         let trigger = self.trigger.clone();
         let kind = gvk.kind.clone();
+        let group = gvk.group.clone();
         let task = self
             .liveness
             .task(format!("owner cache {}/{}", gvk.group, gvk.kind));
@@ -477,15 +522,30 @@ impl Owners {
                     continue;
                 };
                 let print = fingerprint(&obj);
-                let changed = seen.insert(uid.clone(), print).is_some_and(|old| old != print);
-                if initial || !changed {
+                let previous = seen.insert(uid.clone(), print);
+                if initial || previous == Some(print) {
                     continue;
                 }
-                let pods = below
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .pods_below(&uid);
-                debug!(%kind, name = ?obj.meta().name, pods = pods.len(), "owner changed; re-grouping its pods");
+                let pods = {
+                    let below = below.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    // Pods recorded by uid were grouped with this object already: only a change
+                    // concerns them. Pods awaiting it by name (a related object) hear of it new too.
+                    let mut pods = if previous.is_some() {
+                        below.pods_below(&uid)
+                    } else {
+                        Vec::new()
+                    };
+                    let meta = obj.meta();
+                    let key = name_key(
+                        &group,
+                        &kind,
+                        meta.namespace.as_deref().unwrap_or_default(),
+                        meta.name.as_deref().unwrap_or_default(),
+                    );
+                    pods.extend(below.pods_below(&key));
+                    pods
+                };
+                debug!(%kind, name = ?obj.meta().name, pods = pods.len(), "owner or related object changed; re-grouping its pods");
                 for pod in pods {
                     if trigger.unbounded_send(pod).is_err() {
                         // The controller has gone: the process is stopping.
@@ -567,6 +627,18 @@ impl OwnerIndex {
         self.by_pod.insert(pod, owner_uids);
     }
 
+    /// Records the pod under more keys, keeping what was recorded for it.
+    pub(crate) fn add(&mut self, pod: ObjectRef<Pod>, keys: Vec<String>) {
+        let recorded = self.by_pod.entry(pod.clone()).or_default();
+        for key in keys {
+            if recorded.contains(&key) {
+                continue;
+            }
+            self.by_owner.entry(key.clone()).or_default().insert(pod.clone());
+            recorded.push(key);
+        }
+    }
+
     pub(crate) fn forget(&mut self, pod: &ObjectRef<Pod>) {
         for uid in self.by_pod.remove(pod).unwrap_or_default() {
             if let Some(pods) = self.by_owner.get_mut(&uid) {
@@ -608,6 +680,17 @@ fn controller_ref(refs: Option<&[OwnerReference]>) -> Option<OwnerReference> {
         .find(|r| r.controller == Some(true))
         .or_else(|| refs.first())
         .cloned()
+}
+
+/// Whether `o` has the uid asked for (any uid when none is).
+fn uid_matches(o: &DynamicObject, uid: Option<&str>) -> bool {
+    uid.is_none_or(|uid| o.metadata.uid.as_deref() == Some(uid))
+}
+
+/// The key a [`Related`] object's pods are recorded under in the [`OwnerIndex`] (owners are recorded
+/// by uid; a related object is awaited by name before it exists).
+fn name_key(group: &str, kind: &str, namespace: &str, name: &str) -> String {
+    format!("{group}/{kind}/{namespace}/{name}")
 }
 
 fn gvk_of(api_version: &str, kind: &str) -> GroupVersionKind {
@@ -661,6 +744,24 @@ mod tests {
     }
 
     #[test]
+    fn related_objects_are_added_by_name_until_the_chain_is_recorded_again() {
+        let mut index = OwnerIndex::default();
+        let a = ObjectRef::<Pod>::new("a").within("ns");
+        let gang = name_key("scheduler.grove.io", "PodGang", "ns", "g");
+        index.record(a.clone(), vec!["clique".into(), "set".into()]);
+        index.add(a.clone(), vec![gang.clone()]);
+        index.add(a.clone(), vec![gang.clone()]);
+        assert_eq!(index.pods_below(&gang), vec![a.clone()]);
+        assert_eq!(index.pods_below("set"), vec![a.clone()]);
+        assert_eq!(index.by_pod[&a].len(), 3, "no key twice");
+        index.record(a.clone(), vec!["set".into()]);
+        assert!(index.pods_below(&gang).is_empty());
+        index.add(a.clone(), vec![gang.clone()]);
+        index.forget(&a);
+        assert!(index.by_owner.is_empty() && index.by_pod.is_empty());
+    }
+
+    #[test]
     fn follows_the_controller_reference_first() {
         let r = |name: &str, controller: Option<bool>| OwnerReference {
             name: name.into(),
@@ -705,6 +806,8 @@ mod tests {
         assert!(needs_spec("batch", "Job"));
         assert!(needs_spec("kubeflow.org", "PyTorchJob"));
         assert!(needs_spec("ray.io", "RayCluster"));
+        assert!(needs_spec("scheduler.grove.io", "PodGang"));
+        assert!(!needs_spec("grove.io", "PodCliqueSet"));
         assert!(!needs_spec("apps", "ReplicaSet"));
         assert!(!needs_spec("trainer.kubeflow.org", "TrainJob"));
         assert!(!needs_spec("serving.knative.dev", "Revision"));

@@ -164,13 +164,26 @@ pub(crate) fn finish(w: &Workload<'_>, mut shape: Shape, warnings: &mut Vec<Warn
     let priority_class_name = priority_class(w, &shape, warnings);
     let preemptibility = preemptibility(w, warnings);
     let top_annotations = annotations(top);
-    let topology = topology_from(
-        top_annotations.get(keys::TOPOLOGY),
-        top_annotations.get(keys::TOPOLOGY_REQUIRED),
-        top_annotations.get(keys::TOPOLOGY_PREFERRED),
-        warnings,
-        "the workload",
-    );
+    let topology = match shape.topology.take() {
+        // The spec's constraint, its unset levels from the annotations (as KAI fills them for Grove).
+        Some(mut constraint) => {
+            let level = |key: &str| top_annotations.get(key).filter(|l| !l.is_empty()).cloned();
+            if constraint.required_topology_level.is_none() {
+                constraint.required_topology_level = level(keys::TOPOLOGY_REQUIRED);
+            }
+            if constraint.preferred_topology_level.is_none() {
+                constraint.preferred_topology_level = level(keys::TOPOLOGY_PREFERRED);
+            }
+            Some(constraint)
+        }
+        None => topology_from(
+            top_annotations.get(keys::TOPOLOGY),
+            top_annotations.get(keys::TOPOLOGY_REQUIRED),
+            top_annotations.get(keys::TOPOLOGY_PREFERRED),
+            warnings,
+            "the workload",
+        ),
+    };
     let mut labels = labels(top).clone();
     // The pod's node pool, under the key the scheduler filters PodGroups by (`--node-pool-label`).
     let pool_key = &w.settings.node_pool_label_key;
@@ -284,9 +297,9 @@ fn queue(
     queue
 }
 
-/// Priority class: the top owner's label(s), labels of the owners below it (outermost first), the
-/// pod's label, the pod's `priorityClassName`; a named class that does not exist is skipped with a
-/// warning. Else the family's default.
+/// Priority class: the top owner's label(s), the class the workload's spec names, labels of the owners
+/// below it (outermost first), the pod's label, the pod's `priorityClassName`; a named class that does
+/// not exist is skipped with a warning. Else the family's default.
 fn priority_class(w: &Workload<'_>, shape: &Shape, warnings: &mut Vec<Warning>) -> String {
     let mut candidates: Vec<(String, String)> = Vec::new();
     let top = w.top.as_ref();
@@ -295,6 +308,7 @@ fn priority_class(w: &Workload<'_>, shape: &Shape, warnings: &mut Vec<Warning>) 
             candidates.push((v.clone(), format!("label {key} on {} {}", kind(top), name(top))));
         }
     }
+    candidates.extend(shape.spec_priority_class.clone());
     for owner in w.below.iter().rev() {
         if let Some(v) = labels(owner).get(keys::PRIORITY_CLASS_LABEL) {
             candidates.push((

@@ -21,6 +21,8 @@ pub(crate) fn whole(w: &Workload<'_>, min_member: i32, default_priority: &'stati
         pod_sub_group: None,
         default_priority,
         priority_label_keys: PRIORITY_LABELS,
+        spec_priority_class: None,
+        topology: None,
         gang: min_member > 1,
         template_labels: Vec::new(),
     }
@@ -42,6 +44,8 @@ pub(crate) fn per_pod(
         pod_sub_group: None,
         default_priority,
         priority_label_keys: PRIORITY_LABELS,
+        spec_priority_class: None,
+        topology: None,
         gang: false,
         template_labels: Vec::new(),
     }
@@ -58,6 +62,17 @@ pub(crate) fn pod(w: &Workload<'_>) -> Shape {
     {
         shape.name.clone_from(selector);
     }
+    shape
+}
+
+/// A Run:ai job (`run.ai` `RunaiJob`): KAI's default rule on the job, one group per pod named after the
+/// pod without its last `-` suffix (`pg-<pod prefix>-<job uid>`), so a pod recreated under the same
+/// prefix finds its group again.
+pub(crate) fn runai_job(w: &Workload<'_>) -> Shape {
+    let pod_name = w.pod.metadata.name.as_deref().unwrap_or_default();
+    let prefix = pod_name.rsplit_once('-').map_or(pod_name, |(head, _)| head);
+    let mut shape = whole(w, 1, "train");
+    shape.name = pg_name(prefix, uid(&w.top), None);
     shape
 }
 

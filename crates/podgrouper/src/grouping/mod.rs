@@ -12,6 +12,7 @@ mod batch;
 mod common;
 mod explicit;
 mod generic;
+mod grove;
 mod jobset;
 mod json;
 pub mod kind_defaults;
@@ -93,6 +94,28 @@ pub trait ClusterView {
     fn kind_defaults(&self) -> Option<Arc<kind_defaults::KindDefaults>> {
         None
     }
+}
+
+/// An object the rules read through [`ClusterView::object`] besides the owner chain (Grove's PodGang,
+/// which is no owner of its pods). The controller keeps its kind cached, reads it past the cache when
+/// the watch has not delivered it yet, and re-groups the pod when it appears or changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Related {
+    /// `apiVersion` of the object.
+    pub api_version: &'static str,
+    /// Kind of the object.
+    pub kind: &'static str,
+    /// Namespace of the object.
+    pub namespace: String,
+    /// Name of the object.
+    pub name: String,
+}
+
+/// The objects [`group`] will look up for this pod besides its owner chain.
+#[must_use]
+pub fn related(input: &Input<'_>) -> Vec<Related> {
+    let (top, _) = effective_top(input);
+    grove::related(input.pod, &top).into_iter().collect()
 }
 
 /// Why the owner chain stops below its real top.
@@ -361,6 +384,12 @@ pub(crate) struct Shape {
     pub default_priority: &'static str,
     /// Labels on the top owner naming a priority class, in order (Ray reads its own key first).
     pub priority_label_keys: &'static [&'static str],
+    /// A priority class the workload's spec names, read after the top owner's labels, with where it is
+    /// named (a PodGang's `spec.priorityClassName`).
+    pub spec_priority_class: Option<(String, String)>,
+    /// Group-level placement from the workload's spec (a PodGang's pack constraint); the top owner's
+    /// topology annotations fill in the levels it leaves unset. `None`: from the annotations alone.
+    pub topology: Option<TopologyConstraint>,
     /// Whether this is a gang over several pods (`kai.scheduler/min-member` applies).
     pub gang: bool,
     /// Label sets of pod templates consulted for the queue after the top owner's labels, so all pods
@@ -426,6 +455,8 @@ fn compute(
         view,
     };
     let mut local = Vec::new();
+    // A Grove set is grouped by the PodGang its pod names, which is no owner of the pod.
+    let workload = grove::retarget(workload, &mut local)?;
     let shape = shape_for(&workload, &mut local)?;
     warnings.extend(local);
     Ok(common::finish(&workload, shape, warnings))
@@ -447,8 +478,10 @@ fn shape_for(w: &Workload<'_>, warnings: &mut Vec<Warning>) -> Result<Shape, Gro
         ("leaderworkerset.x-k8s.io", "LeaderWorkerSet") => lws::lws(w, warnings),
         ("serving.knative.dev", _) => knative::knative(w, warnings),
         ("amlarc.azureml.com", "AmlJob") => generic::aml_job(w, warnings),
+        ("run.ai", "RunaiJob") => generic::runai_job(w),
         // KAI's SPOTRequest grouper: one group, inference by default.
         ("egx.nvidia.io", "SPOTRequest") => generic::whole(w, 1, "inference"),
+        ("scheduler.grove.io", "PodGang") => grove::podgang(w, warnings),
         _ => generic::whole(w, 1, "train"),
     })
 }

@@ -2101,3 +2101,36 @@ fn aml_jobs_are_gangs_of_their_node_count_and_spot_requests_inference() {
         },
     );
 }
+
+#[test]
+fn runai_jobs_get_a_group_per_pod_named_after_the_pod_without_its_last_suffix() {
+    let view = View::chart();
+    let job = with_labels(
+        obj("run.ai/v1", "RunaiJob", "rj", "uid-rj", json!({"parallelism": 2})),
+        &[(keys::QUEUE_LABEL, "default-queue")],
+    );
+    for (pod_name, group) in [
+        ("rj-0-0", "pg-rj-0-uid-rj"),
+        ("rj-1-0", "pg-rj-1-uid-rj"),
+        ("single", "pg-single-uid-rj"),
+    ] {
+        row(
+            pod_name,
+            &pod(pod_name).owned_by(&job),
+            std::slice::from_ref(&job),
+            &view,
+            &Expect {
+                name: group,
+                owner: ("RunaiJob", "rj"),
+                min: 1,
+                subs: &[],
+                pod_sub: None,
+                queue: "default-queue",
+                priority: "train",
+            },
+        );
+    }
+    // A pod recreated under the same prefix finds its group again.
+    let again = run(&pod("rj-0-1").owned_by(&job), std::slice::from_ref(&job), &view);
+    assert_eq!(applied(&again).name, "pg-rj-0-uid-rj");
+}
