@@ -12,8 +12,10 @@
 //!   24-GPU job 3 of 8. When the pod count does not divide `n` the pods are rounded up (no such job in
 //!   the Philly subset: its sizes are 1-8, 12, 16, 24, 32, 64, 128; [`Setup::rounded_up`] counts them);
 //! - arrival is the submit time minus the slice's first, duration the trace's run time;
-//! - the node count is the smallest giving an offered load (GPU-time / (GPUs x span of arrivals)) at
-//!   most the target (default 0.8), and never fewer nodes than the largest job needs.
+//! - the node count is the smallest giving an offered load (GPU-time / (GPUs x span)) at most the
+//!   target (default 0.8), and never fewer nodes than the largest job needs; the span runs from the
+//!   first arrival to the last end were every job started on arrival (a slice's long jobs run well
+//!   past its last arrival, and the work has to fit the time it covers).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -213,7 +215,7 @@ pub struct Setup {
     pub nodes: u32,
     /// GPUs.
     pub gpus: u32,
-    /// Seconds from the first arrival to the last.
+    /// Seconds from the first arrival to the last end were every job started on arrival.
     pub span_seconds: f64,
     /// GPU-seconds of all jobs.
     pub gpu_seconds: f64,
@@ -278,21 +280,20 @@ pub fn workload(rows: &[Row], options: &Options) -> Result<(Workload, Setup), Ph
         .skip(options.offset)
         .take(options.limit.unwrap_or(usize::MAX))
         .collect();
-    let (Some(first), Some(last)) = (slice.first(), slice.last()) else {
+    let Some(first) = slice.first() else {
         return Err(PhillyError::Empty {
             offset: options.offset,
             rows: rows.len(),
         });
     };
-    let (start, end) = (first.submit, last.submit);
+    let start = first.submit;
     let gpu_seconds: f64 = slice.iter().map(|r| r.duration * f64::from(r.gpus)).sum();
-    let longest = slice.iter().map(|r| r.duration).fold(0.0, f64::max);
-    // A slice whose jobs all arrive at once is sized over its longest job instead.
-    let span = if end > start {
-        (end - start) as f64
-    } else {
-        longest
-    };
+    // The span of the work: from the first arrival to the last end were every job started on arrival
+    // (a short slice's long jobs run well past its last arrival).
+    let span = slice
+        .iter()
+        .map(|r| (r.submit - start) as f64 + r.duration)
+        .fold(0.0, f64::max);
     let per_node = f64::from(GPUS_PER_NODE) * span * options.target_load;
     let biggest = slice.iter().map(|r| r.gpus).max().unwrap_or(1);
     let nodes = ((gpu_seconds / per_node).ceil() as u32)
@@ -469,15 +470,17 @@ mod tests {
 
     #[test]
     fn the_cluster_is_sized_for_the_target_load() {
-        // 8 GPUs x 1 h (VC a), 16 GPUs x 30 min (b), 1 GPU x 2 h (a): 64,800 GPU-s over a 2 h span.
+        // 8 GPUs x 1 h (VC a), 16 GPUs x 30 min (b), 1 GPU x 2 h (a, arriving at 2 h): 64,800 GPU-s.
         let r = rows(
             "2017-10-09 00:00:00,3600,8,0,a\n2017-10-09 01:00:00,1800,16,0,b\n2017-10-09 02:00:00,7200,1,0,a\n",
         )
         .expect("valid");
         let (w, setup) = workload(&r, &Options::default()).expect("a workload");
-        // ceil(64,800 / (8 x 7,200 x 0.8)) = 2 nodes; load 64,800 / (16 x 7,200).
+        // The span ends with the last job's end: 2 h + 2 h. ceil(64,800 / (8 x 14,400 x 0.8)) = 1 node,
+        // but the 16-GPU job needs 2; load 64,800 / (16 x 14,400).
         assert_eq!((setup.nodes, setup.gpus, setup.jobs), (2, 16, 3));
-        assert!((setup.offered_load - 0.5625).abs() < 1e-12);
+        assert!((setup.span_seconds - 14_400.0).abs() < 1e-9);
+        assert!((setup.offered_load - 0.28125).abs() < 1e-12);
         // a has 36,000 / 64,800 of the GPU-time: 8.9 GPUs -> 9, b 7.
         let quotas: Vec<(&str, f64)> = w.queues.iter().map(|q| (q.name.as_str(), q.quota)).collect();
         assert_eq!(quotas, [("philly", 16.0), ("a", 9.0), ("b", 7.0)]);
@@ -494,7 +497,7 @@ mod tests {
             },
         )
         .expect("a workload");
-        assert_eq!(s.nodes, 6, "ceil(64,800 / (8 x 7,200 x 0.2)) = ceil(5.6)");
+        assert_eq!(s.nodes, 3, "ceil(64,800 / (8 x 14,400 x 0.2)) = ceil(2.8)");
         let (w, s) = workload(
             &r,
             &Options {
