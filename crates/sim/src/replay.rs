@@ -90,8 +90,7 @@ impl Policy {
     /// on when the workload shares GPUs, without reservation pods, which the replay does not play).
     #[must_use]
     pub fn config(self, shares_gpus: bool) -> Config {
-        let mut config = Config::default();
-        config.actions = match self {
+        let actions = match self {
             Self::FifoNoGang | Self::GangIsolated | Self::GangFair => vec![ActionKind::Allocate],
             Self::GangReclaim => vec![ActionKind::Allocate, ActionKind::Reclaim, ActionKind::Preempt],
             Self::GangConsolidate => vec![
@@ -100,6 +99,10 @@ impl Policy {
                 ActionKind::Reclaim,
                 ActionKind::Preempt,
             ],
+        };
+        let mut config = Config {
+            actions,
+            ..Config::default()
         };
         if shares_gpus {
             config.plugins.gpusharing.enabled = true;
