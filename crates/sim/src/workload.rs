@@ -389,23 +389,17 @@ impl Workload {
 mod tests {
     use super::*;
 
-    /// The example in this module's documentation (and in docs/quality.md).
-    const EXAMPLE: &str = r"
-nodes:
-  - {name: dgx, count: 4, cpu: 64, memoryGiB: 512, gpus: 8, labels: {pool: a}}
-queues:
-  - {name: research}
-  - {name: vision, parent: research, quota: 16, limit: 32, overQuotaWeight: 2}
-  - {name: nlp, parent: research, quota: 16}
-jobs:
-  - {name: train-a, queue: vision, arrival: 0, duration: 3600, pods: {count: 2, gpus: 8}}
-  - {queue: nlp, arrival: 30, duration: 600, priority: 100, pods: {count: 4, gpus: 1, cpu: 4}, minMember: 2}
-  - {queue: nlp, arrival: 60, duration: 120, pods: {gpuShare: 0.5}}
-";
+    /// The first YAML example of docs/sim.md, the format's documentation.
+    fn documented_example() -> &'static str {
+        let doc = include_str!("../../../docs/sim.md");
+        let start = doc.find("```yaml\n").expect("docs/sim.md has a YAML example") + "```yaml\n".len();
+        let len = doc[start..].find("```").expect("the example ends");
+        &doc[start..start + len]
+    }
 
     #[test]
     fn the_documented_example_parses_and_checks() {
-        let c = Workload::parse(EXAMPLE).expect("parses").check().expect("valid");
+        let c = Workload::parse(documented_example()).expect("parses").check().expect("valid");
         assert_eq!(c.gpus, 32);
         assert_eq!(c.leaves, vec![1, 2]);
         assert_eq!(c.jobs.len(), 3);
