@@ -3,9 +3,10 @@
 //! eviction.
 //!
 //! The clock is event-driven: a cycle runs only when something changed (an arrival, a completion, or
-//! the last cycle decided something, so the next may decide more), at ticks of a fixed period (the
+//! the last cycle evicted, so the next places on what it freed), at ticks of a fixed period (the
 //! scheduler's cycle interval, default 10 s of simulated time): every event up to a tick is taken in,
-//! then one cycle runs at the tick. A completion frees its GPUs at its exact time (the allocation
+//! then one cycle runs at the tick. After binds alone no follow-up cycle runs: allocate placed all
+//! that fit, and nothing else changed. A completion frees its GPUs at its exact time (the allocation
 //! figures see that), the scheduler sees it at the next tick, as it would. A time-based rule of the core
 //! (a deadline it returns) also wakes it.
 //!
