@@ -879,4 +879,20 @@ mod tests {
         let (_, s) = run(&w, Policy::GangFair);
         assert_eq!((s.never_started, s.finished), (0, 2));
     }
+
+    #[test]
+    fn the_documented_example_runs_every_job_under_every_policy() {
+        let doc = include_str!("../../../docs/sim.md");
+        let start = doc.find("```yaml\n").expect("an example") + "```yaml\n".len();
+        let len = doc[start..].find("```").expect("its end");
+        let w = Workload::parse(&doc[start..start + len])
+            .expect("parses")
+            .check()
+            .expect("valid");
+        assert!(w.jobs.iter().any(|j| j.shared), "the example shares a GPU");
+        for policy in Policy::ALL {
+            let (_, s) = run(&w, policy);
+            assert_eq!((s.finished, s.never_started), (3, 0), "{policy:?}");
+        }
+    }
 }

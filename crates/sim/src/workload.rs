@@ -7,7 +7,7 @@
 //! nodes:
 //!   - {name: dgx, count: 4, cpu: 64, memoryGiB: 512, gpus: 8, labels: {pool: a}}
 //! queues:
-//!   - {name: research}                                   # a department (inner queue)
+//!   - {name: research, quota: 32}                        # a department (inner queue)
 //!   - {name: vision, parent: research, quota: 16, limit: 32, overQuotaWeight: 2}
 //!   - {name: nlp, parent: research, quota: 16}           # limit absent: unlimited
 //! jobs:
