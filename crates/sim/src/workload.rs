@@ -399,7 +399,10 @@ mod tests {
 
     #[test]
     fn the_documented_example_parses_and_checks() {
-        let c = Workload::parse(documented_example()).expect("parses").check().expect("valid");
+        let c = Workload::parse(documented_example())
+            .expect("parses")
+            .check()
+            .expect("valid");
         assert_eq!(c.gpus, 32);
         assert_eq!(c.leaves, vec![1, 2]);
         assert_eq!(c.jobs.len(), 3);
