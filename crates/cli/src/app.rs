@@ -97,6 +97,13 @@ pub enum Command {
         #[command(subcommand)]
         what: Option<TopWhat>,
     },
+    /// Scheduling quality on a workload: replays it through the scheduler's decision core on a
+    /// simulated clock (no cluster needed) and reports waiting, allocation, fairness and evictions.
+    Sim {
+        /// What to replay.
+        #[command(subcommand)]
+        what: crate::sim::SimCommand,
+    },
 }
 
 /// Objects `explain` knows.
@@ -204,6 +211,10 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
         usage_namespace,
         command,
     } = args;
+    let command = match command {
+        Command::Sim { what } => return crate::sim::run(what, output == Output::Json),
+        other => other,
+    };
     let config = match &scheduler_config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
@@ -280,6 +291,8 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
                 Output::Json => json(&r),
             }
         }
+        // Taken before the snapshot is read (a replay needs no cluster); kept here for completeness.
+        Command::Sim { what } => crate::sim::run(what, output == Output::Json),
         Command::Top { what: _ } => {
             let r = top::report(&model);
             match output {

@@ -564,6 +564,40 @@ impl Sim {
         self.last.as_ref().expect("invariant: just set")
     }
 
+    /// Runs one cycle at [`Self::now`] and lets the simulated API server and kubelets react, as
+    /// [`Self::round`] does, but keeps no history and leaves the clock alone: for long replays driven
+    /// by their own clock (`kai sim`).
+    pub fn step(&mut self) -> CycleResult {
+        let result = cycle::run(&mut self.cluster, &self.config, self.now);
+        self.settle(&result.decisions);
+        result
+    }
+
+    /// Removes a finished gang as the API server would after its pods completed and were deleted:
+    /// its pods, then its PodGroup. Returns whether the gang existed.
+    pub fn remove_gang(&mut self, namespace: &str, name: &str) -> bool {
+        let key = GroupKey {
+            kind: GroupKind::Kai,
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        let Some(g) = self.cluster.group_id(&key) else {
+            return false;
+        };
+        let uids: Vec<Arc<str>> = self
+            .cluster
+            .group(g)
+            .tasks
+            .iter()
+            .map(|t| self.cluster.task(*t).uid.clone())
+            .collect();
+        for uid in uids {
+            self.cluster.remove_pod(&uid);
+        }
+        self.cluster.remove_group(&key);
+        true
+    }
+
     /// Runs `n` rounds.
     pub fn rounds(&mut self, n: usize) -> &mut Self {
         for _ in 0..n {
@@ -1158,5 +1192,40 @@ impl SplitMix {
     /// A value in `0..n` (n > 0).
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n.max(1) as u64) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_removed_gang_frees_its_node_for_the_next_one() {
+        let mut s = Sim::new();
+        s.nodes("n", 1, 8);
+        s.queue("q", None, 8.0, -1.0, 1.0);
+        s.gang(GangSpec::new("first", "q", 1).gpus(8));
+        s.gang(GangSpec::new("second", "q", 1).gpus(8).created(10));
+        let r = s.step();
+        assert_eq!(r.decisions.binds.len(), 1, "one 8-GPU gang fits one 8-GPU node");
+        assert_eq!(s.count("first", TaskStatus::Running), 1);
+        assert!(s.history.is_empty(), "step keeps no history");
+        assert!(s.remove_gang("ns", "first"));
+        assert!(!s.remove_gang("ns", "first"), "already gone");
+        assert!(
+            s.cluster
+                .group_id(&GroupKey {
+                    kind: GroupKind::Kai,
+                    namespace: "ns".into(),
+                    name: "first".into(),
+                })
+                .is_none()
+        );
+        let r = s.step();
+        assert_eq!(r.decisions.binds.len(), 1, "the freed node takes the second gang");
+        assert_eq!(s.count("second", TaskStatus::Running), 1);
+        s.cluster
+            .check_invariants()
+            .expect("accounting exact after removal");
     }
 }
