@@ -1,0 +1,600 @@
+//! The FGD paper's static experiment (Weng et al., "Beware of Fragmentation", USENIX ATC 2023), run
+//! through the scheduler's own decision core.
+//!
+//! As the paper's simulator (`hkust-adsl/kubernetes-scheduler-simulator`) runs it:
+//! - the workload: the pod list sorted by name and shuffled with a seed; then, while its GPU request is
+//!   below `ratio` x the cluster's GPUs, pods drawn with replacement from the list are appended (the
+//!   first draw that would pass the target ends it), or while above, pods at random are dropped;
+//! - each pod is offered once, in order: it arrives as a one-pod gang, one `cycle::run` of the core
+//!   (action `allocate` only, the policy under test as `nodeplacement`) decides, a bind lands at once,
+//!   and a pod that did not fit is deleted (no retry, no departure, no preemption);
+//! - after every pod: the GPU thousandths allocated and arrived, and FGD's fragmentation: for the
+//!   "typical pods" (the most frequent request shapes, by CPU, GPU per device, GPUs and GPU models,
+//!   covering 95 % of the list, weighted by frequency) the expected idle GPU thousandths a pod of the
+//!   mix could not use (all of a node's idle GPU for a shape that lacks CPU, devices or model there, or
+//!   that asks for no GPU; else its devices too small for the shape);
+//! - a figure "at X % arrived" is the mean over the samples whose arrived GPU request, as a share of
+//!   capacity, rounds to X (or to X +- 1 when none does).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
+use scheduler_core::config::{ActionKind, Config, PlacementStrategy};
+use scheduler_core::cycle;
+use scheduler_core::model::pod_rules::{Labels, RulesSpec};
+use scheduler_core::model::{
+    ApiView, Cluster, Group, GroupKey, GroupKind, Node, NodeId, PodUpdate, TaskStatus,
+};
+use scheduler_core::sim::Sim;
+
+use crate::openb::{OpenbNode, OpenbPod};
+
+/// Arrived loads (% of GPU capacity) the paper reports.
+pub const REPORTED: [u32; 4] = [90, 95, 100, 130];
+
+/// Share of pods the typical shapes cover.
+const TYPICAL_COVERAGE: f64 = 0.95;
+
+/// Namespace and queue of the replayed pods.
+const NAMESPACE: &str = "openb";
+const QUEUE: &str = "openb";
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// No node has a GPU.
+    #[error("the node list has no GPU")]
+    NoGpus,
+    /// The pod list is empty or asks for no GPU.
+    #[error("the pod list asks for no GPU")]
+    NoGpuRequest,
+    /// Two nodes share a name.
+    #[error("node {0:?} appears twice")]
+    DuplicateNode(String),
+}
+
+/// A placement policy under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Policy {
+    /// The paper's Random baseline (core strategy `random`, an experiment policy).
+    Random,
+    /// The paper's BestFit baseline (core strategy `bestfit`, an experiment policy).
+    BestFit,
+    /// The core's default: fullest node first.
+    Binpack,
+    /// The core's spread: emptiest node first.
+    Spread,
+    /// The core's fragmentation-aware strategy.
+    Fragmentation,
+}
+
+impl Policy {
+    /// Every policy, in report order.
+    pub const ALL: [Self; 5] = [
+        Self::Random,
+        Self::BestFit,
+        Self::Binpack,
+        Self::Spread,
+        Self::Fragmentation,
+    ];
+
+    /// The core's `nodeplacement` strategy.
+    #[must_use]
+    pub fn strategy(self) -> PlacementStrategy {
+        match self {
+            Self::Random => PlacementStrategy::Random,
+            Self::BestFit => PlacementStrategy::Bestfit,
+            Self::Binpack => PlacementStrategy::Binpack,
+            Self::Spread => PlacementStrategy::Spread,
+            Self::Fragmentation => PlacementStrategy::Fragmentation,
+        }
+    }
+
+    /// Name in tables and on the command line.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Random => "random",
+            Self::BestFit => "bestfit",
+            Self::Binpack => "binpack",
+            Self::Spread => "spread",
+            Self::Fragmentation => "fragmentation",
+        }
+    }
+
+    /// The policy of a name.
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The core configuration that runs this policy: allocate only, GPU sharing on (no reservation
+    /// pods: nothing runs them here), the policy for GPU and CPU pods, `seed` for its draws.
+    #[must_use]
+    pub fn config(self, seed: u64) -> Config {
+        let mut config = Config {
+            actions: vec![ActionKind::Allocate],
+            ..Config::default()
+        };
+        config.plugins.nodeplacement.gpu = self.strategy();
+        config.plugins.nodeplacement.cpu = self.strategy();
+        config.plugins.nodeplacement.seed = seed;
+        config.plugins.gpusharing.enabled = true;
+        config.plugins.gpusharing.reservation_pods = false;
+        config
+    }
+}
+
+/// GPU thousandths of the cluster.
+#[must_use]
+pub fn capacity_milli(nodes: &[OpenbNode]) -> i64 {
+    nodes.iter().map(|n| i64::from(n.gpus) * 1000).sum()
+}
+
+/// The arrival order for one seed (indexes into `pods`), as the paper's simulator builds it.
+#[must_use]
+pub fn arrival_order(pods: &[OpenbPod], capacity_milli: i64, ratio: f64, seed: u64) -> Vec<usize> {
+    let mut by_name: Vec<usize> = (0..pods.len()).collect();
+    by_name.sort_by(|a, b| pods[*a].name.cmp(&pods[*b].name));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut order = by_name.clone();
+    order.shuffle(&mut rng);
+    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+    let target = (ratio * capacity_milli as f64) as i64;
+    let mut total: i64 = order.iter().map(|i| pods[*i].gpu_milli_total()).sum();
+    if pods.is_empty() {
+        return order;
+    }
+    while total > target && !order.is_empty() {
+        let k = rng.random_range(0..order.len());
+        total -= pods[order.remove(k)].gpu_milli_total();
+    }
+    // Appending stops at the first draw that would pass the target (or, with a list asking for no
+    // GPU, at once).
+    let mut guard = 0usize;
+    while total < target && guard < 10_000_000 {
+        guard += 1;
+        let i = by_name[rng.random_range(0..by_name.len())];
+        let add = pods[i].gpu_milli_total();
+        if add == 0 && total == 0 || total + add > target {
+            break;
+        }
+        total += add;
+        order.push(i);
+    }
+    order
+}
+
+/// A request shape as FGD's typical pods key it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TypicalShape {
+    /// CPU millicores.
+    pub cpu_milli: i64,
+    /// Thousandths per GPU.
+    pub gpu_milli: u32,
+    /// GPUs.
+    pub num_gpu: u32,
+    /// Allowed models (empty: any).
+    pub gpu_spec: Vec<String>,
+}
+
+/// FGD's typical pods: shapes and their normalised frequencies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Typical(pub Vec<(TypicalShape, f64)>);
+
+impl Typical {
+    /// The most frequent shapes of `pods` covering 95 % of them, frequencies renormalised over those.
+    #[must_use]
+    pub fn of(pods: &[OpenbPod]) -> Self {
+        let mut counts: HashMap<TypicalShape, u64> = HashMap::new();
+        for p in pods {
+            *counts
+                .entry(TypicalShape {
+                    cpu_milli: p.cpu_milli,
+                    gpu_milli: p.gpu_milli,
+                    num_gpu: p.num_gpu,
+                    gpu_spec: p.gpu_spec.clone(),
+                })
+                .or_default() += 1;
+        }
+        let mut shapes: Vec<(TypicalShape, u64)> = counts.into_iter().collect();
+        shapes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
+        #[allow(clippy::cast_precision_loss)]
+        let total = pods.len() as f64;
+        let mut kept = Vec::new();
+        let mut covered = 0u64;
+        for (shape, count) in shapes {
+            #[allow(clippy::cast_precision_loss)]
+            if covered as f64 >= TYPICAL_COVERAGE * total {
+                break;
+            }
+            covered += count;
+            kept.push((shape, count));
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let covered = covered as f64;
+        Self(
+            kept.into_iter()
+                .map(|(s, c)| {
+                    #[allow(clippy::cast_precision_loss)]
+                    let f = c as f64 / covered;
+                    (s, f)
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A node's free room as FGD's measure sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRoom {
+    /// Free CPU millicores.
+    pub cpu_milli: i64,
+    /// Free thousandths of each device (1000 for a free whole device).
+    pub gpus: Vec<u32>,
+}
+
+impl NodeRoom {
+    /// A node of the core's model: whole free devices and each shared device's free thousandths.
+    #[must_use]
+    pub fn of(node: &Node) -> Self {
+        let free = node.allocatable.minus(&node.used).minus(&node.nominated);
+        let whole = usize::try_from((free.gpu() / 1000).max(0)).unwrap_or(0);
+        let mut gpus = vec![1000; whole];
+        gpus.extend(node.shared_gpus.iter().map(|d| d.free_now()));
+        Self {
+            cpu_milli: free.cpu(),
+            gpus,
+        }
+    }
+
+    /// Idle GPU thousandths.
+    #[must_use]
+    pub fn idle(&self) -> i64 {
+        self.gpus.iter().map(|m| i64::from(*m)).sum()
+    }
+
+    /// FGD's fragmentation of the node for the mix, given its GPU model.
+    #[must_use]
+    pub fn fragmentation(&self, model: &str, typical: &Typical) -> f64 {
+        let idle = self.idle();
+        let mut sum = 0.0;
+        for (s, freq) in &typical.0 {
+            let frag = if s.num_gpu == 0 || s.gpu_milli == 0 {
+                idle
+            } else if !s.gpu_spec.is_empty() && !s.gpu_spec.iter().any(|m| m == model) {
+                idle
+            } else {
+                let fitting = self.gpus.iter().filter(|m| **m >= s.gpu_milli).count();
+                if fitting >= s.num_gpu as usize && self.cpu_milli >= s.cpu_milli {
+                    self.gpus
+                        .iter()
+                        .filter(|m| **m < s.gpu_milli)
+                        .map(|m| i64::from(*m))
+                        .sum()
+                } else {
+                    idle
+                }
+            };
+            #[allow(clippy::cast_precision_loss)]
+            let frag = frag as f64;
+            sum += freq * frag;
+        }
+        sum
+    }
+}
+
+/// The cluster after one offered pod.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    /// GPU thousandths asked for by the pods offered so far.
+    pub arrived_milli: i64,
+    /// GPU thousandths allocated.
+    pub allocated_milli: i64,
+    /// FGD's fragmentation (expected unusable idle GPU thousandths).
+    pub frag_milli: f64,
+    /// Idle GPU thousandths.
+    pub idle_milli: i64,
+}
+
+/// One replay.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replay {
+    /// GPU thousandths of the cluster.
+    pub capacity_milli: i64,
+    /// After each offered pod.
+    pub samples: Vec<Sample>,
+    /// Pods placed.
+    pub placed: usize,
+    /// Pods that fit nowhere.
+    pub failed: usize,
+}
+
+impl Replay {
+    /// Mean allocation (% of capacity) and fragmentation ratio (% of idle) over the samples whose
+    /// arrived load rounds to `percent` (or to `percent` +- 1 when none does); `None` when no sample is
+    /// that near.
+    #[must_use]
+    pub fn at(&self, percent: u32) -> Option<(f64, f64)> {
+        #[allow(clippy::cast_precision_loss)]
+        let cap = self.capacity_milli as f64;
+        let bucket = |s: &Sample| {
+            #[allow(clippy::cast_precision_loss)]
+            let a = (s.arrived_milli as f64 / cap * 100.0).round_ties_even();
+            a
+        };
+        let target = f64::from(percent);
+        let mut chosen: Vec<&Sample> = self.samples.iter().filter(|s| bucket(s) == target).collect();
+        if chosen.is_empty() {
+            chosen = self
+                .samples
+                .iter()
+                .filter(|s| (bucket(s) - target).abs() <= 1.0)
+                .collect();
+        }
+        if chosen.is_empty() {
+            return None;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let n = chosen.len() as f64;
+        #[allow(clippy::cast_precision_loss)]
+        let alloc = chosen
+            .iter()
+            .map(|s| s.allocated_milli as f64 / cap * 100.0)
+            .sum::<f64>()
+            / n;
+        #[allow(clippy::cast_precision_loss)]
+        let frag = chosen
+            .iter()
+            .map(|s| {
+                if s.idle_milli > 0 {
+                    s.frag_milli / s.idle_milli as f64 * 100.0
+                } else {
+                    0.0
+                }
+            })
+            .sum::<f64>()
+            / n;
+        Some((alloc, frag))
+    }
+}
+
+/// The cluster of the node list, with one queue for the replayed pods.
+///
+/// # Errors
+/// No GPU, or a node name twice.
+pub fn cluster_of(nodes: &[OpenbNode]) -> Result<Cluster, ReplayError> {
+    if capacity_milli(nodes) == 0 {
+        return Err(ReplayError::NoGpus);
+    }
+    let mut sim = Sim::new();
+    sim.queue(QUEUE, None, -1.0, -1.0, 1.0);
+    let mut cluster = sim.cluster;
+    for n in nodes {
+        if cluster.node_id(&n.name).is_some() {
+            return Err(ReplayError::DuplicateNode(n.name.clone()));
+        }
+        cluster.apply_node(n.update());
+    }
+    Ok(cluster)
+}
+
+/// Replays `order` (indexes into `pods`) on the nodes with `config`, calling `progress` with the pods
+/// offered so far every 256 pods.
+///
+/// # Errors
+/// See [`cluster_of`]; a pod list asking for no GPU.
+pub fn replay(
+    nodes: &[OpenbNode],
+    pods: &[OpenbPod],
+    order: &[usize],
+    config: &Config,
+    typical: &Typical,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Replay, ReplayError> {
+    let mut cluster = cluster_of(nodes)?;
+    if pods.iter().all(|p| p.gpu_milli_total() == 0) {
+        return Err(ReplayError::NoGpuRequest);
+    }
+    let capacity = capacity_milli(nodes);
+    // Per node (by id): model, idle and fragmentation, kept current as pods land.
+    let mut model: HashMap<NodeId, &str> = HashMap::new();
+    let mut state: HashMap<NodeId, (i64, f64)> = HashMap::new();
+    let (mut idle, mut frag) = (0i64, 0.0f64);
+    for n in nodes {
+        if let Some(id) = cluster.node_id(&n.name) {
+            model.insert(id, n.model.as_str());
+            let room = NodeRoom::of(cluster.node(id));
+            let s = (room.idle(), room.fragmentation(&n.model, typical));
+            idle += s.0;
+            frag += s.1;
+            state.insert(id, s);
+        }
+    }
+    let mut out = Replay {
+        capacity_milli: capacity,
+        samples: Vec::with_capacity(order.len()),
+        placed: 0,
+        failed: 0,
+    };
+    let mut arrived = 0i64;
+    let mut now = 1_000_000;
+    for (k, &i) in order.iter().enumerate() {
+        let Some(pod) = pods.get(i) else { continue };
+        let name: Arc<str> = format!("{}-{k}", pod.name).into();
+        let uid: Arc<str> = format!("uid-{k}").into();
+        let key = GroupKey {
+            kind: GroupKind::Kai,
+            namespace: NAMESPACE.into(),
+            name: name.clone(),
+        };
+        let mut group = Group::new(key.clone(), QUEUE, 1);
+        group.uid = format!("group-{k}").into();
+        group.created = now;
+        cluster.apply_group(group);
+        let mut update = PodUpdate {
+            uid: uid.clone(),
+            namespace: NAMESPACE.into(),
+            name,
+            ours: true,
+            group_key: Some(key.clone()),
+            subgroup: None,
+            request: pod.request(),
+            gpu: pod.gpu_request(),
+            constraints: pod.constraints(),
+            labels: Labels::new(),
+            rules: RulesSpec::default(),
+            api: ApiView {
+                status: TaskStatus::Pending,
+                node_name: None,
+            },
+            gpu_groups: Vec::new(),
+            task_order: 0,
+            created: now,
+            problem: None,
+            claims: Vec::new(),
+            reservation_for: None,
+            gpu_device: None,
+        };
+        cluster.apply_pod(update.clone());
+        let result = cycle::run(&mut cluster, config, now);
+        now += 1000;
+        arrived += pod.gpu_milli_total();
+        match result.decisions.binds.iter().find(|b| b.uid == uid) {
+            Some(bind) => {
+                update.api = ApiView {
+                    status: TaskStatus::Running,
+                    node_name: Some(bind.node.clone()),
+                };
+                update.gpu_groups.clone_from(&bind.gpu_groups);
+                // A placed pod stays bound but leaves its one-pod gang: nothing moves it in a static
+                // replay, and a cycle then costs what the pending pod costs, not what the placed do.
+                update.group_key = None;
+                cluster.apply_pod(update);
+                out.placed += 1;
+                if let Some(id) = cluster.node_id(&bind.node) {
+                    let room = NodeRoom::of(cluster.node(id));
+                    let s = (
+                        room.idle(),
+                        room.fragmentation(model.get(&id).copied().unwrap_or(""), typical),
+                    );
+                    if let Some(old) = state.insert(id, s) {
+                        idle += s.0 - old.0;
+                        frag += s.1 - old.1;
+                    }
+                }
+            }
+            None => {
+                cluster.remove_pod(&uid);
+                out.failed += 1;
+            }
+        }
+        // Statuses land as the API server would take them, so the next cycle reports only changes.
+        for s in &result.decisions.group_statuses {
+            if let Some(g) = cluster.group_id(&s.key) {
+                let mut group = cluster.group(g).clone();
+                group.observed.status = Some(s.status.clone());
+                group.observed.fingerprint = s.fingerprint;
+                cluster.apply_group(group);
+            }
+        }
+        cluster.remove_group(&key);
+        out.samples.push(Sample {
+            arrived_milli: arrived,
+            allocated_milli: capacity - idle,
+            frag_milli: frag,
+            idle_milli: idle,
+        });
+        if k % 256 == 255 {
+            progress(k + 1);
+        }
+    }
+    progress(order.len());
+    Ok(out)
+}
+
+/// Mean and sample standard deviation.
+#[must_use]
+pub fn mean_sd(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let sd = if values.len() > 1 {
+        (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    (mean, sd)
+}
+
+/// The published figures (mean of seeds 42-51) for a workload and policy, from the authors' summary
+/// (`published_fgd_atc23_summary.csv`): allocation at each reported load and the fragmentation ratio at
+/// 90 %.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Published {
+    /// Allocation (%) by arrived load (%).
+    pub alloc: BTreeMap<u32, f64>,
+    /// Fragmentation ratio (%) at 90 % arrived.
+    pub frag_ratio_90: Option<f64>,
+}
+
+/// Reads the authors' summary: (workload, policy name as theirs, e.g. `05-BestFit`) -> figures.
+///
+/// # Errors
+/// A malformed file.
+pub fn read_published(
+    reader: impl std::io::Read,
+) -> Result<BTreeMap<(String, String), Published>, crate::openb::OpenbError> {
+    let mut rdr = csv::ReaderBuilder::new().from_reader(reader);
+    let headers = rdr
+        .headers()
+        .map_err(|source| crate::openb::OpenbError::Csv { line: 1, source })?
+        .clone();
+    let col = |name: &str| headers.iter().position(|h| h == name);
+    let (Some(w), Some(p)) = (col("workload"), col("policy")) else {
+        return Err(crate::openb::OpenbError::MissingColumn("workload/policy"));
+    };
+    let mut out = BTreeMap::new();
+    for record in rdr.records() {
+        let record = record.map_err(|source| crate::openb::OpenbError::Csv {
+            line: source.position().map_or(0, csv::Position::line),
+            source,
+        })?;
+        let mut fig = Published::default();
+        for percent in [80, 90, 95, 100, 110, 120, 130] {
+            if let Some(v) = col(&format!("alloc@{percent}_mean"))
+                .and_then(|i| record.get(i))
+                .and_then(|v| v.parse().ok())
+            {
+                fig.alloc.insert(percent, v);
+            }
+        }
+        fig.frag_ratio_90 = col("frag_ratio@90_mean")
+            .and_then(|i| record.get(i))
+            .and_then(|v| v.parse().ok());
+        out.insert(
+            (
+                record.get(w).unwrap_or("").to_owned(),
+                record.get(p).unwrap_or("").to_owned(),
+            ),
+            fig,
+        );
+    }
+    Ok(out)
+}
+
+/// The authors' name of a policy in their summary, when they ran it.
+#[must_use]
+pub fn published_name(policy: Policy) -> Option<&'static str> {
+    match policy {
+        Policy::Random => Some("01-Random"),
+        Policy::BestFit => Some("05-BestFit"),
+        Policy::Fragmentation => Some("06-FGD"),
+        Policy::Binpack | Policy::Spread => None,
+    }
+}
