@@ -90,6 +90,13 @@ pub enum Command {
         #[command(subcommand)]
         what: Option<TopWhat>,
     },
+    /// Scheduling quality on a workload trace, replayed through the scheduler's decision core (no
+    /// cluster needed).
+    Sim {
+        /// Which trace.
+        #[command(subcommand)]
+        what: crate::sim::SimWhat,
+    },
 }
 
 /// Objects `explain` knows.
@@ -195,6 +202,11 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
         scheduler_config,
         command,
     } = args;
+    // A simulation reads traces, not the cluster.
+    let command = match command {
+        Command::Sim { what } => return crate::sim::run(what, output == Output::Json),
+        other => other,
+    };
     let config = match &scheduler_config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
@@ -258,6 +270,7 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
                 Output::Json => json(&r),
             }
         }
+        Command::Sim { .. } => bail!("`kai sim` runs before any connection (see above)"),
     }
 }
 

@@ -82,12 +82,12 @@ pub enum PlacementStrategy {
     /// Emptiest first: spreads load.
     Spread,
     /// Fragmentation-aware: the node (and, for a fraction, the device) where the expected GPU capacity
-    /// that the observed mix of request shapes cannot use grows least (FGD's measure, Weng et al., ATC
-    /// 2023); ties go to the fuller node.
+    /// that the observed mix of request shapes cannot use grows least (FGD's measure and score, Weng et
+    /// al., ATC 2023); ties go to the first node in node order.
     Fragmentation,
     /// Experiment policy (the FGD paper's BestFit baseline): the node whose CPU and GPU left after the
     /// pod, each as a share of 128 cores and 8 GPUs, weigh least, scored as whole points out of 100;
-    /// ties broken by a seeded hash. Meant for `kai sim`, not for production.
+    /// ties go to the first node in node order. Meant for `kai sim`, not for production.
     Bestfit,
     /// Experiment policy (the FGD paper's Random baseline): a seeded-hash choice among the nodes (and
     /// devices) that fit. Meant for `kai sim`, not for production.
@@ -124,8 +124,8 @@ pub struct NodePlacementArgs {
     /// For CPU-only pods.
     #[serde(default)]
     pub cpu: PlacementStrategy,
-    /// Seed of the hash that breaks ties (`bestfit`) or chooses (`random`); decisions never read a
-    /// clock or a global random generator.
+    /// Seed of the hash that chooses for `random`; decisions never read a clock or a global random
+    /// generator.
     #[serde(default)]
     pub seed: u64,
 }

@@ -394,6 +394,21 @@ pub fn replay(
     typical: &Typical,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Replay, ReplayError> {
+    replay_keeping_cluster(nodes, pods, order, config, typical, progress).map(|(r, _)| r)
+}
+
+/// [`replay`], also returning the cluster as the replay left it (for checks).
+///
+/// # Errors
+/// See [`replay`].
+pub fn replay_keeping_cluster(
+    nodes: &[OpenbNode],
+    pods: &[OpenbPod],
+    order: &[usize],
+    config: &Config,
+    typical: &Typical,
+    progress: &mut dyn FnMut(usize),
+) -> Result<(Replay, Cluster), ReplayError> {
     let mut cluster = cluster_of(nodes)?;
     if pods.iter().all(|p| p.gpu_milli_total() == 0) {
         return Err(ReplayError::NoGpuRequest);
@@ -512,7 +527,7 @@ pub fn replay(
         }
     }
     progress(order.len());
-    Ok(out)
+    Ok((out, cluster))
 }
 
 /// Mean and sample standard deviation.
@@ -535,7 +550,7 @@ pub fn mean_sd(values: &[f64]) -> (f64, f64) {
 /// The published figures (mean of seeds 42-51) for a workload and policy, from the authors' summary
 /// (`published_fgd_atc23_summary.csv`): allocation at each reported load and the fragmentation ratio at
 /// 90 %.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Published {
     /// Allocation (%) by arrived load (%).
     pub alloc: BTreeMap<u32, f64>,
@@ -596,5 +611,457 @@ pub fn published_name(policy: Policy) -> Option<&'static str> {
         Policy::BestFit => Some("05-BestFit"),
         Policy::Fragmentation => Some("06-FGD"),
         Policy::Binpack | Policy::Spread => None,
+    }
+}
+
+/// What one (workload, policy, seed) replay gave.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RunResult {
+    /// Pod list name (file stem).
+    pub workload: String,
+    /// Policy.
+    pub policy: &'static str,
+    /// Seed of the order (and of the policy's draws).
+    pub seed: u64,
+    /// Pods offered.
+    pub pods: usize,
+    /// Pods placed.
+    pub placed: usize,
+    /// Pods that fit nowhere.
+    pub failed: usize,
+    /// Allocation (% of GPU capacity) at each reported load.
+    pub alloc: BTreeMap<u32, f64>,
+    /// Fragmentation ratio (% of idle GPU) at 90 % arrived.
+    pub frag_ratio_90: Option<f64>,
+    /// Allocation (%) by arrived load (whole %), for charts.
+    pub curve: Vec<(u32, f64)>,
+}
+
+impl RunResult {
+    /// The figures of a replay.
+    #[must_use]
+    pub fn of(workload: &str, policy: Policy, seed: u64, replay: &Replay) -> Self {
+        let alloc = REPORTED
+            .iter()
+            .filter_map(|p| replay.at(*p).map(|(a, _)| (*p, a)))
+            .collect();
+        let curve = (1..=130)
+            .filter_map(|p| replay.at(p).map(|(a, _)| (p, a)))
+            .collect();
+        Self {
+            workload: workload.to_owned(),
+            policy: policy.name(),
+            seed,
+            pods: replay.samples.len(),
+            placed: replay.placed,
+            failed: replay.failed,
+            alloc,
+            frag_ratio_90: replay.at(90).map(|(_, f)| f),
+            curve,
+        }
+    }
+}
+
+/// Mean and standard deviation over seeds.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Stat {
+    /// Mean.
+    pub mean: f64,
+    /// Sample standard deviation.
+    pub sd: f64,
+}
+
+/// One (workload, policy) line of the summary.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SummaryRow {
+    /// Pod list name.
+    pub workload: String,
+    /// Policy.
+    pub policy: &'static str,
+    /// Seeds run.
+    pub seeds: Vec<u64>,
+    /// Allocation (%) by reported load.
+    pub alloc: BTreeMap<u32, Stat>,
+    /// Fragmentation ratio (%) at 90 % arrived.
+    pub frag_ratio_90: Option<Stat>,
+    /// The paper's figures for the same workload and policy, when it ran it.
+    pub published: Option<Published>,
+}
+
+/// Means over seeds per (workload, policy), in the order first seen, with the published figures.
+#[must_use]
+pub fn summarize(runs: &[RunResult], published: &BTreeMap<(String, String), Published>) -> Vec<SummaryRow> {
+    let mut keys: Vec<(String, &'static str)> = Vec::new();
+    for r in runs {
+        let k = (r.workload.clone(), r.policy);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.into_iter()
+        .map(|(workload, policy)| {
+            let mine: Vec<&RunResult> = runs
+                .iter()
+                .filter(|r| r.workload == workload && r.policy == policy)
+                .collect();
+            let stat = |values: Vec<f64>| {
+                (!values.is_empty()).then(|| {
+                    let (mean, sd) = mean_sd(&values);
+                    Stat { mean, sd }
+                })
+            };
+            let alloc = REPORTED
+                .iter()
+                .filter_map(|p| {
+                    stat(mine.iter().filter_map(|r| r.alloc.get(p).copied()).collect()).map(|s| (*p, s))
+                })
+                .collect();
+            let frag_ratio_90 = stat(mine.iter().filter_map(|r| r.frag_ratio_90).collect());
+            let published = Policy::parse(policy)
+                .and_then(published_name)
+                .and_then(|name| published.get(&(workload.clone(), name.to_owned())).cloned());
+            SummaryRow {
+                seeds: mine.iter().map(|r| r.seed).collect(),
+                workload,
+                policy,
+                alloc,
+                frag_ratio_90,
+                published,
+            }
+        })
+        .collect()
+}
+
+/// The summary as a text table: ours (mean +- sd over seeds), the published figure in brackets.
+#[must_use]
+pub fn render_table(rows: &[SummaryRow]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "GPU allocation (% of capacity) at 90/95/100/130 % of capacity arrived, mean +- sd over seeds; [published]"
+    );
+    let _ = writeln!(
+        out,
+        "{:<32} {:<14} {:>5} {:>21} {:>21} {:>21} {:>21} {:>17}",
+        "workload", "policy", "seeds", "90%", "95%", "100%", "130%", "frag ratio @90%"
+    );
+    for r in rows {
+        let cell = |stat: Option<&Stat>, published: Option<f64>| {
+            let ours = stat.map_or_else(|| "-".to_owned(), |s| format!("{:.2}+-{:.2}", s.mean, s.sd));
+            match published {
+                Some(p) => format!("{ours} [{p:.2}]"),
+                None => ours,
+            }
+        };
+        let published = |p: u32| r.published.as_ref().and_then(|x| x.alloc.get(&p).copied());
+        let frag = {
+            let ours = r
+                .frag_ratio_90
+                .map_or_else(|| "-".to_owned(), |s| format!("{:.1}", s.mean));
+            match r.published.as_ref().and_then(|p| p.frag_ratio_90) {
+                Some(p) => format!("{ours} [{p:.1}]"),
+                None => ours,
+            }
+        };
+        let _ = writeln!(
+            out,
+            "{:<32} {:<14} {:>5} {:>21} {:>21} {:>21} {:>21} {:>17}",
+            r.workload,
+            r.policy,
+            r.seeds.len(),
+            cell(r.alloc.get(&90), published(90)),
+            cell(r.alloc.get(&95), published(95)),
+            cell(r.alloc.get(&100), published(100)),
+            cell(r.alloc.get(&130), published(130)),
+            frag
+        );
+    }
+    out
+}
+
+/// Every run as CSV (one line per workload, policy and seed).
+#[must_use]
+pub fn runs_csv(runs: &[RunResult]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from(
+        "workload,policy,seed,pods,placed,failed,alloc@90,alloc@95,alloc@100,alloc@130,frag_ratio@90\n",
+    );
+    let num = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.4}"));
+    for r in runs {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{}",
+            r.workload,
+            r.policy,
+            r.seed,
+            r.pods,
+            r.placed,
+            r.failed,
+            num(r.alloc.get(&90).copied()),
+            num(r.alloc.get(&95).copied()),
+            num(r.alloc.get(&100).copied()),
+            num(r.alloc.get(&130).copied()),
+            num(r.frag_ratio_90)
+        );
+    }
+    out
+}
+
+/// The summary as CSV: means, sds and published figures side by side.
+#[must_use]
+pub fn summary_csv(rows: &[SummaryRow]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from("workload,policy,seeds");
+    for p in REPORTED {
+        let _ = write!(out, ",alloc@{p}_mean,alloc@{p}_sd,published_alloc@{p}");
+    }
+    out.push_str(",frag_ratio@90_mean,published_frag_ratio@90\n");
+    let num = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.4}"));
+    for r in rows {
+        let _ = write!(out, "{},{},{}", r.workload, r.policy, r.seeds.len());
+        for p in REPORTED {
+            let s = r.alloc.get(&p);
+            let published = r.published.as_ref().and_then(|x| x.alloc.get(&p).copied());
+            let _ = write!(
+                out,
+                ",{},{},{}",
+                num(s.map(|s| s.mean)),
+                num(s.map(|s| s.sd)),
+                num(published)
+            );
+        }
+        let _ = writeln!(
+            out,
+            ",{},{}",
+            num(r.frag_ratio_90.map(|s| s.mean)),
+            num(r.published.as_ref().and_then(|p| p.frag_ratio_90))
+        );
+    }
+    out
+}
+
+/// A chart of allocation against arrived load for one workload: one line per policy, the mean over
+/// seeds at each whole percent.
+#[must_use]
+pub fn chart(workload: &str, runs: &[RunResult]) -> crate::plot::LineChart {
+    let mut series = Vec::new();
+    for policy in Policy::ALL {
+        let mine: Vec<&RunResult> = runs
+            .iter()
+            .filter(|r| r.workload == workload && r.policy == policy.name())
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let mut points = Vec::new();
+        for p in 1..=130u32 {
+            let values: Vec<f64> = mine
+                .iter()
+                .filter_map(|r| r.curve.iter().find(|(x, _)| *x == p).map(|(_, a)| *a))
+                .collect();
+            if !values.is_empty() {
+                points.push((f64::from(p), mean_sd(&values).0));
+            }
+        }
+        series.push(crate::plot::Series {
+            name: policy.name().to_owned(),
+            points,
+        });
+    }
+    crate::plot::LineChart {
+        title: format!("{workload}: GPU allocation vs arrived load"),
+        x_label: "GPU request arrived (% of capacity)".to_owned(),
+        y_label: "GPU allocated (% of capacity)".to_owned(),
+        series,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, gpus: u32, model: &str) -> OpenbNode {
+        OpenbNode {
+            name: name.into(),
+            cpu_milli: 32_000,
+            memory_mib: 131_072,
+            gpus,
+            model: model.into(),
+        }
+    }
+
+    fn pod(name: &str, cpu: i64, num_gpu: u32, gpu_milli: u32, spec: &[&str]) -> OpenbPod {
+        OpenbPod {
+            name: name.into(),
+            cpu_milli: cpu,
+            memory_mib: 1024,
+            num_gpu,
+            gpu_milli,
+            gpu_spec: spec.iter().map(|s| (*s).to_owned()).collect(),
+            qos: "LS".into(),
+        }
+    }
+
+    #[test]
+    fn the_order_is_the_list_shuffled_then_topped_up_to_the_ratio() {
+        let pods: Vec<OpenbPod> = (0..20)
+            .map(|i| {
+                pod(
+                    &format!("p{i:02}"),
+                    1000,
+                    1,
+                    if i % 2 == 0 { 1000 } else { 500 },
+                    &[],
+                )
+            })
+            .collect();
+        let total: i64 = pods.iter().map(OpenbPod::gpu_milli_total).sum(); // 15,000
+        let capacity = 20_000;
+        let order = arrival_order(&pods, capacity, 1.3, 42);
+        assert_eq!(
+            order,
+            arrival_order(&pods, capacity, 1.3, 42),
+            "same seed, same order"
+        );
+        assert_ne!(order, arrival_order(&pods, capacity, 1.3, 43));
+        let mut first: Vec<usize> = order[..20].to_vec();
+        first.sort_unstable();
+        assert_eq!(first, (0..20).collect::<Vec<_>>(), "the whole list comes first");
+        let arrived: i64 = order.iter().map(|i| pods[*i].gpu_milli_total()).sum();
+        assert!(arrived > total && arrived <= 26_000, "{arrived}");
+        assert!(
+            26_000 - arrived < 1000,
+            "stops within one pod of the target: {arrived}"
+        );
+        // Above the ratio, pods are dropped instead.
+        let fewer = arrival_order(&pods, 10_000, 1.0, 42);
+        let arrived: i64 = fewer.iter().map(|i| pods[*i].gpu_milli_total()).sum();
+        assert!(arrived <= 10_000 && fewer.len() < 20, "{arrived}");
+    }
+
+    #[test]
+    fn typical_shapes_cover_95_percent_renormalised() {
+        let mut pods = Vec::new();
+        for i in 0..90 {
+            pods.push(pod(&format!("a{i}"), 1000, 1, 1000, &[]));
+        }
+        for i in 0..6 {
+            pods.push(pod(&format!("b{i}"), 2000, 1, 500, &[]));
+        }
+        for i in 0..4 {
+            pods.push(pod(&format!("c{i}"), 3000, 0, 0, &[]));
+        }
+        let t = Typical::of(&pods);
+        assert_eq!(t.0.len(), 2, "{t:?}");
+        assert!((t.0[0].1 - 90.0 / 96.0).abs() < 1e-12);
+        assert!((t.0.iter().map(|x| x.1).sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn fragmentation_follows_fgd_case_by_case() {
+        let room = NodeRoom {
+            cpu_milli: 4000,
+            gpus: vec![1000, 300],
+        };
+        assert_eq!(room.idle(), 1300);
+        let shape = |cpu, n, m, spec: &[&str]| TypicalShape {
+            cpu_milli: cpu,
+            gpu_milli: m,
+            num_gpu: n,
+            gpu_spec: spec.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        let one = |s: TypicalShape| Typical(vec![(s, 1.0)]);
+        // Fits: only the device too small for it counts.
+        assert!((room.fragmentation("T4", &one(shape(1000, 1, 500, &[]))) - 300.0).abs() < 1e-9);
+        // Too few devices, too little CPU, the wrong model, or no GPU at all: every idle thousandth.
+        for s in [
+            shape(1000, 2, 1000, &[]),
+            shape(8000, 1, 500, &[]),
+            shape(1000, 1, 500, &["V100M16"]),
+            shape(1000, 0, 0, &[]),
+        ] {
+            assert!(
+                (room.fragmentation("T4", &one(s.clone())) - 1300.0).abs() < 1e-9,
+                "{s:?}"
+            );
+        }
+        // The right model; and a mix weighs each shape by its share.
+        assert!((room.fragmentation("T4", &one(shape(1000, 1, 200, &["T4", "P100"])))).abs() < 1e-9);
+        let mix = Typical(vec![
+            (shape(1000, 1, 500, &[]), 0.5),
+            (shape(1000, 2, 1000, &[]), 0.5),
+        ]);
+        assert!((room.fragmentation("T4", &mix) - 800.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_figure_at_a_load_is_the_mean_of_the_samples_that_round_to_it() {
+        let sample = |arrived, allocated| Sample {
+            arrived_milli: arrived,
+            allocated_milli: allocated,
+            frag_milli: 100.0,
+            idle_milli: 1000 - allocated,
+        };
+        let r = Replay {
+            capacity_milli: 1000,
+            samples: vec![
+                sample(890, 850),
+                sample(900, 880),
+                sample(904, 890),
+                sample(990, 900),
+            ],
+            placed: 4,
+            failed: 0,
+        };
+        let (alloc, frag) = r.at(90).expect("two samples round to 90 %");
+        assert!((alloc - 88.5).abs() < 1e-9, "{alloc}");
+        assert!(
+            (frag - (100.0 / 120.0 + 100.0 / 110.0) / 2.0 * 100.0).abs() < 1e-9,
+            "{frag}"
+        );
+        assert!(r.at(95).is_none(), "no sample within a point of 95 %");
+        assert!((r.at(98).expect("99 is within a point").0 - 90.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_tiny_replay_places_by_the_papers_bestfit_and_refuses_what_fits_nowhere() {
+        // Two nodes of 2 and 4 GPUs. BestFit puts a 1-GPU pod where least would be left (the 2-GPU node),
+        // a 0.5 fraction next to it there, a 4-GPU pod on the 4-GPU node; a second 4-GPU pod fits nowhere.
+        let nodes = vec![node("small", 2, "T4"), node("big", 4, "T4")];
+        let pods = vec![
+            pod("p0", 1000, 1, 1000, &[]),
+            pod("p1", 1000, 1, 500, &[]),
+            pod("p2", 1000, 4, 1000, &[]),
+            pod("p3", 1000, 4, 1000, &[]),
+            pod("p4", 1000, 1, 1000, &["V100M32"]),
+        ];
+        let typical = Typical::of(&pods);
+        let (r, cluster) = replay_keeping_cluster(
+            &nodes,
+            &pods,
+            &[0, 1, 2, 3, 4],
+            &Policy::BestFit.config(1),
+            &typical,
+            &mut |_| {},
+        )
+        .expect("replays");
+        assert_eq!(
+            (r.placed, r.failed),
+            (3, 2),
+            "the second 4-GPU pod and the V100 pod fit nowhere"
+        );
+        let arrived: Vec<i64> = r.samples.iter().map(|s| s.arrived_milli).collect();
+        assert_eq!(arrived, vec![1000, 1500, 5500, 9500, 10_500]);
+        let allocated: Vec<i64> = r.samples.iter().map(|s| s.allocated_milli).collect();
+        assert_eq!(allocated, vec![1000, 1500, 5500, 5500, 5500]);
+        let small = cluster.node(cluster.node_id("small").expect("small"));
+        assert_eq!(
+            small.shared_gpus.len(),
+            1,
+            "the fraction opened the small node's second device"
+        );
+        assert_eq!(small.used.gpu(), 2000);
+        cluster.check_invariants().expect("accounting stays exact");
     }
 }

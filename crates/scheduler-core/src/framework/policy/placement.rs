@@ -374,9 +374,21 @@ impl NodeIndex {
                 GpuRequest::None => 0,
             };
             let candidates: Vec<NodeId> = if wants_gpu {
+                let fraction = match task.gpu {
+                    GpuRequest::Fraction { milli, devices: 1 } => Some(milli),
+                    _ => None,
+                };
                 self.gpu_nodes
                     .range((need, NodeId(0))..)
                     .map(|(_, n)| *n)
+                    // A one-device fraction needs a free device or a shared one with room (as `check`).
+                    .filter(|n| {
+                        fraction.is_none_or(|milli| {
+                            let node = cluster.node(*n);
+                            free_now(node).gpu() >= 1000
+                                || node.shared_gpus.iter().any(|d| d.free_now() >= milli)
+                        })
+                    })
                     .collect()
             } else {
                 let cpu = task.request.cpu();
