@@ -228,11 +228,7 @@ impl Progress {
             return;
         }
         let width = 30;
-        let filled = if self.total == 0 {
-            width
-        } else {
-            runs * width / self.total
-        };
+        let filled = (runs * width).checked_div(self.total).unwrap_or(width);
         let bar: String = "#".repeat(filled) + &"-".repeat(width - filled.min(width));
         let _ = write!(
             std::io::stderr().lock(),

@@ -262,9 +262,9 @@ impl NodeRoom {
         let idle = self.idle();
         let mut sum = 0.0;
         for (s, freq) in &typical.0 {
-            let frag = if s.num_gpu == 0 || s.gpu_milli == 0 {
-                idle
-            } else if !s.gpu_spec.is_empty() && !s.gpu_spec.iter().any(|m| m == model) {
+            let no_gpu = s.num_gpu == 0 || s.gpu_milli == 0;
+            let no_access = !s.gpu_spec.is_empty() && !s.gpu_spec.iter().any(|m| m == model);
+            let frag = if no_gpu || no_access {
                 idle
             } else {
                 let fitting = self.gpus.iter().filter(|m| **m >= s.gpu_milli).count();

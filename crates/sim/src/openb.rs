@@ -3,7 +3,8 @@
 //!
 //! - node list: `sn,cpu_milli,memory_mib,gpu,model`;
 //! - pod lists: `name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,
-//!   deletion_time,scheduled_time` (only the first seven matter to a static replay).
+//!   deletion_time,scheduled_time` (only the first seven matter to a static replay; `gpu_spec` and `qos`
+//!   may be absent, as in `openb_pod_list_multigpu50.csv`).
 //!
 //! A node becomes a ready node with its CPU, memory and GPUs and the GPU model as the
 //! `nvidia.com/gpu.product` label; a pod becomes a one-pod gang asking for its CPU and memory and for
@@ -179,6 +180,16 @@ impl Columns {
         Ok(Self(out))
     }
 
+    /// Adds the columns of `optional` the header has (a missing one reads as empty).
+    fn with_optional(mut self, headers: &csv::StringRecord, optional: &[&'static str]) -> Self {
+        for w in optional {
+            if let Some(i) = headers.iter().position(|h| h.trim() == *w) {
+                self.0.push((w, i));
+            }
+        }
+        self
+    }
+
     fn get<'r>(&self, record: &'r csv::StringRecord, column: &'static str) -> &'r str {
         self.0
             .iter()
@@ -269,18 +280,12 @@ pub fn read_pods(reader: impl Read) -> Result<Vec<OpenbPod>, OpenbError> {
         .headers()
         .map_err(|source| OpenbError::Csv { line: 1, source })?
         .clone();
+    // `gpu_spec` and `qos` are absent from some lists (multigpu50): no model constraint, no class.
     let cols = Columns::find(
         &headers,
-        &[
-            "name",
-            "cpu_milli",
-            "memory_mib",
-            "num_gpu",
-            "gpu_milli",
-            "gpu_spec",
-            "qos",
-        ],
-    )?;
+        &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"],
+    )?
+    .with_optional(&headers, &["gpu_spec", "qos"]);
     let mut pods = Vec::new();
     for record in rdr.records() {
         let record = record.map_err(|source| OpenbError::Csv {
@@ -437,6 +442,14 @@ mod tests {
         assert!(matches!(e, OpenbError::MissingColumn("memory_mib")), "{e:?}");
         let e = read_nodes("sn,cpu_milli,memory_mib,gpu,model\nn,1,1,1\n".as_bytes()).expect_err("short");
         assert!(matches!(e, OpenbError::Csv { line: 2, .. }), "{e:?}");
+    }
+
+    #[test]
+    fn gpu_spec_and_qos_may_be_absent() {
+        let pods = read_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,2,1000\n".as_bytes())
+            .expect("valid");
+        assert_eq!(pods[0].gpu_request(), GpuRequest::Whole(2));
+        assert!(pods[0].gpu_spec.is_empty() && pods[0].qos.is_empty());
     }
 
     #[test]
