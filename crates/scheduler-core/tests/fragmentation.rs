@@ -46,11 +46,12 @@ fn a_one_gpu_pod_keeps_a_pair_of_free_gpus_whole_where_binpack_breaks_it() {
 
 #[test]
 fn a_fraction_goes_where_the_mix_loses_least() {
-    // Node a has a shared device with 0.7 free, node b one with 0.6 free; the mix is mostly halves. A
-    // 0.2 fraction on b's fuller device (binpack) leaves 0.4 there, which no half can use; on a it
-    // leaves 0.5 + 0.6, both usable.
+    // Node a has a shared device with 0.7 free, node b one with 0.6 free, node c six with 0.5 free
+    // each (the halves); the mix is mostly halves. Bin-packing takes the fullest device with room (one
+    // of c's), leaving 0.3 there that no half can use; b's would leave 0.4, as useless. On a it leaves
+    // 0.5, exactly a half.
     for (strategy, expected) in [
-        (PlacementStrategy::Binpack, "b"),
+        (PlacementStrategy::Binpack, "c"),
         (PlacementStrategy::Fragmentation, "a"),
     ] {
         let mut s = sim(strategy);
