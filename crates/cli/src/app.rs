@@ -211,6 +211,7 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
         usage_namespace,
         command,
     } = args;
+    // A simulation reads traces, not the cluster.
     let command = match command {
         Command::Sim { what } => return crate::sim::run(what, output == Output::Json),
         other => other,

@@ -1,6 +1,7 @@
 //! `kai` (also `kubectl kai`): a command line that explains the gang scheduler's decisions.
 //!
-//! Owns: `kai explain pg NAME` ([`explain`]), `kai queues` ([`queues`]), `kai top nodes` ([`top`]), `kai sim` ([`sim`]: trace replays through the decision core), the
+//! Owns: `kai explain pg NAME` ([`explain`]), `kai queues` ([`queues`]), `kai top nodes` ([`top`]),
+//! `kai sim` ([`sim`]: trace replays through the decision core, by `kai-sim`), the
 //! snapshot of cluster objects they read ([`snapshot`]), their text ([`render`]) and the command line
 //! with its client ([`app`]). The reports run the scheduler's own model and decision code over the
 //! snapshot, so what they say is what the scheduler would decide.

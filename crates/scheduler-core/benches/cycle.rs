@@ -5,7 +5,7 @@
 //! model; making the copy is not timed. `benches/scale.rs` prints the same cases as one table.
 
 use divan::Bencher;
-use kai_scheduler_core::config::{ActionKind, Config};
+use kai_scheduler_core::config::{ActionKind, Config, PlacementStrategy};
 use kai_scheduler_core::cycle;
 use kai_scheduler_core::model::Cluster;
 use kai_scheduler_core::sim::{self, Sim, Synthetic};
@@ -46,6 +46,20 @@ fn snapshot<const K: u32>(bencher: Bencher<'_, '_>, nodes: usize) {
 fn full_cycle<const K: u32>(bencher: Bencher<'_, '_>, nodes: usize) {
     let base = Synthetic::new(nodes, K).cluster();
     bench_cycle(bencher, &base, &Config::default(), NOW);
+}
+
+/// One full cycle at 5,000 nodes (50,000 pending one-GPU pods in gangs of 8) with each GPU placement
+/// strategy: what scoring every node costs next to bin-packing's first fit (`fragmentation` is meant to
+/// stay within 1.3 x `binpack`).
+#[divan::bench(args = ["binpack", "fragmentation"], sample_count = 2, sample_size = 1)]
+fn full_cycle_by_strategy(bencher: Bencher<'_, '_>, strategy: &str) {
+    let base = Synthetic::new(5000, 8).cluster();
+    let mut config = Config::default();
+    config.plugins.nodeplacement.gpu = match strategy {
+        "fragmentation" => PlacementStrategy::Fragmentation,
+        _ => PlacementStrategy::Binpack,
+    };
+    bench_cycle(bencher, &base, &config, NOW);
 }
 
 /// The same at 10,000 nodes (fewer samples).

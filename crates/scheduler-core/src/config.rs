@@ -71,7 +71,8 @@ impl ActionKind {
     }
 }
 
-/// Bin-pack (fill the fullest node first) or spread (the emptiest first).
+/// Bin-pack (fill the fullest node first) or spread (the emptiest first); or one of the scored
+/// strategies, which look at every node that fits (`framework::policy::placement`, `scored`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PlacementStrategy {
@@ -80,6 +81,37 @@ pub enum PlacementStrategy {
     Binpack,
     /// Emptiest first: spreads load.
     Spread,
+    /// Fragmentation-aware: the node (and, for a fraction, the device) where the expected GPU capacity
+    /// that the observed mix of request shapes cannot use grows least (FGD's measure and score, Weng et
+    /// al., ATC 2023); ties go to the first node in node order.
+    Fragmentation,
+    /// Experiment policy (the FGD paper's BestFit baseline): the node whose CPU and GPU left after the
+    /// pod, each as a share of 128 cores and 8 GPUs, weigh least, scored as whole points out of 100;
+    /// ties go to the first node in node order. Meant for `kai sim`, not for production.
+    Bestfit,
+    /// Experiment policy (the FGD paper's Random baseline): a seeded-hash choice among the nodes (and
+    /// devices) that fit. Meant for `kai sim`, not for production.
+    Random,
+}
+
+impl PlacementStrategy {
+    /// Whether the strategy scores every node that fits instead of walking a free-capacity order.
+    #[must_use]
+    pub fn is_scored(self) -> bool {
+        matches!(self, Self::Fragmentation | Self::Bestfit | Self::Random)
+    }
+
+    /// Name as written in the configuration.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Binpack => "binpack",
+            Self::Spread => "spread",
+            Self::Fragmentation => "fragmentation",
+            Self::Bestfit => "bestfit",
+            Self::Random => "random",
+        }
+    }
 }
 
 /// Node order per resource.
@@ -92,6 +124,10 @@ pub struct NodePlacementArgs {
     /// For CPU-only pods.
     #[serde(default)]
     pub cpu: PlacementStrategy,
+    /// Seed of the hash that chooses for `random`; decisions never read a clock or a global random
+    /// generator.
+    #[serde(default)]
+    pub seed: u64,
 }
 
 /// Fair-share tuning (KAI's proportion plugin).

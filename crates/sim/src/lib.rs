@@ -6,7 +6,9 @@
 //! Must not: copy trace data into the project (traces are read from a path the user gives, by default
 //! `../shared/traces/`), or decide placement itself: every decision comes from `scheduler-core`.
 
+pub mod fgd;
 pub mod metrics;
+pub mod openb;
 pub mod philly;
 pub mod plot;
 pub mod replay;

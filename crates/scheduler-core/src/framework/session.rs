@@ -17,7 +17,11 @@ use super::policy::placement::{NodeIndex, PlacementPolicy};
 use super::report::explain::Why;
 use super::report::status;
 use super::reservations;
-use crate::config::{ActionKind, Config};
+
+/// The share of arrivals the `fragmentation` strategy's shape mix covers (FGD's "typical pods": the
+/// most frequent shapes that make up 95 % of pods).
+const MIX_COVERAGE: f64 = 0.95;
+use crate::config::{ActionKind, Config, PlacementStrategy};
 use crate::model::{
     Assumed, Cluster, GroupId, IdMap, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId,
 };
@@ -156,9 +160,13 @@ impl<'c> Session<'c> {
             cpu: plugins.nodeplacement.cpu,
             gpu_sharing: plugins.gpusharing.placement,
             gpu_sharing_enabled: plugins.gpusharing.enabled,
+            seed: plugins.nodeplacement.seed,
         };
         cluster.rules.start_session();
-        let index = NodeIndex::build(cluster);
+        let mut index = NodeIndex::build(cluster);
+        if policy.gpu == PlacementStrategy::Fragmentation || policy.cpu == PlacementStrategy::Fragmentation {
+            index.mix = cluster.shapes.mix(MIX_COVERAGE);
+        }
         let fairness = Fairness::open(cluster, &gangs, &plugins.proportion);
         let epoch_at_open = cluster.epochs.capacity;
         Self {

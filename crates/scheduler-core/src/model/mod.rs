@@ -12,6 +12,7 @@ pub mod node;
 pub mod pod_rules;
 pub mod queue;
 pub mod resources;
+pub mod shapes;
 pub mod task;
 pub mod time;
 pub mod usage;

@@ -15,6 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+mod scored;
+
 use super::pod_rules::{RuleFit, RuleLookups, RuleMiss};
 use crate::config::PlacementStrategy;
 use crate::model::constraints::{ConstraintsId, StaticMiss};
@@ -74,6 +76,8 @@ pub struct PlacementPolicy {
     pub gpu_sharing: PlacementStrategy,
     /// Whether fractions may be scheduled.
     pub gpu_sharing_enabled: bool,
+    /// Seed of the scored experiment strategies' draws.
+    pub seed: u64,
 }
 
 /// Free-capacity indexes over the nodes, kept current through [`NodeIndex::update`].
@@ -107,6 +111,8 @@ pub struct NodeIndex {
     /// Sums of `free_parts`.
     free_now_total: Resources,
     free_later_total: Resources,
+    /// The request shapes the `fragmentation` strategy weighs (empty unless it is in use).
+    pub mix: Vec<crate::model::shapes::WeightedShape>,
 }
 
 /// Static eligibility per constraints, one bit per node index, computed once per session per distinct
@@ -351,8 +357,60 @@ impl NodeIndex {
             let all: Vec<NodeId> = cluster.nodes.iter().map(|(i, _)| NodeId(i)).collect();
             return find_in(c, cluster, task, policy, all.into_iter(), true);
         }
+        let wants_gpu = !matches!(task.gpu, GpuRequest::None);
+        let strategy = if wants_gpu { policy.gpu } else { policy.cpu };
+        let passes: &[bool] = if c.rules.soft_taints {
+            &[true, false]
+        } else {
+            &[false]
+        };
+        // 2-5 for the scored strategies: every node with room, best by the strategy's key.
+        if strategy.is_scored() {
+            let need = match task.gpu {
+                GpuRequest::Whole(n) => i64::from(n) * 1000,
+                GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => {
+                    (i64::from(devices) - 1).max(0) * 1000
+                }
+                GpuRequest::None => 0,
+            };
+            let candidates: Vec<NodeId> = if wants_gpu {
+                let fraction = match task.gpu {
+                    GpuRequest::Fraction { milli, devices: 1 } => Some(milli),
+                    _ => None,
+                };
+                self.gpu_nodes
+                    .range((need, NodeId(0))..)
+                    .map(|(_, n)| *n)
+                    // A one-device fraction needs a free device or a shared one with room (as `check`).
+                    .filter(|n| {
+                        fraction.is_none_or(|milli| {
+                            let node = cluster.node(*n);
+                            free_now(node).gpu() >= 1000
+                                || node.shared_gpus.iter().any(|d| d.free_now() >= milli)
+                        })
+                    })
+                    .collect()
+            } else {
+                let cpu = task.request.cpu();
+                self.cpu_nodes
+                    .range((cpu, NodeId(0))..)
+                    .chain(self.gpu_nodes_cpu.range((cpu, NodeId(0))..))
+                    .map(|(_, n)| *n)
+                    .collect()
+            };
+            for &avoid_soft_taints in passes {
+                let constraints = cluster.constraints.get(task.constraints);
+                let nodes = candidates.iter().copied().filter(|n| {
+                    !avoid_soft_taints || constraints.untolerated_soft_taints(&cluster.node(*n).taints) == 0
+                });
+                if let Some(p) = scored::best(c, cluster, task, policy, strategy, &self.mix, nodes) {
+                    return Some(p);
+                }
+            }
+        }
         // 2. A shared device with room for the fraction.
-        if task.gpu.is_shared()
+        if !strategy.is_scored()
+            && task.gpu.is_shared()
             && let Some(p) = find_shared(c, cluster, task, policy, self.shared.iter().copied())
         {
             return Some(p);
@@ -360,13 +418,7 @@ impl NodeIndex {
         // 3-5. Free now, in strategy order: a range walk that usually stops at the first node. Where
         // some node has a `PreferNoSchedule` taint, a first walk skips the nodes whose such taints the
         // pod does not tolerate (kube-scheduler's preference), a second takes them.
-        let passes: &[bool] = if c.rules.soft_taints {
-            &[true, false]
-        } else {
-            &[false]
-        };
-        let wants_gpu = !matches!(task.gpu, GpuRequest::None);
-        for &avoid_soft_taints in passes {
+        for &avoid_soft_taints in passes.iter().filter(|_| !strategy.is_scored()) {
             let fit = FirstFit {
                 avoid_soft_taints,
                 strategy: if wants_gpu { policy.gpu } else { policy.cpu },
@@ -658,8 +710,8 @@ fn find_shared(
             continue;
         }
         let score = match policy.gpu_sharing {
-            PlacementStrategy::Binpack => fullness,
             PlacementStrategy::Spread => -fullness,
+            _ => fullness,
         };
         if best
             .as_ref()
@@ -689,8 +741,8 @@ impl FirstFit {
         order: impl DoubleEndedIterator<Item = NodeId>,
     ) -> Option<Placement> {
         let order: Box<dyn Iterator<Item = NodeId>> = match self.strategy {
-            PlacementStrategy::Binpack => Box::new(order),
             PlacementStrategy::Spread => Box::new(order.rev()),
+            _ => Box::new(order),
         };
         let constraints = cluster.constraints.get(task.constraints);
         for n in order {
@@ -744,8 +796,8 @@ fn find_in(
         let free = free_now(node);
         let amount = if wants_gpu { free.gpu() / 1000 } else { free.cpu() };
         let amount = match strategy {
-            PlacementStrategy::Binpack => amount,
             PlacementStrategy::Spread => -amount,
+            _ => amount,
         };
         let later = u8::from(p.mode == Mode::Pipeline);
         let preference = -scores.get(i).copied().unwrap_or(0);
@@ -878,8 +930,8 @@ fn shared_fit(
         .map(|d| (d.used_milli + d.nominated_milli, &d.group))
         .collect();
     match policy.gpu_sharing {
-        PlacementStrategy::Binpack => fitting.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1))),
         PlacementStrategy::Spread => fitting.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(b.1))),
+        _ => fitting.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1))),
     }
     let mut groups: Vec<Arc<str>> = fitting.iter().take(devices).map(|(_, g)| (*g).clone()).collect();
     let fresh = devices - groups.len();
@@ -941,6 +993,7 @@ mod tests {
         cpu: PlacementStrategy::Binpack,
         gpu_sharing: PlacementStrategy::Binpack,
         gpu_sharing_enabled: true,
+        seed: 0,
     };
 
     /// The summary by checking every node, as explanations did before summaries were incremental.

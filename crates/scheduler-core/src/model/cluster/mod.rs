@@ -143,6 +143,9 @@ pub struct Cluster {
     pub no_fit_memo: NoFitMemo,
     /// Set by a cycle that decided nothing to place, evict or reserve (see [`Quiet`]).
     pub quiet: Option<Quiet>,
+    /// How often each request shape arrived (our pods, counted when first seen), for the
+    /// `fragmentation` placement strategy.
+    pub shapes: super::shapes::ShapeBook,
     /// The root PodGroup of the gang the running cycle works on, so a cycle that panics can name it
     /// (see `crash.rs`).
     pub attempting: Option<GroupId>,

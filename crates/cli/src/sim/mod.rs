@@ -15,9 +15,14 @@ use sim::replay::{self, Outcome, Policy};
 use sim::workload::{Checked, Workload};
 use sim::{philly, report};
 
+pub mod openb;
+
 /// What `kai sim` replays.
 #[derive(Debug, Subcommand)]
 pub enum SimCommand {
+    /// The FGD paper's static experiment on Alibaba's openb trace: pods in a seeded random order until
+    /// 1.3 x the GPU capacity has arrived, each offered once; allocation at 90/95/100/130 % arrived.
+    Openb(openb::OpenbArgs),
     /// A workload in the native format (YAML or JSON: nodes, queues, jobs; see docs/quality.md).
     Replay {
         /// The workload file.
@@ -82,6 +87,7 @@ struct RunReport<'a, S: Serialize> {
 /// Unreadable or invalid inputs, unknown policies, unwritable outputs.
 pub fn run(command: SimCommand, json: bool) -> anyhow::Result<String> {
     match command {
+        SimCommand::Openb(args) => openb::run(&args, json),
         SimCommand::Replay { file, run: args } => {
             let workload = Workload::load(&file)?.check()?;
             let setup = serde_json::json!({

@@ -1,0 +1,125 @@
+//! The `fragmentation` placement strategy: the node (and device) where the expected GPU capacity that
+//! the observed mix of request shapes cannot use grows least, where bin-packing chooses otherwise; and
+//! the experiment strategies (`bestfit`, `random`) stay inside what allocate allows.
+
+use kai_scheduler_core::config::PlacementStrategy;
+use kai_scheduler_core::model::TaskStatus;
+use kai_scheduler_core::sim::{GangSpec, Sim};
+
+fn sim(strategy: PlacementStrategy) -> Sim {
+    let mut s = Sim::new();
+    s.queue("default-parent-queue", None, 0.0, -1.0, 1.0);
+    s.queue("q", Some("default-parent-queue"), -1.0, -1.0, 1.0);
+    s.config.plugins.nodeplacement.gpu = strategy;
+    s.config.plugins.nodeplacement.cpu = strategy;
+    s.config.plugins.gpusharing.enabled = true;
+    s.config.plugins.gpusharing.reservation_pods = false;
+    s
+}
+
+fn node_of(s: &Sim, gang: &str) -> Vec<String> {
+    s.placement(gang).keys().cloned().collect()
+}
+
+#[test]
+fn a_one_gpu_pod_keeps_a_pair_of_free_gpus_whole_where_binpack_breaks_it() {
+    // Node a has 3 GPUs free, b has 2. The mix is mostly 2-GPU pods. Bin-packing takes b (fewest free),
+    // leaving it one GPU no 2-GPU pod can use; taking a leaves 2 + 2.
+    for (strategy, expected) in [
+        (PlacementStrategy::Binpack, "b"),
+        (PlacementStrategy::Fragmentation, "a"),
+    ] {
+        let mut s = sim(strategy);
+        s.node("a", 64_000, 256, 3)
+            .node("b", 64_000, 256, 2)
+            .node("c", 64_000, 256, 8);
+        s.gang(
+            GangSpec::new("pairs", "q", 4)
+                .gpus(2)
+                .running_on(&["c", "c", "c", "c"]),
+        );
+        s.gang(GangSpec::new("one", "q", 1).gpus(1));
+        s.round();
+        assert_eq!(node_of(&s, "one"), vec![expected.to_owned()], "{strategy:?}");
+    }
+}
+
+#[test]
+fn a_fraction_goes_where_the_mix_loses_least() {
+    // Node a has a shared device with 0.7 free, node b one with 0.6 free, node c six with 0.5 free
+    // each (the halves); the mix is mostly halves. Bin-packing takes the fullest device with room (one
+    // of c's), leaving 0.3 there that no half can use; b's would leave 0.4, as useless. On a it leaves
+    // 0.5, exactly a half.
+    for (strategy, expected) in [
+        (PlacementStrategy::Binpack, "c"),
+        (PlacementStrategy::Fragmentation, "a"),
+    ] {
+        let mut s = sim(strategy);
+        s.node("a", 64_000, 256, 1)
+            .node("b", 64_000, 256, 1)
+            .node("c", 64_000, 256, 8);
+        s.gang(GangSpec::new("on-a", "q", 1).fraction(300).running_on(&["a"]));
+        s.gang(GangSpec::new("on-b", "q", 1).fraction(400).running_on(&["b"]));
+        s.gang(
+            GangSpec::new("halves", "q", 6)
+                .fraction(500)
+                .running_on(&["c"; 6]),
+        );
+        s.gang(GangSpec::new("new", "q", 1).fraction(200));
+        s.round();
+        assert_eq!(node_of(&s, "new"), vec![expected.to_owned()], "{strategy:?}");
+        s.cluster.check_invariants().expect("accounting stays exact");
+    }
+}
+
+#[test]
+fn scored_strategies_respect_node_rules_and_room() {
+    // A selector and room rule out every node but one; each strategy must find that one, and a gang that
+    // fits nowhere stays pending whole.
+    for strategy in [
+        PlacementStrategy::Fragmentation,
+        PlacementStrategy::Bestfit,
+        PlacementStrategy::Random,
+    ] {
+        let mut s = sim(strategy);
+        s.node_with("x", 64_000, 256, 4, &[("pool", "x")], &[])
+            .node_with("y", 64_000, 256, 4, &[("pool", "y")], &[])
+            .node_with("tainted", 64_000, 256, 8, &[("pool", "y")], &["dedicated"]);
+        s.gang(GangSpec::new("pinned", "q", 2).gpus(2).selector("pool", "y"));
+        s.gang(GangSpec::new("big", "q", 2).gpus(4).selector("pool", "x"));
+        s.round();
+        assert_eq!(
+            s.placement("pinned").into_iter().collect::<Vec<_>>(),
+            vec![("y".to_owned(), 2)],
+            "{strategy:?}"
+        );
+        assert_eq!(
+            s.count("big", TaskStatus::Running),
+            0,
+            "{strategy:?}: all or nothing"
+        );
+        s.cluster.check_invariants().expect("accounting stays exact");
+    }
+}
+
+#[test]
+fn random_and_bestfit_are_deterministic_for_a_seed() {
+    let place = |strategy, seed| {
+        let mut s = sim(strategy);
+        s.config.plugins.nodeplacement.seed = seed;
+        s.nodes("n", 16, 8);
+        for i in 0..12 {
+            s.gang(GangSpec::new(&format!("g{i}"), "q", 1).gpus(1 + i % 3));
+        }
+        s.round();
+        (0..12).map(|i| node_of(&s, &format!("g{i}"))).collect::<Vec<_>>()
+    };
+    for strategy in [PlacementStrategy::Random, PlacementStrategy::Bestfit] {
+        assert_eq!(place(strategy, 7), place(strategy, 7), "{strategy:?}");
+    }
+    assert_ne!(
+        place(PlacementStrategy::Random, 7),
+        place(PlacementStrategy::Random, 8),
+        "another seed draws other nodes"
+    );
+}
