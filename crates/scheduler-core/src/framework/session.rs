@@ -17,14 +17,14 @@ use super::policy::placement::{NodeIndex, PlacementPolicy};
 use super::report::explain::Why;
 use super::report::status;
 use super::reservations;
-
-/// The share of arrivals the `fragmentation` strategy's shape mix covers (FGD's "typical pods": the
-/// most frequent shapes that make up 95 % of pods).
-const MIX_COVERAGE: f64 = 0.95;
 use crate::config::{ActionKind, Config, PlacementStrategy};
 use crate::model::{
     Assumed, Cluster, GroupId, IdMap, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId,
 };
+
+/// The share of arrivals the `fragmentation` strategy's shape mix covers (FGD's "typical pods": the
+/// most frequent shapes that make up 95 % of pods).
+const MIX_COVERAGE: f64 = 0.95;
 
 /// One journal entry.
 #[derive(Clone, Debug)]
