@@ -220,6 +220,33 @@ fn line_of(record: &csv::StringRecord) -> u64 {
     record.position().map_or(0, csv::Position::line)
 }
 
+/// A record of the reader, or the CSV error with its line.
+fn record_at(record: Result<csv::StringRecord, csv::Error>) -> Result<csv::StringRecord, OpenbError> {
+    record.map_err(|source| OpenbError::Csv {
+        line: source.position().map_or(0, csv::Position::line),
+        source,
+    })
+}
+
+/// A column that names the row (`sn`, `name`): present and not empty.
+fn row_name<'r>(
+    cols: &Columns,
+    record: &'r csv::StringRecord,
+    column: &'static str,
+    line: u64,
+) -> Result<&'r str, OpenbError> {
+    let name = cols.get(record, column);
+    if name.is_empty() {
+        return Err(OpenbError::Field {
+            line,
+            column,
+            value: String::new(),
+            reason: "is empty",
+        });
+    }
+    Ok(name)
+}
+
 /// Reads a node list.
 ///
 /// # Errors
@@ -233,20 +260,9 @@ pub fn read_nodes(reader: impl Read) -> Result<Vec<OpenbNode>, OpenbError> {
     let cols = Columns::find(&headers, &["sn", "cpu_milli", "memory_mib", "gpu", "model"])?;
     let mut nodes = Vec::new();
     for record in rdr.records() {
-        let record = record.map_err(|source| OpenbError::Csv {
-            line: source.position().map_or(0, csv::Position::line),
-            source,
-        })?;
+        let record = record_at(record)?;
         let line = line_of(&record);
-        let name = cols.get(&record, "sn");
-        if name.is_empty() {
-            return Err(OpenbError::Field {
-                line,
-                column: "sn",
-                value: String::new(),
-                reason: "is empty",
-            });
-        }
+        let name = row_name(&cols, &record, "sn", line)?;
         let cpu_milli: u32 = number(line, "cpu_milli", cols.get(&record, "cpu_milli"))?;
         let memory_mib: u32 = number(line, "memory_mib", cols.get(&record, "memory_mib"))?;
         let gpus: u32 = number(line, "gpu", cols.get(&record, "gpu"))?;
@@ -288,20 +304,9 @@ pub fn read_pods(reader: impl Read) -> Result<Vec<OpenbPod>, OpenbError> {
     .with_optional(&headers, &["gpu_spec", "qos"]);
     let mut pods = Vec::new();
     for record in rdr.records() {
-        let record = record.map_err(|source| OpenbError::Csv {
-            line: source.position().map_or(0, csv::Position::line),
-            source,
-        })?;
+        let record = record_at(record)?;
         let line = line_of(&record);
-        let name = cols.get(&record, "name");
-        if name.is_empty() {
-            return Err(OpenbError::Field {
-                line,
-                column: "name",
-                value: String::new(),
-                reason: "is empty",
-            });
-        }
+        let name = row_name(&cols, &record, "name", line)?;
         let cpu_milli: u32 = number(line, "cpu_milli", cols.get(&record, "cpu_milli"))?;
         let memory_mib: u32 = number(line, "memory_mib", cols.get(&record, "memory_mib"))?;
         let num_gpu: u32 = number(line, "num_gpu", cols.get(&record, "num_gpu"))?;
