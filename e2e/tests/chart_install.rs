@@ -356,6 +356,20 @@ async fn run(admin: &Client, helm: &Helm, kubeconfig: &Path, id: &str) -> anyhow
     assert_eq!(node, node_name);
     let groups: Api<api::PodGroup> = Api::namespaced(admin.clone(), id);
     assert!(groups.get_opt(&group).await?.is_some(), "PodGroup {group} exists");
+    // Its group was made for it alone: the scheduler found it by owner and the binding named it on the
+    // pod, so the podgrouper never wrote to the pod.
+    let bound = Api::<Pod>::namespaced(admin.clone(), id).get("work").await?;
+    let writers: Vec<String> = bound
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        !writers.iter().any(|m| m == api::keys::FIELD_MANAGER_PODGROUPER),
+        "the podgrouper patched a pod its binding names: {writers:?}"
+    );
     for (name, log) in &logs {
         assert!(
             !log.contains("forbidden") && !log.contains("Forbidden"),

@@ -936,23 +936,18 @@ async fn burst_of_1000_pods_with_a_podgrouper_kill_mid_way_groups_each_exactly_o
             anyhow::Ok(())
         });
     }
-    // Kill it once it has grouped some but not all.
+    // Kill it once it has grouped some but not all. A bare pod's PodGroup is made at once; the pod
+    // itself is named only if still unbound 10 s after its creation (here none is bound), so the
+    // PodGroups are what shows progress.
     t.wait_until("some pods grouped", Duration::from_secs(120), async || {
-        let pods = api.list(&ListParams::default().labels("app=burst")).await?.items;
-        Ok((pods.iter().filter(|p| group_of(p).is_some()).count() >= 50).then_some(()))
+        Ok((pod_groups(&t).await?.len() >= 50).then_some(()))
     })
     .await?;
     t.stop_component(COMPONENT, Duration::ZERO)?;
     while let Some(done) = created.join_next().await {
         done??;
     }
-    let grouped_before = api
-        .list(&ListParams::default().labels("app=burst"))
-        .await?
-        .items
-        .iter()
-        .filter(|p| group_of(p).is_some())
-        .count();
+    let grouped_before = pod_groups(&t).await?.len();
     start_podgrouper(&t)?;
     let pods = t
         .wait_for_pods(

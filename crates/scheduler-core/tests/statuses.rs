@@ -80,3 +80,57 @@ fn an_old_empty_group_is_reported_at_once() {
     s.gang(GangSpec::new("empty", "default-queue", 0).created(now - EMPTY_GROUP_GRACE_MS));
     assert_eq!(statuses_of(&mut s), ["empty"]);
 }
+
+/// The gangs given a `last-start-timestamp` annotation in the next round.
+fn started_of(s: &mut Sim) -> Vec<String> {
+    let mut names: Vec<String> = s
+        .round()
+        .decisions
+        .group_annotations
+        .iter()
+        .filter(|a| a.last_start.is_some())
+        .map(|a| a.key.name.to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Only minimum runtimes read a gang's last start, and they protect victims, which are preemptible:
+/// a non-preemptible gang's start is not written.
+#[test]
+fn only_preemptible_gangs_get_a_last_start_annotation() {
+    let mut s = sim();
+    s.nodes("n", 2, 8);
+    s.gang(
+        GangSpec::new("train", "default-queue", 2)
+            .gpus(1)
+            .preemptible(true),
+    );
+    s.gang(
+        GangSpec::new("serve", "default-queue", 2)
+            .gpus(1)
+            .preemptible(false),
+    );
+    assert_eq!(started_of(&mut s), ["train"]);
+    assert_eq!(
+        s.placement("serve").values().sum::<usize>(),
+        2,
+        "placed all the same"
+    );
+}
+
+/// A preemptible gang seen running without a start (made preemptible while running, or started by
+/// something else) gets one, once, so its minimum runtime counts from now.
+#[test]
+fn a_running_preemptible_gang_without_a_start_gets_one_once() {
+    let mut s = sim();
+    s.nodes("n", 2, 8);
+    s.gang(
+        GangSpec::new("running", "default-queue", 1)
+            .gpus(1)
+            .preemptible(true)
+            .running_on(&["n-0"]),
+    );
+    assert_eq!(started_of(&mut s), ["running"]);
+    assert!(started_of(&mut s).is_empty());
+}

@@ -625,7 +625,17 @@ async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileEr
         }
         Ok::<_, ReconcileError>(None)
     };
+    // A pod its group was made for alone is found by the scheduler without the name, and bound pods
+    // get it from their binding: it is written here only if the pod still waits after the delay.
+    let naming_wait = grouping::naming_wait_ms(
+        pod,
+        &outcome.decision,
+        k8s_openapi::jiff::Timestamp::now().as_millisecond(),
+    );
     let pod_write = async {
+        if naming_wait.is_some() {
+            return Ok(());
+        }
         if let Some(patch) = grouping::pod_patch(pod, &outcome.decision, &ctx.config.settings) {
             ctx.may_write()?;
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -641,9 +651,12 @@ async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileEr
     let condition_error = group_result?;
     pod_result?;
     report(ctx, pod, &outcome.warnings).await;
-    match condition_error {
-        Some(e) => Err(e),
-        None => Ok(Action::await_change()),
+    match (condition_error, naming_wait) {
+        (Some(e), _) => Err(e),
+        (None, Some(ms)) => Ok(Action::requeue(Duration::from_millis(
+            u64::try_from(ms).unwrap_or(0).saturating_add(1),
+        ))),
+        (None, None) => Ok(Action::await_change()),
     }
 }
 
@@ -1024,6 +1037,52 @@ mod tests {
         ]);
         reconcile_inner(&annotated, &ctx).await.expect("reconcile");
         assert_eq!(requests(&log).len(), 2, "{:?}", requests(&log));
+    }
+
+    /// A bare pod just created: its group is made for it alone, so the scheduler finds it by owner and
+    /// its binding names it; the pod is not patched now but looked at again when the delay is up, and
+    /// patched then only if still unbound and unnamed.
+    #[tokio::test]
+    async fn a_fresh_bare_pod_costs_one_podgroup_apply_and_is_named_only_if_still_unbound() {
+        let (client, log) = fake_client();
+        let ctx = context(client);
+        let mut pod = bare_pod("p");
+        let now = k8s_openapi::jiff::Timestamp::now();
+        pod.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+        let action = reconcile_inner(&pod, &ctx).await.expect("reconcile");
+        let seen = requests(&log);
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(seen[0].contains("/podgroups/"), "{seen:?}");
+        let requeued = format!("{action:?}");
+        assert!(requeued.contains("requeue_after: Some("), "{requeued}");
+
+        // Bound in the meantime, with the name its binding wrote: nothing to do.
+        let group = ctx
+            .applied
+            .slots_for_test()
+            .into_iter()
+            .next()
+            .expect("the applied group");
+        let mut bound = pod.clone();
+        bound.metadata.annotations = Some([(keys::POD_GROUP_NAME.to_owned(), group)].into());
+        if let Some(spec) = bound.spec.as_mut() {
+            spec.node_name = Some("n1".to_owned());
+        }
+        reconcile_inner(&bound, &ctx).await.expect("reconcile");
+        assert_eq!(requests(&log).len(), 1, "{:?}", requests(&log));
+
+        // Still waiting after the delay: named.
+        let mut waiting = pod.clone();
+        waiting.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            now - k8s_openapi::jiff::SignedDuration::from_millis(grouping::NAMING_DELAY_MS),
+        ));
+        reconcile_inner(&waiting, &ctx).await.expect("reconcile");
+        let seen = requests(&log);
+        assert_eq!(
+            seen.last().map(String::as_str),
+            Some("PATCH /api/v1/namespaces/ns/pods/p"),
+            "{seen:?}"
+        );
     }
 
     #[tokio::test]

@@ -72,6 +72,40 @@ pub fn pod_group_up_to_date(existing: &PodGroup, desired: &PodGroup, manager: &s
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodPatch(pub Value);
 
+/// How long a pod may wait unbound without `pod-group-name` when its PodGroup was made for it alone.
+/// The scheduler finds such a pod's group by the group's owner reference and its binding writes the
+/// name onto the pod, so a pod bound within this time costs no patch of its own; one still waiting
+/// after it is named for `kubectl` and other tools.
+pub const NAMING_DELAY_MS: i64 = 10_000;
+
+/// Whether the pod's patch may wait, and for how long (milliseconds): it would only name the group
+/// (no sub-group label), the group is made for this pod alone (owned by it, with the top-owner
+/// annotation the scheduler looks for), the pod names no group and is unbound, and it was created less
+/// than [`NAMING_DELAY_MS`] before `now_ms`.
+#[must_use]
+pub fn naming_wait_ms(pod: &Pod, decision: &Decision, now_ms: i64) -> Option<i64> {
+    let Decision::Apply(g) = decision else {
+        return None;
+    };
+    let uid = pod.metadata.uid.as_deref()?;
+    let made_for_pod = g.owner.kind == "Pod"
+        && g.owner.api_version == "v1"
+        && g.owner.uid == uid
+        && g.annotations.contains_key(keys::TOP_OWNER_METADATA);
+    let named = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(keys::POD_GROUP_NAME));
+    let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+    if !made_for_pod || g.pod_sub_group.is_some() || named || bound {
+        return None;
+    }
+    let created = pod.metadata.creation_timestamp.as_ref()?.0.as_millisecond();
+    let wait = created.saturating_add(NAMING_DELAY_MS).saturating_sub(now_ms);
+    (wait > 0).then_some(wait)
+}
+
 /// The apply body that puts the pod in its group, or `None` when the pod already is exactly there.
 /// A sub-group label the podgrouper set earlier and no longer wants is dropped by leaving it out.
 #[must_use]

@@ -38,7 +38,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
 
 pub use explicit::{managed_by, managed_keys};
-pub use manifest::{PodPatch, pod_group_manifest, pod_group_up_to_date, pod_patch};
+pub use manifest::{
+    NAMING_DELAY_MS, PodPatch, naming_wait_ms, pod_group_manifest, pod_group_up_to_date, pod_patch,
+};
 pub use names::{bounded_label_value, bounded_name, pod_as_object};
 
 /// Most sub-groups one PodGroup may have (KAI's cap). Sizes and counts on a workload are the user's:

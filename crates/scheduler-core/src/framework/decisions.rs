@@ -27,6 +27,9 @@ pub struct Bind {
     pub gpu_memory_mib: Option<u32>,
     /// Gang.
     pub group: Option<GroupKey>,
+    /// The pod names no gang: it joined the PodGroup made for it, whose name the binding writes onto
+    /// the pod (`pod-group-name`), so a bound pod names its group as an annotated one does.
+    pub name_group_on_pod: bool,
     /// Claims to bind before the pod (unbound claims waiting for their first consumer), each with the
     /// volume or node chosen; the pod is bound only once they are bound.
     pub volumes: Vec<ClaimBinding>,

@@ -414,6 +414,7 @@ impl<'c> Session<'c> {
                         gpu: t.gpu,
                         gpu_memory_mib: n.gpu_memory_mib,
                         group: group_key,
+                        name_group_on_pod: t.group_by_owner,
                         volumes: if t.claims.is_empty() {
                             Vec::new()
                         } else {

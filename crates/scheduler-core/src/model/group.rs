@@ -292,6 +292,9 @@ pub struct Group {
     pub min_resources: Option<Resources>,
     /// Creation time.
     pub created: Millis,
+    /// The UID of the pod this PodGroup was made for, when a podgrouper made it for that pod alone
+    /// (it is owned by the pod): a pod that names no gang joins the one made for it.
+    pub owner_pod: Option<Arc<str>>,
     /// When its gang last started (annotation).
     pub last_start: Option<Millis>,
     /// When it was first seen running below its minimum (annotation).
@@ -344,6 +347,7 @@ impl Group {
             scheduling_backoff: false,
             min_resources: None,
             created: 0,
+            owner_pod: None,
             last_start: None,
             stale_since: None,
             tasks: Vec::new(),
@@ -377,6 +381,7 @@ impl Group {
             && self.scheduling_backoff == other.scheduling_backoff
             && self.min_resources == other.min_resources
             && self.created == other.created
+            && self.owner_pod == other.owner_pod
             && self
                 .problems
                 .iter()

@@ -193,8 +193,12 @@ pub struct Task {
     pub name: Arc<str>,
     /// Whether this scheduler schedules it (`spec.schedulerName`); other pods only use capacity.
     pub ours: bool,
-    /// The gang the pod names (annotation), resolved or not.
+    /// The gang the pod names (annotation), or else the PodGroup a podgrouper made for it alone
+    /// (`group_by_owner`); resolved or not.
     pub group_key: Option<GroupKey>,
+    /// The pod names no gang and `group_key` is the PodGroup a podgrouper made for it (owned by the
+    /// pod): the bind writes the group's name onto the pod.
+    pub group_by_owner: bool,
     /// Gang this pod belongs to, once resolved.
     pub group: Option<GroupId>,
     /// Sub-group name (`kai.scheduler/subgroup-name`).

@@ -43,10 +43,16 @@ impl Applier {
             self.bind_failed(&b, gang_failed, why).await;
             return;
         }
+        // The API server copies a binding's annotations onto the pod with its node: a pod that joined
+        // the PodGroup made for it gets the group's name in the same write, not in a patch of its own.
+        let annotations = b.group.as_ref().filter(|_| b.name_group_on_pod).map(|g| {
+            std::collections::BTreeMap::from([(api::keys::POD_GROUP_NAME.to_owned(), g.name.to_string())])
+        });
         let binding = Binding {
             metadata: ObjectMeta {
                 name: Some(b.name.to_string()),
                 uid: Some(b.uid.to_string()),
+                annotations,
                 ..ObjectMeta::default()
             },
             target: ObjectReference {

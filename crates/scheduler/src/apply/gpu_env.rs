@@ -136,6 +136,7 @@ mod tests {
             },
             gpu_memory_mib: None,
             group: None,
+            name_group_on_pod: false,
             volumes: Vec::new(),
         }
     }

@@ -960,6 +960,7 @@ mod tests {
                 namespace: "ml".into(),
                 name: g.into(),
             }),
+            name_group_on_pod: false,
             volumes: claims
                 .iter()
                 .map(|c| ClaimBinding {

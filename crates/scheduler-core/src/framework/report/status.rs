@@ -636,8 +636,18 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
             }
         }
     }
-    // Annotations: last start when the gang starts.
-    let started = outcome.placed() && is_root && group.last_start.is_none_or(|_| c.running == 0);
+    // Annotations: last start when the gang starts. Only minimum runtimes read it, and they protect
+    // victims, which are preemptible: a non-preemptible gang's start is not written (one write fewer
+    // per serving pod). A gang seen running preemptible without one (made preemptible while running)
+    // gets one now, so its protection starts counting.
+    let preemptible = gang_index.is_some_and(|g| ssn.gangs[g].preemptible);
+    let started = preemptible
+        && is_root
+        && if outcome.placed() {
+            group.last_start.is_none_or(|_| c.running == 0)
+        } else {
+            group.last_start.is_none() && c.running > 0
+        };
     let annotations = started.then(|| GroupAnnotations {
         key: key.clone(),
         last_start: Some(now),

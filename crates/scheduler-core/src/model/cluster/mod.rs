@@ -114,6 +114,9 @@ pub struct Cluster {
     group_index: HashMap<GroupKey, GroupId>,
     /// Tasks naming a gang that does not exist (yet).
     orphans: HashMap<GroupKey, Vec<TaskId>>,
+    /// PodGroups a podgrouper made for one pod alone, by that pod's UID (a set: nothing stops a second
+    /// one, and the first by key is the one used, on every replica alike).
+    owned_groups: HashMap<Arc<str>, std::collections::BTreeSet<GroupKey>>,
     /// Queues.
     pub queues: Arena<Queue>,
     queue_index: HashMap<Arc<str>, QueueId>,

@@ -194,7 +194,12 @@ impl Cluster {
     }
 
     /// Adds or updates a pod.
-    pub fn apply_pod(&mut self, update: PodUpdate) {
+    pub fn apply_pod(&mut self, mut update: PodUpdate) {
+        let by_owner = update.group_key.is_none();
+        if by_owner {
+            update.group_key = self.group_made_for(&update.uid);
+        }
+        let by_owner = by_owner && update.group_key.is_some();
         let constraints = self.constraints.intern(update.constraints);
         let (rules, new_terms) = self.rules.acquire(update.rules);
         self.count_into_new_terms(&new_terms);
@@ -263,6 +268,7 @@ impl Cluster {
             if before != task_inputs(self.task(id)) || old_group_key != update.group_key {
                 self.epochs.changed();
             }
+            self.tasks.get_mut(id.0).expect("invariant").group_by_owner = by_owner;
             if old_group_key != update.group_key {
                 self.unlink_group(id);
                 self.tasks.get_mut(id.0).expect("invariant").group_key = update.group_key;
@@ -278,6 +284,7 @@ impl Cluster {
             name: update.name,
             ours: update.ours,
             group_key: update.group_key,
+            group_by_owner: by_owner,
             group: None,
             subgroup: update.subgroup,
             request: update.request,
@@ -371,6 +378,47 @@ impl Cluster {
         }
     }
 
+    /// The PodGroup a podgrouper made for pod `uid` alone, if any (the first by key).
+    fn group_made_for(&self, uid: &str) -> Option<GroupKey> {
+        self.owned_groups.get(uid).and_then(|s| s.first()).cloned()
+    }
+
+    /// Records (`add`) or forgets that the group `key` was made for pod `uid`, and moves that pod if it
+    /// names no gang itself.
+    fn note_made_for(&mut self, uid: Arc<str>, key: &GroupKey, add: bool) {
+        if add {
+            self.owned_groups
+                .entry(uid.clone())
+                .or_default()
+                .insert(key.clone());
+        } else if let Some(set) = self.owned_groups.get_mut(&uid) {
+            set.remove(key);
+            if set.is_empty() {
+                self.owned_groups.remove(&uid);
+            }
+        }
+        let Some(id) = self.task_id(&uid) else {
+            return;
+        };
+        let task = self.task(id);
+        if task.group_key.is_some() && !task.group_by_owner {
+            return;
+        }
+        let made_for = self.group_made_for(&uid);
+        if made_for == task.group_key {
+            return;
+        }
+        self.unlink_group(id);
+        let task = self
+            .tasks
+            .get_mut(id.0)
+            .expect("invariant: indexed tasks are live");
+        task.group_by_owner = made_for.is_some();
+        task.group_key = made_for;
+        self.link_group(id);
+        self.epochs.changed();
+    }
+
     fn unlink_group(&mut self, id: TaskId) {
         let task = self.tasks.get_mut(id.0).expect("invariant: live task");
         let group = task.group.take();
@@ -414,13 +462,24 @@ impl Cluster {
             }
             self.epochs.capacity_changed();
             let old = self.group_mut(id);
+            let old_owner = old.owner_pod.clone();
+            let new_owner = group.owner_pod.clone();
             group.tasks = std::mem::take(&mut old.tasks);
             group.observed.event_fingerprint = old.observed.event_fingerprint;
             group.waiting_since = old.waiting_since;
             group.timed_out = old.timed_out;
             group.version = old.version + 1;
+            let key = group.key.clone();
             *old = group;
             self.resolve_group(id);
+            if old_owner != new_owner {
+                if let Some(uid) = old_owner {
+                    self.note_made_for(uid, &key, false);
+                }
+                if let Some(uid) = new_owner {
+                    self.note_made_for(uid, &key, true);
+                }
+            }
             return;
         }
         self.epochs.capacity_changed();
@@ -435,6 +494,9 @@ impl Cluster {
             self.group_mut(id).tasks.push(task);
         }
         self.resolve_group(id);
+        if let Some(uid) = self.group(id).owner_pod.clone() {
+            self.note_made_for(uid, &key, true);
+        }
     }
 
     /// Removes a gang; its pods become orphans waiting for it to come back.
@@ -452,9 +514,13 @@ impl Cluster {
         if !tasks.is_empty() {
             self.orphans.insert(key.clone(), tasks);
         }
+        let owner = self.group(id).owner_pod.clone();
         self.groups.remove(id.0);
         self.no_fit_memo.forget(id);
         self.epochs.capacity_changed();
+        if let Some(uid) = owner {
+            self.note_made_for(uid, key, false);
+        }
     }
 
     /// Adds or updates a queue and re-resolves the tree.
