@@ -58,6 +58,11 @@ fn start_podgrouper_with(t: &TestEnv, extra: &[&str]) -> anyhow::Result<()> {
         "127.0.0.1:0",
         "--leader-elect=false",
     ];
+    // No scheduler binds these pods (a binding would name them), so they are named at once unless a
+    // test asks for the delay.
+    if !extra.iter().any(|a| a.starts_with("--pod-naming-delay-seconds")) {
+        args.push("--pod-naming-delay-seconds=0");
+    }
     args.extend_from_slice(extra);
     t.start_component(COMPONENT, "kai-podgrouper", args)
 }
@@ -267,6 +272,42 @@ async fn deployment_pods_and_bare_pods_get_their_own_groups() -> anyhow::Result<
         (owner_of(&pg), pg.spec.min_member),
         (("Pod".to_owned(), "solo".to_owned()), Some(1))
     );
+    t.finish().await
+}
+
+/// With a naming delay (an hour here, so that only the report can explain the name), a bare pod's
+/// PodGroup is made at once but the pod is not patched: the scheduler finds the group by its owner and a
+/// binding would name the pod. Once the scheduler reports the pod unschedulable (`PodScheduled=False`,
+/// written here as the scheduler writes it), the pod is named.
+#[tokio::test]
+async fn a_bare_pods_name_waits_for_its_binding_or_an_unschedulable_report() -> anyhow::Result<()> {
+    build().await?;
+    let t = TestEnv::start("pg-naming-delay").await?;
+    t.install_fixture_crds().await?;
+    start_podgrouper_with(&t, &["--pod-naming-delay-seconds=3600"])?;
+    let solo = apply(&t, &json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "solo", "labels": {"app": "solo"}},
+        "spec": {"schedulerName": keys::SCHEDULER_NAME, "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .await?;
+    let expected = format!("pg-solo-{}", solo.uid().unwrap_or_default());
+    let pg = pod_group(&t, &expected, |_| true).await?;
+    assert_eq!(owner_of(&pg), ("Pod".to_owned(), "solo".to_owned()));
+    let pods: Api<Pod> = t.api();
+    // The group is there, the pod stays unnamed (a reconcile of its own creation has long run).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(group_of(&pods.get("solo").await?), None, "named before its delay");
+    pods.patch_status(
+        "solo",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "gang pg-solo: 1 pod needs 1 nvidia.com/gpu, 0 free",
+        }]}})),
+    )
+    .await?;
+    let p = grouped_pods(&t, "app=solo", 1).await?.remove(0);
+    assert_eq!(group_of(&p).as_deref(), Some(expected.as_str()));
     t.finish().await
 }
 

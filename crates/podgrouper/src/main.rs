@@ -45,6 +45,11 @@ struct Args {
     /// One gang per Knative revision (`min-scale` pods); `false` gives one group per pod.
     #[arg(long, env = "KAI_KNATIVE_GANG_SCHEDULE", default_value_t = true, action = clap::ArgAction::Set)]
     knative_gang_schedule: bool,
+    /// Seconds a pod whose PodGroup is made for it alone (a bare pod, a Deployment's replica) may wait
+    /// unbound without `pod-group-name`, unless the scheduler reports it unschedulable first: its
+    /// binding names it, so a pod bound in time costs no patch. 0 names every pod at once.
+    #[arg(long, env = "KAI_POD_NAMING_DELAY_SECONDS", default_value_t = 30)]
+    pod_naming_delay_seconds: u32,
     /// Group only the pods of this namespace (default: all namespaces).
     #[arg(long, env = "KAI_PODGROUPER_NAMESPACE")]
     namespace: Option<String>,
@@ -85,6 +90,7 @@ async fn main() -> anyhow::Result<()> {
         node_pool_label,
         max_concurrent_reconciles,
         knative_gang_schedule,
+        pod_naming_delay_seconds,
         namespace,
         default_priorities_configmap_name,
         default_priorities_configmap_namespace,
@@ -145,6 +151,7 @@ async fn main() -> anyhow::Result<()> {
             node_pool_label_key: node_pool_label,
             knative_gang: knative_gang_schedule,
             field_manager: api::keys::FIELD_MANAGER_PODGROUPER.to_owned(),
+            naming_delay_ms: i64::from(pod_naming_delay_seconds) * 1000,
         },
         concurrency: max_concurrent_reconciles.max(1),
         instance: common.identity.clone().unwrap_or_else(lease::default_identity),

@@ -626,10 +626,12 @@ async fn reconcile_inner(pod: &Pod, ctx: &Context) -> Result<Action, ReconcileEr
         Ok::<_, ReconcileError>(None)
     };
     // A pod its group was made for alone is found by the scheduler without the name, and bound pods
-    // get it from their binding: it is written here only if the pod still waits after the delay.
+    // get it from their binding: it is written here only once the pod is reported unschedulable or
+    // still waits after the delay.
     let naming_wait = grouping::naming_wait_ms(
         pod,
         &outcome.decision,
+        &ctx.config.settings,
         k8s_openapi::jiff::Timestamp::now().as_millisecond(),
     );
     let pod_write = async {
@@ -1041,7 +1043,7 @@ mod tests {
 
     /// A bare pod just created: its group is made for it alone, so the scheduler finds it by owner and
     /// its binding names it; the pod is not patched now but looked at again when the delay is up, and
-    /// patched then only if still unbound and unnamed.
+    /// patched then only if still unbound and unnamed, or at once when reported unschedulable.
     #[tokio::test]
     async fn a_fresh_bare_pod_costs_one_podgroup_apply_and_is_named_only_if_still_unbound() {
         let (client, log) = fake_client();
@@ -1078,11 +1080,19 @@ mod tests {
         ));
         reconcile_inner(&waiting, &ctx).await.expect("reconcile");
         let seen = requests(&log);
-        assert_eq!(
-            seen.last().map(String::as_str),
-            Some("PATCH /api/v1/namespaces/ns/pods/p"),
-            "{seen:?}"
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert_eq!(seen[1], "PATCH /api/v1/namespaces/ns/pods/p", "{seen:?}");
+
+        // Reported unschedulable by the scheduler before the delay: named at once.
+        let mut reported = pod.clone();
+        reported.status = Some(
+            serde_json::from_value(json!({ "conditions": [{ "type": "PodScheduled", "status": "False" }] }))
+                .expect("status"),
         );
+        reconcile_inner(&reported, &ctx).await.expect("reconcile");
+        let seen = requests(&log);
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert_eq!(seen[2], "PATCH /api/v1/namespaces/ns/pods/p", "{seen:?}");
     }
 
     #[tokio::test]

@@ -72,18 +72,19 @@ pub fn pod_group_up_to_date(existing: &PodGroup, desired: &PodGroup, manager: &s
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodPatch(pub Value);
 
-/// How long a pod may wait unbound without `pod-group-name` when its PodGroup was made for it alone.
-/// The scheduler finds such a pod's group by the group's owner reference and its binding writes the
-/// name onto the pod, so a pod bound within this time costs no patch of its own; one still waiting
-/// after it is named for `kubectl` and other tools.
-pub const NAMING_DELAY_MS: i64 = 10_000;
+/// The default of [`Settings::naming_delay_ms`]: how long a pod whose PodGroup is made for it alone may
+/// wait unbound, and not reported unschedulable, without `pod-group-name`. The scheduler finds such a
+/// pod's group by the group's owner reference and its binding writes the name onto the pod, so a pod
+/// bound in time costs no patch of its own. A pod the scheduler reports unschedulable is named at once
+/// (someone may be looking at it), one still waiting after the delay too.
+pub const NAMING_DELAY_MS: i64 = 30_000;
 
 /// Whether the pod's patch may wait, and for how long (milliseconds): it would only name the group
 /// (no sub-group label), the group is made for this pod alone (owned by it, with the top-owner
-/// annotation the scheduler looks for), the pod names no group and is unbound, and it was created less
-/// than [`NAMING_DELAY_MS`] before `now_ms`.
+/// annotation the scheduler looks for), the pod names no group, is unbound, carries no
+/// `PodScheduled=False`, and was created less than `settings.naming_delay_ms` before `now_ms`.
 #[must_use]
-pub fn naming_wait_ms(pod: &Pod, decision: &Decision, now_ms: i64) -> Option<i64> {
+pub fn naming_wait_ms(pod: &Pod, decision: &Decision, settings: &Settings, now_ms: i64) -> Option<i64> {
     let Decision::Apply(g) = decision else {
         return None;
     };
@@ -98,11 +99,18 @@ pub fn naming_wait_ms(pod: &Pod, decision: &Decision, now_ms: i64) -> Option<i64
         .as_ref()
         .is_some_and(|a| a.contains_key(keys::POD_GROUP_NAME));
     let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
-    if !made_for_pod || g.pod_sub_group.is_some() || named || bound {
+    let reported = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"));
+    if !made_for_pod || g.pod_sub_group.is_some() || named || bound || reported {
         return None;
     }
     let created = pod.metadata.creation_timestamp.as_ref()?.0.as_millisecond();
-    let wait = created.saturating_add(NAMING_DELAY_MS).saturating_sub(now_ms);
+    let wait = created
+        .saturating_add(settings.naming_delay_ms)
+        .saturating_sub(now_ms);
     (wait > 0).then_some(wait)
 }
 

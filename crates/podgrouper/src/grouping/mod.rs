@@ -66,6 +66,9 @@ pub struct Settings {
     pub knative_gang: bool,
     /// Field manager of the podgrouper: a `pod-group-name` annotation it owns is its own, not the user's.
     pub field_manager: String,
+    /// How long a pod its group is made for alone may go unnamed while it waits unbound and unreported
+    /// (milliseconds; see [`naming_wait_ms`]). Zero names every pod at once.
+    pub naming_delay_ms: i64,
 }
 
 impl Default for Settings {
@@ -76,6 +79,7 @@ impl Default for Settings {
             node_pool_label_key: api::keys::NODE_POOL.to_owned(),
             knative_gang: true,
             field_manager: api::keys::FIELD_MANAGER_PODGROUPER.to_owned(),
+            naming_delay_ms: NAMING_DELAY_MS,
         }
     }
 }
