@@ -438,8 +438,21 @@ fn trim_pod(pod: &mut Pod, manager: &str) {
         spec.tolerations = None;
     }
     if let Some(status) = pod.status.as_mut() {
+        // The phase, and whether the scheduler reported the pod unschedulable (`naming_wait_ms`).
+        let unschedulable = status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False");
         *status = k8s_openapi::api::core::v1::PodStatus {
             phase: status.phase.take(),
+            conditions: unschedulable.then(|| {
+                vec![k8s_openapi::api::core::v1::PodCondition {
+                    type_: "PodScheduled".to_owned(),
+                    status: "False".to_owned(),
+                    ..Default::default()
+                }]
+            }),
             ..Default::default()
         };
     }
@@ -1154,7 +1167,9 @@ mod tests {
                 {"manager": "kubectl", "operation": "Update"}]},
             "spec": {"schedulerName": "kai-scheduler", "nodeName": "n1", "priorityClassName": "train",
                      "containers": [{"name": "c", "image": "x"}], "volumes": [{"name": "v"}]},
-            "status": {"phase": "Running", "podIP": "10.0.0.1"},
+            "status": {"phase": "Pending", "podIP": "10.0.0.1", "conditions": [
+                {"type": "Initialized", "status": "True"},
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "long"}]},
         }))
         .expect("pod");
         trim_pod(&mut pod, "kai-podgrouper");
@@ -1179,8 +1194,16 @@ mod tests {
         let status = pod.status.as_ref().expect("status");
         assert_eq!(
             (status.phase.as_deref(), status.pod_ip.as_deref()),
-            (Some("Running"), None)
+            (Some("Pending"), None)
         );
+        // Only that the scheduler reported it unschedulable, which decides when it is named.
+        let conditions: Vec<(&str, &str, Option<&str>)> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| (c.type_.as_str(), c.status.as_str(), c.message.as_deref()))
+            .collect();
+        assert_eq!(conditions, [("PodScheduled", "False", None)]);
         assert_eq!(pod.labels().get("a").map(String::as_str), Some("b"));
     }
 }
