@@ -6,7 +6,7 @@
 
 use std::hash::{Hash, Hasher};
 
-use kai_scheduler_core::config::{ActionKind, Config};
+use kai_scheduler_core::config::{ActionKind, Config, PlacementStrategy};
 use kai_scheduler_core::sim::{Sim, Synthetic};
 
 /// Digest of the rounds' decisions (their `Debug` text, hashed with a fixed-key hasher).
@@ -108,7 +108,19 @@ fn consolidation_decides_as_before() {
     assert_eq!(run(&spec, config, 3, 0), CONSOLIDATE);
 }
 
+#[test]
+fn fragmentation_gangs_with_pod_rules_decide_as_before() {
+    // The `fragmentation` strategy, recorded before its search was narrowed to classes of nodes.
+    let mut spec = Synthetic::new(60, 4);
+    spec.rules_fraction = 0.1;
+    let mut config = Config::default();
+    config.plugins.nodeplacement.gpu = PlacementStrategy::Fragmentation;
+    config.plugins.nodeplacement.cpu = PlacementStrategy::Fragmentation;
+    assert_eq!(run(&spec, config, 5, 2), FRAGMENTATION_RULES);
+}
+
 const ONE_POD: u64 = 10_138_328_310_863_254_953;
 const GANGS_RULES: u64 = 50_706_488_788_805_263;
 const PREEMPT: u64 = 10_501_647_313_715_241_144;
 const CONSOLIDATE: u64 = 16_904_175_901_089_647_551;
+const FRAGMENTATION_RULES: u64 = 16_055_775_249_013_413_618;
