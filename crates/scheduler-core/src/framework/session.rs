@@ -165,7 +165,7 @@ impl<'c> Session<'c> {
         cluster.rules.start_session();
         let mut index = NodeIndex::build(cluster);
         if policy.gpu == PlacementStrategy::Fragmentation || policy.cpu == PlacementStrategy::Fragmentation {
-            index.mix = cluster.shapes.mix(MIX_COVERAGE);
+            index.set_mix(cluster.shapes.mix(MIX_COVERAGE));
         }
         let fairness = Fairness::open(cluster, &gangs, &plugins.proportion);
         let epoch_at_open = cluster.epochs.capacity;

@@ -15,11 +15,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+mod classes;
 mod scored;
 
 use super::pod_rules::{RuleFit, RuleLookups, RuleMiss};
 use crate::config::PlacementStrategy;
 use crate::model::constraints::{ConstraintsId, StaticMiss};
+use crate::model::node::SharedGpu;
 use crate::model::resources::{CPU, GPU, MAX_RESOURCES};
 use crate::model::volumes::{NodeRef, VolumeMiss};
 use crate::model::{Cluster, GpuRequest, Node, NodeId, Resources, Task, TaskId};
@@ -112,7 +114,11 @@ pub struct NodeIndex {
     free_now_total: Resources,
     free_later_total: Resources,
     /// The request shapes the `fragmentation` strategy weighs (empty unless it is in use).
-    pub mix: Vec<crate::model::shapes::WeightedShape>,
+    mix: Vec<crate::model::shapes::WeightedShape>,
+    /// The `fragmentation` strategy searches by classes of alike nodes (set with the mix).
+    narrow: bool,
+    /// Those classes, built at the first search and then kept current by [`Self::update`].
+    classes: Option<classes::Classes>,
 }
 
 /// Static eligibility per constraints, one bit per node index, computed once per session per distinct
@@ -258,8 +264,18 @@ impl NodeIndex {
         index
     }
 
+    /// Sets the request shapes the `fragmentation` strategy weighs.
+    pub fn set_mix(&mut self, mix: Vec<crate::model::shapes::WeightedShape>) {
+        self.mix = mix;
+        self.narrow = true;
+        self.classes = None;
+    }
+
     /// Refreshes one node's entries after its accounting changed.
     pub fn update(&mut self, cluster: &Cluster, id: NodeId) {
+        if let Some(classes) = &mut self.classes {
+            classes.update(cluster, &mut self.eligibility, &self.mix, id);
+        }
         if self.keys.len() <= id.index() {
             self.keys.resize(id.index() + 1, None);
         }
@@ -366,39 +382,42 @@ impl NodeIndex {
         };
         // 2-5 for the scored strategies: every node with room, best by the strategy's key.
         if strategy.is_scored() {
-            let need = match task.gpu {
-                GpuRequest::Whole(n) => i64::from(n) * 1000,
-                GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => {
-                    (i64::from(devices) - 1).max(0) * 1000
-                }
-                GpuRequest::None => 0,
-            };
-            let candidates: Vec<NodeId> = if wants_gpu {
-                let fraction = match task.gpu {
-                    GpuRequest::Fraction { milli, devices: 1 } => Some(milli),
-                    _ => None,
-                };
-                self.gpu_nodes
-                    .range((need, NodeId(0))..)
-                    .map(|(_, n)| *n)
-                    // A one-device fraction needs a free device or a shared one with room (as `check`).
-                    .filter(|n| {
-                        fraction.is_none_or(|milli| {
-                            let node = cluster.node(*n);
-                            free_now(node).gpu() >= 1000
-                                || node.shared_gpus.iter().any(|d| d.free_now() >= milli)
-                        })
-                    })
-                    .collect()
-            } else {
-                let cpu = task.request.cpu();
-                self.cpu_nodes
-                    .range((cpu, NodeId(0))..)
-                    .chain(self.gpu_nodes_cpu.range((cpu, NodeId(0))..))
-                    .map(|(_, n)| *n)
-                    .collect()
-            };
+            let narrowed = strategy == PlacementStrategy::Fragmentation && self.narrow;
+            let mut candidates: Option<Vec<NodeId>> = None;
             for &avoid_soft_taints in passes {
+                if narrowed {
+                    let classes = self
+                        .classes
+                        .get_or_insert_with(|| classes::Classes::build(cluster, c.eligibility, &self.mix));
+                    match classes.best(c, cluster, task, policy, &self.mix, avoid_soft_taints) {
+                        classes::Search::Found(p) => return Some(p),
+                        classes::Search::NoNode => continue,
+                        classes::Search::Stale => {}
+                    }
+                }
+                let candidates = candidates.get_or_insert_with(|| {
+                    if let Some(need) = scored_gpu_need(task.gpu) {
+                        self.gpu_nodes
+                            .range((need, NodeId(0))..)
+                            .map(|(_, n)| *n)
+                            .filter(|n| {
+                                let node = cluster.node(*n);
+                                fraction_room(
+                                    task.gpu,
+                                    free_now(node).gpu(),
+                                    node.shared_gpus.iter().map(SharedGpu::free_now),
+                                )
+                            })
+                            .collect()
+                    } else {
+                        let cpu = task.request.cpu();
+                        self.cpu_nodes
+                            .range((cpu, NodeId(0))..)
+                            .chain(self.gpu_nodes_cpu.range((cpu, NodeId(0))..))
+                            .map(|(_, n)| *n)
+                            .collect()
+                    }
+                });
                 let constraints = cluster.constraints.get(task.constraints);
                 let nodes = candidates.iter().copied().filter(|n| {
                     !avoid_soft_taints || constraints.untolerated_soft_taints(&cluster.node(*n).taints) == 0
@@ -810,6 +829,27 @@ fn find_in(
     best.map(|(_, p)| p)
 }
 
+/// Free whole-GPU milli a GPU pod's node must have to be a candidate of the scored strategies (`None`
+/// for a CPU-only pod).
+fn scored_gpu_need(gpu: GpuRequest) -> Option<i64> {
+    match gpu {
+        GpuRequest::Whole(n) => Some(i64::from(n) * 1000),
+        GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => {
+            Some((i64::from(devices) - 1).max(0) * 1000)
+        }
+        GpuRequest::None => None,
+    }
+}
+
+/// Whether a one-device fraction has a free device or a shared one with room on a node (as `check`
+/// asks); true for every other request.
+fn fraction_room(gpu: GpuRequest, free_gpu: i64, mut shared_free: impl Iterator<Item = u32>) -> bool {
+    match gpu {
+        GpuRequest::Fraction { milli, devices: 1 } => free_gpu >= 1000 || shared_free.any(|m| m >= milli),
+        _ => true,
+    }
+}
+
 /// Whether a node can take the pod, and how: static predicates, room, then the rules about other pods.
 fn check(
     c: &mut Caches<'_>,
@@ -917,24 +957,7 @@ fn shared_fit(
     later: &Resources,
 ) -> Result<Placement, NodeMiss> {
     let node = cluster.node(n);
-    let devices = match task.gpu {
-        GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => devices.max(1) as usize,
-        _ => 1,
-    };
-    let milli = Cluster::share_milli(task.gpu, node);
-    // Existing devices with room, fullest first (binpack) or emptiest first (spread).
-    let mut fitting: Vec<(u32, &Arc<str>)> = node
-        .shared_gpus
-        .iter()
-        .filter(|d| d.free_now() >= milli)
-        .map(|d| (d.used_milli + d.nominated_milli, &d.group))
-        .collect();
-    match policy.gpu_sharing {
-        PlacementStrategy::Spread => fitting.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(b.1))),
-        _ => fitting.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1))),
-    }
-    let mut groups: Vec<Arc<str>> = fitting.iter().take(devices).map(|(_, g)| (*g).clone()).collect();
-    let fresh = devices - groups.len();
+    let (mut groups, fresh) = shared_groups(cluster, task, policy, n);
     let mut need = task.request;
     need.0[GPU] += i64::try_from(fresh).unwrap_or(i64::MAX) * 1000;
     let mode = if need.fits_in(now) {
@@ -955,6 +978,35 @@ fn shared_fit(
         mode,
         gpu_groups: groups,
     })
+}
+
+/// The devices a fraction takes on node `n`: existing devices with room, fullest first (binpack) or
+/// emptiest first (spread); then how many fresh whole devices it needs besides.
+fn shared_groups(
+    cluster: &Cluster,
+    task: &Task,
+    policy: &PlacementPolicy,
+    n: NodeId,
+) -> (Vec<Arc<str>>, usize) {
+    let node = cluster.node(n);
+    let devices = match task.gpu {
+        GpuRequest::Fraction { devices, .. } | GpuRequest::Memory { devices, .. } => devices.max(1) as usize,
+        _ => 1,
+    };
+    let milli = Cluster::share_milli(task.gpu, node);
+    let mut fitting: Vec<(u32, &Arc<str>)> = node
+        .shared_gpus
+        .iter()
+        .filter(|d| d.free_now() >= milli)
+        .map(|d| (d.used_milli + d.nominated_milli, &d.group))
+        .collect();
+    match policy.gpu_sharing {
+        PlacementStrategy::Spread => fitting.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(b.1))),
+        _ => fitting.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1))),
+    }
+    let groups: Vec<Arc<str>> = fitting.iter().take(devices).map(|(_, g)| (*g).clone()).collect();
+    let fresh = devices - groups.len();
+    (groups, fresh)
 }
 
 /// A new shared-GPU group id: stable for the same pod and node (so a retried decision reuses it), and

@@ -12,6 +12,10 @@
 //!
 //! The candidates pass the same checks as every other placement (`check`: static predicates, room,
 //! volumes, the rules about other pods); only the choice among them differs.
+//!
+//! [`best`] scores every candidate. In a session, `fragmentation` reaches the same choice through
+//! classes of alike nodes (`classes`), scoring each class once; [`best`] stays the reference for it
+//! (and its fallback), and the only search of `bestfit` and `random`.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -291,6 +295,29 @@ pub(super) fn best(
         }
     }
     best.map(|(_, p)| p)
+}
+
+/// The way the pod goes on `placement.node` that FGD scores best, with its points (the first of equal
+/// points, as [`best`] takes it); `None` when it has no way there.
+pub(super) fn fragmentation_choice(
+    c: &mut Caches<'_>,
+    cluster: &Cluster,
+    task: &Task,
+    mix: &[WeightedShape],
+    placement: Placement,
+) -> Option<(i32, Placement)> {
+    let n = placement.node;
+    let opts = options(cluster, task, placement);
+    let before = expected_fragmentation(c, cluster, n, &GpuView::of(cluster.node(n)), mix);
+    let mut chosen: Option<(i32, usize)> = None;
+    for (i, o) in opts.iter().enumerate() {
+        let points = fragmentation_points(expected_fragmentation(c, cluster, n, &o.after, mix) - before);
+        if chosen.is_none_or(|(best, _)| points > best) {
+            chosen = Some((points, i));
+        }
+    }
+    let (points, i) = chosen?;
+    opts.into_iter().nth(i).map(|o| (points, o.placement))
 }
 
 /// FGD's score of a placement whose expected fragmentation grows by `growth` (GPU thousandths):
