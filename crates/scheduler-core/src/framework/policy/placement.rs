@@ -117,7 +117,10 @@ pub struct NodeIndex {
     mix: Vec<crate::model::shapes::WeightedShape>,
     /// The `fragmentation` strategy searches by classes of alike nodes (set with the mix).
     narrow: bool,
-    /// Those classes, built at the first search and then kept current by [`Self::update`].
+    /// Its searches so far: the first scans every node, as building the classes costs about as much
+    /// and a session often places a single pod (`kai sim` replays one pod a cycle).
+    fragmentation_searches: u32,
+    /// Those classes, built at the second search and then kept current by [`Self::update`].
     classes: Option<classes::Classes>,
 }
 
@@ -268,6 +271,7 @@ impl NodeIndex {
     pub fn set_mix(&mut self, mix: Vec<crate::model::shapes::WeightedShape>) {
         self.mix = mix;
         self.narrow = true;
+        self.fragmentation_searches = 0;
         self.classes = None;
     }
 
@@ -382,7 +386,10 @@ impl NodeIndex {
         };
         // 2-5 for the scored strategies: every node with room, best by the strategy's key.
         if strategy.is_scored() {
-            let narrowed = strategy == PlacementStrategy::Fragmentation && self.narrow;
+            let narrowed = strategy == PlacementStrategy::Fragmentation && self.narrow && {
+                self.fragmentation_searches = self.fragmentation_searches.saturating_add(1);
+                self.fragmentation_searches > 1
+            };
             let mut candidates: Option<Vec<NodeId>> = None;
             for &avoid_soft_taints in passes {
                 if narrowed {
