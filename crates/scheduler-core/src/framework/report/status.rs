@@ -13,6 +13,7 @@ use crate::framework::decisions::{
 };
 use crate::framework::report::explain::Why;
 use crate::framework::{GangOutcome, Session};
+use crate::model::ids::WordHasher;
 use crate::model::resources::{GPU, PODS};
 use crate::model::{Cluster, Group, GroupId, GroupKind, Millis, Resources, TaskStatus};
 
@@ -694,66 +695,6 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
     let group = ssn.cluster.group_mut(id);
     group.report_inputs = memo;
     group.report_why = why;
-}
-
-/// A fingerprint hasher that takes a word at a time (strings eight bytes at a time) with a full
-/// 64-bit mix per word: several times cheaper than SipHash on the many small fields of
-/// [`report_inputs`], with no seed, which a fingerprint kept in the model does not want anyway.
-#[derive(Default)]
-struct WordHasher(u64);
-
-impl WordHasher {
-    fn mix(&mut self, word: u64) {
-        let mut h = (self.0 ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        h ^= h >> 29;
-        self.0 = h.wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (h >> 32);
-    }
-}
-
-impl Hasher for WordHasher {
-    fn finish(&self) -> u64 {
-        // murmur3's finaliser.
-        let mut h = self.0;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^ (h >> 33)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(c);
-            self.mix(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        let mut word = [0u8; 8];
-        word[..rest.len()].copy_from_slice(rest);
-        // The length tells "ab" from "ab\0".
-        self.mix(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 59));
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.mix(u64::from(i));
-    }
-
-    fn write_u16(&mut self, i: u16) {
-        self.mix(u64::from(i));
-    }
-
-    fn write_u32(&mut self, i: u32) {
-        self.mix(u64::from(i));
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.mix(i);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.mix(i as u64);
-    }
 }
 
 /// What a group's report reads from its gang, computed once per report.

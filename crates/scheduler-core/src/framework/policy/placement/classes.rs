@@ -9,6 +9,7 @@
 //! first of its best ways) without scoring every node.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasherDefault;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -18,16 +19,13 @@ use super::{
 };
 use crate::config::PlacementStrategy;
 use crate::model::constraints::{Taint, TaintEffect};
+use crate::model::ids::WordHasher;
 use crate::model::shapes::WeightedShape;
 use crate::model::{Cluster, GpuRequest, Node, NodeId, Resources, Task};
 
-/// What FGD's points on a node depend on, besides the pod.
+/// What FGD's points on a node depend on that stays as it is through a session.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct ClassKey {
-    /// Free now (`free_now`), every resource.
-    free: Resources,
-    /// Free thousandths of each shared device, ascending.
-    shared: Vec<u32>,
+struct Fixed {
     /// GPU pods are offered only nodes with GPUs.
     has_gpu: bool,
     /// Memory per GPU (sizes a `gpu-memory` request).
@@ -38,7 +36,7 @@ struct ClassKey {
     soft_taints: Vec<Taint>,
 }
 
-impl ClassKey {
+impl Fixed {
     fn of(
         node: &Node,
         id: NodeId,
@@ -46,11 +44,7 @@ impl ClassKey {
         eligibility: &mut Eligibility,
         mix: &[WeightedShape],
     ) -> Self {
-        let mut shared: Vec<u32> = node.shared_gpus.iter().map(|d| d.free_now()).collect();
-        shared.sort_unstable();
         Self {
-            free: free_now(node),
-            shared,
             has_gpu: node.allocatable.gpu() > 0,
             gpu_memory_mib: node.gpu_memory_mib,
             eligible: mix
@@ -65,15 +59,28 @@ impl ClassKey {
                 .collect(),
         }
     }
+}
 
+/// What FGD's points on a node depend on, besides the pod.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ClassKey {
+    /// Free now (`free_now`), every resource.
+    free: Resources,
+    /// Free thousandths of each shared device, ascending.
+    shared: Vec<u32>,
+    /// Its [`Fixed`] part, by number.
+    fixed: usize,
+}
+
+impl ClassKey {
     /// Whether a node of this class is among the pod's candidates: the filters `NodeIndex::find` puts
     /// before the scored strategies (room for its whole GPUs; for a one-device fraction, a free device
     /// or a shared one with room; CPU for a CPU-only pod).
-    fn admits(&self, task: &Task) -> bool {
+    fn admits(&self, fixed: &Fixed, task: &Task) -> bool {
         let Some(need) = super::scored_gpu_need(task.gpu) else {
             return self.free.cpu() >= task.request.cpu();
         };
-        self.has_gpu
+        fixed.has_gpu
             && self.free.gpu() / 1000 * 1000 >= need
             && super::fraction_room(task.gpu, self.free.gpu(), self.shared.iter().copied())
     }
@@ -97,7 +104,12 @@ type Memo = Option<Option<i32>>;
 /// The nodes by class, kept current through [`Classes::update`], and the points worked out so far.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Classes {
-    by_key: HashMap<ClassKey, usize>,
+    /// The fixed parts seen, numbered.
+    fixed: Vec<Fixed>,
+    fixed_numbers: HashMap<Fixed, usize>,
+    /// Each node's fixed part by node index, with the name of the node it was worked out for.
+    fixed_of_node: Vec<Option<(Arc<str>, usize)>>,
+    by_key: HashMap<ClassKey, usize, BuildHasherDefault<WordHasher>>,
     classes: Vec<Class>,
     /// Classes with members.
     live: Vec<usize>,
@@ -143,11 +155,17 @@ impl Classes {
     ) {
         if self.of_node.len() <= id.index() {
             self.of_node.resize(id.index() + 1, None);
+            self.fixed_of_node.resize(id.index() + 1, None);
         }
-        let key = cluster
-            .nodes
-            .get(id.0)
-            .map(|node| ClassKey::of(node, id, cluster, eligibility, mix));
+        let key = cluster.nodes.get(id.0).map(|node| {
+            let mut shared: Vec<u32> = node.shared_gpus.iter().map(|d| d.free_now()).collect();
+            shared.sort_unstable();
+            ClassKey {
+                free: free_now(node),
+                shared,
+                fixed: self.fixed_number(cluster, eligibility, mix, id, node),
+            }
+        });
         let old = self.of_node[id.index()];
         if let (Some(k), Some(key)) = (old, &key)
             && self.classes[k].key == *key
@@ -163,6 +181,31 @@ impl Classes {
             self.join(k, id);
             self.of_node[id.index()] = Some(k);
         }
+    }
+
+    /// The number of a node's fixed part, worked out at its first update (again should another node
+    /// take its slot).
+    fn fixed_number(
+        &mut self,
+        cluster: &Cluster,
+        eligibility: &mut Eligibility,
+        mix: &[WeightedShape],
+        id: NodeId,
+        node: &Node,
+    ) -> usize {
+        if let Some((name, number)) = &self.fixed_of_node[id.index()]
+            && Arc::ptr_eq(name, &node.name)
+        {
+            return *number;
+        }
+        let fixed = Fixed::of(node, id, cluster, eligibility, mix);
+        let next = self.fixed.len();
+        let number = *self.fixed_numbers.entry(fixed.clone()).or_insert(next);
+        if number == next {
+            self.fixed.push(fixed);
+        }
+        self.fixed_of_node[id.index()] = Some((node.name.clone(), number));
+        number
     }
 
     fn class_of(&mut self, key: ClassKey) -> usize {
@@ -241,9 +284,10 @@ impl Classes {
         ranked.clear();
         for &k in &self.live {
             let class = &self.classes[k];
-            if !class.key.admits(task)
-                || eligible_bit.is_some_and(|b| !class.key.eligible[b])
-                || (avoid_soft_taints && constraints.untolerated_soft_taints(&class.key.soft_taints) > 0)
+            let fixed = &self.fixed[class.key.fixed];
+            if !class.key.admits(fixed, task)
+                || eligible_bit.is_some_and(|b| !fixed.eligible[b])
+                || (avoid_soft_taints && constraints.untolerated_soft_taints(&fixed.soft_taints) > 0)
             {
                 continue;
             }
