@@ -131,7 +131,8 @@ pub(super) enum Search {
     Found(Placement),
     NoNode,
     /// The chosen node scores otherwise than its class (its entry was not kept current): the caller
-    /// scans every node instead.
+    /// scans every node instead. Seen only where the node's ways are scored: for one-device fractions,
+    /// and for every pod in debug builds.
     Stale,
 }
 
@@ -324,6 +325,13 @@ impl Classes {
                 }
             }
             if let Some(p) = winner {
+                // Only a one-device fraction has more than one way to go on a node; any other pod goes
+                // as `check` placed it (tests still score it, to catch a class gone stale).
+                let one_way = !matches!(task.gpu, GpuRequest::Fraction { devices, .. } if devices <= 1);
+                if one_way && !cfg!(debug_assertions) {
+                    outcome = Search::Found(p);
+                    break;
+                }
                 let choice = fragmentation_choice(c, cluster, task, mix, p);
                 let tier_points = tier[0].0;
                 debug_assert_eq!(
