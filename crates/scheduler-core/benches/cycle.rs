@@ -49,8 +49,8 @@ fn full_cycle<const K: u32>(bencher: Bencher<'_, '_>, nodes: usize) {
 }
 
 /// One full cycle at 5,000 nodes (50,000 pending one-GPU pods in gangs of 8) with each GPU placement
-/// strategy: what scoring every node costs next to bin-packing's first fit (`fragmentation` is meant to
-/// stay within 1.3 x `binpack`).
+/// strategy: what `fragmentation`'s choice costs next to bin-packing's first fit (it is meant to stay
+/// within 1.3 x `binpack`).
 #[divan::bench(args = ["binpack", "fragmentation"], sample_count = 2, sample_size = 1)]
 fn full_cycle_by_strategy(bencher: Bencher<'_, '_>, strategy: &str) {
     let base = Synthetic::new(5000, 8).cluster();
