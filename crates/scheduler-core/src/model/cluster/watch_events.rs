@@ -195,11 +195,12 @@ impl Cluster {
 
     /// Adds or updates a pod.
     pub fn apply_pod(&mut self, mut update: PodUpdate) {
-        let by_owner = update.group_key.is_none();
-        if by_owner {
+        // A pod that names no gang joins the one made for it alone, if there is one.
+        let names_a_gang = update.group_key.is_some();
+        if !names_a_gang {
             update.group_key = self.group_made_for(&update.uid);
         }
-        let by_owner = by_owner && update.group_key.is_some();
+        let by_owner = !names_a_gang && update.group_key.is_some();
         let constraints = self.constraints.intern(update.constraints);
         let (rules, new_terms) = self.rules.acquire(update.rules);
         self.count_into_new_terms(&new_terms);
