@@ -14,6 +14,26 @@ use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The UID of the pod a podgrouper made a PodGroup for alone: the group's one owner reference to a
+/// Pod, on a group carrying the podgrouper's `kai.scheduler/top-owner-metadata` annotation (KAI's
+/// podgrouper writes it too), so a group someone else hung on a pod does not count. The scheduler
+/// links a pod that names no group to such a group, and the podgrouper leaves such a pod unpatched
+/// until it is needed; both read the rule here.
+#[must_use]
+pub fn made_for_pod<'a>(
+    owners: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Option<&'a str> {
+    annotations?.get(crate::keys::TOP_OWNER_METADATA)?;
+    let mut pods = owners
+        .iter()
+        .filter(|o| o.kind == "Pod" && o.api_version == "v1" && !o.uid.is_empty());
+    match (pods.next(), pods.next()) {
+        (Some(o), None) => Some(o.uid.as_str()),
+        _ => None,
+    }
+}
+
 /// The version KAI serves and stores.
 pub const STORAGE_VERSION: &str = "v2alpha2";
 /// The version the seed documents write.

@@ -89,10 +89,8 @@ pub fn naming_wait_ms(pod: &Pod, decision: &Decision, settings: &Settings, now_m
         return None;
     };
     let uid = pod.metadata.uid.as_deref()?;
-    let made_for_pod = g.owner.kind == "Pod"
-        && g.owner.api_version == "v1"
-        && g.owner.uid == uid
-        && g.annotations.contains_key(keys::TOP_OWNER_METADATA);
+    let made_for_pod =
+        api::podgroup::made_for_pod(std::slice::from_ref(&g.owner), Some(&g.annotations)) == Some(uid);
     let named = pod
         .metadata
         .annotations

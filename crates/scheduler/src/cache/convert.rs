@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     Container, Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use scheduler_core::model::constraints::{
     Constraints, Operator, Requirement, Taint, TaintEffect, Toleration,
@@ -737,22 +737,6 @@ fn non_empty(s: Option<&String>) -> Option<String> {
 }
 
 /// What the scheduler reads from a KAI PodGroup.
-/// The UID of the pod a podgrouper made this PodGroup for alone: it is owned by that pod and carries
-/// the podgrouper's top-owner annotation (KAI's podgrouper writes it too), so a PodGroup someone else
-/// made and hung on a pod does not capture the pod.
-fn made_for_pod(meta: &ObjectMeta) -> Option<Arc<str>> {
-    meta.annotations.as_ref()?.get(keys::TOP_OWNER_METADATA)?;
-    let mut pods = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .filter(|o| o.kind == "Pod" && o.api_version == "v1" && !o.uid.is_empty());
-    match (pods.next(), pods.next()) {
-        (Some(o), None) => Some(o.uid.as_str().into()),
-        _ => None,
-    }
-}
-
 #[must_use]
 pub fn pod_group(pg: &api::PodGroup, default_queue: &str) -> Group {
     let meta = &pg.metadata;
@@ -776,7 +760,11 @@ pub fn pod_group(pg: &api::PodGroup, default_queue: &str) -> Group {
     // KAI backs off on any value but -1 (its default); the CRD allows -1 and up.
     group.scheduling_backoff = spec.scheduling_backoff.is_some_and(|b| b != -1);
     group.created = millis(meta.creation_timestamp.as_ref());
-    group.owner_pod = made_for_pod(meta);
+    group.owner_pod = api::podgroup::made_for_pod(
+        meta.owner_references.as_deref().unwrap_or_default(),
+        meta.annotations.as_ref(),
+    )
+    .map(Into::into);
     group.last_start = annotation_time(meta, keys::LAST_START_TIMESTAMP);
     group.stale_since = annotation_time(meta, keys::STALE_TIMESTAMP);
     if let Some(max) = group.max_member

@@ -219,12 +219,6 @@ pub(super) fn best(
         if opts.is_empty() {
             continue;
         }
-        let before_frag = if strategy == PlacementStrategy::Fragmentation {
-            let view = GpuView::of(cluster.node(n));
-            expected_fragmentation(c, cluster, n, &view, mix)
-        } else {
-            0.0
-        };
         let chosen: Vec<(usize, (f64, i64, u64))> = match strategy {
             PlacementStrategy::Random => {
                 // One draw picks the node; a second the device among the devices with room (each free
@@ -265,21 +259,9 @@ pub(super) fn best(
                     .map_or(0, |(i, _)| i);
                 vec![(i, (0.0, -points, u64::from(n.0)))]
             }
-            _ => opts
-                .iter()
-                .enumerate()
-                .map(|(i, o)| {
-                    let after = expected_fragmentation(c, cluster, n, &o.after, mix);
-                    (
-                        i,
-                        (
-                            -f64::from(fragmentation_points(after - before_frag)),
-                            0,
-                            u64::from(n.0),
-                        ),
-                    )
-                })
-                .collect(),
+            _ => best_option(c, cluster, n, mix, &opts)
+                .map(|(points, i)| vec![(i, (-f64::from(points), 0, u64::from(n.0)))])
+                .unwrap_or_default(),
         };
         for (i, key) in chosen {
             let better = best.as_ref().is_none_or(|(k, _)| {
@@ -308,6 +290,21 @@ pub(super) fn fragmentation_choice(
 ) -> Option<(i32, Placement)> {
     let n = placement.node;
     let opts = options(cluster, task, placement);
+    let (points, i) = best_option(c, cluster, n, mix, &opts)?;
+    opts.into_iter().nth(i).map(|o| (points, o.placement))
+}
+
+/// FGD's best of the ways `opts` onto node `n`: its points and index, the first of equal points.
+fn best_option(
+    c: &mut Caches<'_>,
+    cluster: &Cluster,
+    n: NodeId,
+    mix: &[WeightedShape],
+    opts: &[Option_],
+) -> Option<(i32, usize)> {
+    if opts.is_empty() {
+        return None;
+    }
     let before = expected_fragmentation(c, cluster, n, &GpuView::of(cluster.node(n)), mix);
     let mut chosen: Option<(i32, usize)> = None;
     for (i, o) in opts.iter().enumerate() {
@@ -316,8 +313,7 @@ pub(super) fn fragmentation_choice(
             chosen = Some((points, i));
         }
     }
-    let (points, i) = chosen?;
-    opts.into_iter().nth(i).map(|o| (points, o.placement))
+    chosen
 }
 
 /// FGD's score of a placement whose expected fragmentation grows by `growth` (GPU thousandths):
