@@ -277,3 +277,52 @@ fn preempting_a_devices_last_sharer_frees_the_device() {
     assert_eq!(s.evicted, vec!["ns/half-0".to_owned()]);
     assert_eq!(s.count("urgent", TaskStatus::Running), 1, "{:?}", s.why("urgent"));
 }
+
+/// A device whose only sharer is being deleted counts as freed whole: a whole-GPU pod waiting for it
+/// is reserved there. A fraction arriving next must not join the leaving device (the free part beside
+/// the pod being deleted), or the device is never freed and the reservation is broken.
+#[test]
+fn a_fraction_does_not_join_a_device_whose_sharers_are_all_leaving() {
+    let mut s = sim();
+    s.node("n0", 64_000, 256, 1);
+    s.gang(frac("half", 500, 0));
+    s.round();
+    s.deleting("ns", "half-0");
+    s.gang(
+        GangSpec::new("whole", "q", 1)
+            .gpus(1)
+            .priority_class("build")
+            .created(5),
+    );
+    s.round();
+    s.gang(frac("late", 300, 10));
+    s.round();
+    s.cluster.check_invariants().expect("invariants");
+    assert_eq!(
+        s.count("late", TaskStatus::Running),
+        0,
+        "late must not join the leaving device"
+    );
+    // Once the pod is gone, the reserved pod binds on the freed device and the fraction waits.
+    s.complete("ns", "half-0");
+    s.rounds(2);
+    s.cluster.check_invariants().expect("invariants");
+    assert_eq!(s.count("whole", TaskStatus::Running), 1, "{:?}", s.why("whole"));
+    assert_eq!(s.count("late", TaskStatus::Running), 0);
+}
+
+/// With a whole GPU to spare on the node besides, a fraction still joins a device whose sharer is
+/// leaving: nobody's reservation depends on it.
+#[test]
+fn a_fraction_joins_a_leaving_device_when_the_node_has_room_to_spare() {
+    let mut s = sim();
+    s.node("n0", 64_000, 256, 2);
+    s.gang(frac("half", 500, 0));
+    s.round();
+    s.deleting("ns", "half-0");
+    s.gang(frac("late", 300, 10));
+    s.round();
+    s.cluster.check_invariants().expect("invariants");
+    assert_eq!(s.count("late", TaskStatus::Running), 1, "{:?}", s.why("late"));
+    assert_eq!(groups(&s, "late"), groups(&s, "half"));
+}

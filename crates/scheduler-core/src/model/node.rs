@@ -46,6 +46,16 @@ impl SharedGpu {
         1000u32.saturating_sub(self.used_milli - self.releasing_milli + self.nominated_milli)
     }
 
+    /// Every sharer still on the device is leaving: the node counts it as released whole
+    /// ([`Self::device_contribution`]), room a waiting gang may already hold.
+    #[must_use]
+    pub fn leaving(&self) -> bool {
+        let active = self.holders - self.nominated_holders;
+        active > 0
+            && active == self.releasing_holders
+            && (self.reservation.is_none() || self.nominated_holders == 0)
+    }
+
     /// How the whole device counts on the node: (used, releasing, nominated) in milli-GPUs.
     #[must_use]
     pub fn device_contribution(&self) -> (i64, i64, i64) {

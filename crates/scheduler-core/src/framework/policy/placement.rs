@@ -1001,10 +1001,14 @@ fn shared_groups(
         _ => 1,
     };
     let milli = Cluster::share_milli(task.gpu, node);
+    // A device whose sharers are all leaving is counted as freed whole, room a waiting gang may hold: a
+    // new sharer keeps it from being freed, so it joins only while the node has a whole GPU to spare
+    // later besides.
+    let spare_later = node.available(&Resources::ZERO).1.0[GPU] >= 1000;
     let mut fitting: Vec<(u32, &Arc<str>)> = node
         .shared_gpus
         .iter()
-        .filter(|d| d.free_now() >= milli)
+        .filter(|d| d.free_now() >= milli && (spare_later || !d.leaving()))
         .map(|d| (d.used_milli + d.nominated_milli, &d.group))
         .collect();
     match policy.gpu_sharing {
