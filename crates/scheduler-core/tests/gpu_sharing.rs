@@ -253,6 +253,36 @@ fn consolidation_packs_two_halves_onto_one_device_to_free_a_whole_gpu() {
     assert_eq!(a, b, "the two halves share one device now");
 }
 
+/// A fraction waiting for a device with 0.7 free, on a node whose devices hold 0.5 + 0.3 and 0.5: no
+/// node-level sum shows the room it needs, and a fraction is reserved only on a device that is freed
+/// whole. Consolidation passes over the newest pod (0.5 alone on its device, with nowhere else to go)
+/// and moves both pods of the first device: the 0.5 beside the other 0.5, the 0.3 beside the waiting
+/// fraction on the device they freed.
+#[test]
+fn consolidation_frees_a_whole_device_for_a_fraction() {
+    let mut s = sim();
+    s.node("n0", 64_000, 256, 2);
+    let train = |name: &str, milli: u32, created: i64| frac(name, milli, created).priority_class("train");
+    s.gang(train("a", 500, 0));
+    s.round();
+    s.gang(train("b", 300, 1));
+    s.round();
+    s.gang(train("c", 500, 2));
+    s.round();
+    assert_eq!(groups(&s, "a"), groups(&s, "b"), "b joins the fuller device");
+    assert_ne!(groups(&s, "a"), groups(&s, "c"), "c opens the second device");
+    s.gang(train("f", 700, 10));
+    s.rounds(4);
+    s.cluster.check_invariants().expect("invariants");
+    assert_eq!(s.count("f", TaskStatus::Running), 1, "{:?}", s.why("f"));
+    assert_eq!(s.evicted, vec!["ns/a-0".to_owned(), "ns/b-0".to_owned()]);
+    for g in ["a", "b", "c"] {
+        assert_eq!(s.count(g, TaskStatus::Running), 1, "{g} still runs");
+    }
+    assert_eq!(groups(&s, "a"), groups(&s, "c"), "a moved beside c");
+    assert_eq!(groups(&s, "b"), groups(&s, "f"), "b moved beside f");
+}
+
 /// A pod waiting for a whole GPU on a node whose devices each hold one half-GPU pod of lower priority:
 /// preempting one half frees its device.
 #[test]

@@ -175,6 +175,23 @@ fn consolidation_moves_the_victim_that_can_move_not_the_first_in_order() {
     assert_eq!(s.count("mid", TaskStatus::Running), 1);
 }
 
+/// More victims first in order have nowhere to go (seven 2-GPU jobs) than consolidation would search
+/// again without them; the oldest, a 1-GPU job that can go to n1, is found at once.
+#[test]
+fn consolidation_passes_over_every_victim_that_cannot_move() {
+    let mut s = one_queue(1.0);
+    s.node("n0", 64_000, 256, 16).node("n1", 64_000, 256, 1);
+    s.gang(train("old", 1, 1).running_on(&["n0"]).created(0));
+    for i in 1..=7 {
+        s.gang(train(&format!("x{i}"), 1, 2).running_on(&["n0"]).created(i));
+    }
+    s.gang(train("big", 1, 2).created(10));
+    settle(&mut s, 4);
+    assert_eq!(s.count("big", TaskStatus::Running), 1, "{:?}", s.why("big"));
+    assert_eq!(s.evicted, vec!["ns/old-0".to_owned()]);
+    assert_eq!(s.placement("old").keys().collect::<Vec<_>>(), ["n1"]);
+}
+
 #[test]
 fn s46_builds_are_not_moved() {
     let mut s = one_queue(1.0);

@@ -5,7 +5,9 @@
 //! gang pod by pod; for a pod that fits nowhere, it picks the node where the fewest units (earliest in
 //! the caller's victim order) free enough room, evicts them, and reserves the pod there. Victims freed on
 //! several nodes help the next pods too. The outcome is validated by the caller's rule (fair share, ...)
-//! and then trimmed: units whose eviction turned out unnecessary are given back.
+//! and then trimmed: units whose eviction turned out unnecessary are given back. When victims must move
+//! (consolidation), units whose pods have nowhere else to go as the session stands are passed over, and
+//! every chosen pod must find a new place once the gang has its room.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,11 +15,12 @@ use std::sync::Arc;
 use crate::fairshare::ReclaimRejection;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
-use crate::framework::policy::placement::Mode;
+use crate::framework::policy::placement::{Mode, Placement};
 use crate::framework::policy::topology;
+use crate::model::constraints::ConstraintsId;
 use crate::model::resources::GPU;
 use crate::model::volumes::{NodeRef, VolumeMiss};
-use crate::model::{Cluster, GroupId, Node, NodeId, Resources, Task, TaskId, TaskStatus};
+use crate::model::{Cluster, GpuRequest, GroupId, Node, NodeId, Resources, Task, TaskId, TaskStatus};
 
 /// Something that may be evicted at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -228,9 +231,11 @@ pub fn protected_by_min_runtime(ssn: &Session<'_>, gang: usize, reclaim: bool) -
     protected
 }
 
-/// The sharers still holding each shared device of a node as victims are picked: a device whose
-/// last active sharer is picked is freed whole (fractions are not in a pod's node-level request).
-struct SharersLeft(HashMap<Arc<str>, u32>);
+/// The sharers still holding each shared device of a node as victims are picked: a device whose last
+/// active sharer is picked is freed whole (fractions are not in a pod's node-level request). A fraction
+/// joins a device only with room free now, and is reserved only on whole devices (`shared_fit`), so a
+/// device that victims leave partly is no room for it: only one they leave empty is.
+struct SharersLeft(HashMap<Arc<str>, (u32, u32)>);
 
 impl SharersLeft {
     fn on(node: &Node) -> Self {
@@ -240,7 +245,7 @@ impl SharersLeft {
                 .filter(|d| d.nominated_holders == 0)
                 .map(|d| {
                     let active = d.holders - d.nominated_holders - d.releasing_holders;
-                    (d.group.clone(), active)
+                    (d.group.clone(), (active, d.free_now()))
                 })
                 .collect(),
         )
@@ -255,7 +260,7 @@ impl SharersLeft {
                 continue;
             }
             for group in &task.gpu_groups {
-                if let Some(left) = self.0.get_mut(group)
+                if let Some((left, _)) = self.0.get_mut(group)
                     && *left > 0
                 {
                     *left -= 1;
@@ -266,6 +271,23 @@ impl SharersLeft {
             }
         }
         freed
+    }
+
+    /// Whether a fractional request finds its devices: devices still shared with enough room now, and
+    /// whole devices free later (`later`'s GPUs, which count those freed whole). Other requests are not
+    /// judged here: the node-level sum covers whole GPUs, and the trial of the picked victims settles
+    /// GPU memory requests.
+    fn room_for(&self, gpu: GpuRequest, later: &Resources) -> bool {
+        let GpuRequest::Fraction { milli, devices } = gpu else {
+            return true;
+        };
+        let shared = self
+            .0
+            .values()
+            .filter(|(left, free_now)| *left > 0 && *free_now >= milli)
+            .count();
+        let whole = usize::try_from(later.0[GPU].max(0) / 1000).unwrap_or(0);
+        shared + whole >= devices as usize
     }
 }
 
@@ -450,6 +472,12 @@ fn place_with_victims(
         }
     }
     let mut taken = vec![false; req.candidates.len()];
+    // Consolidation: whether each unit has somewhere else to go as the cluster stands, asked the first
+    // time the unit could be picked. A unit that cannot move now would only fail the plan's final
+    // check, and picking units in order would otherwise keep choosing such pods (the whole-GPU pod
+    // beside the fractions that could move) until the replans run out.
+    let mut movable: Vec<Option<bool>> = vec![None; req.candidates.len()];
+    let mut copies = PlaceOfCopy::default();
     let mut chosen: Vec<Unit> = Vec::new();
     let mut victim_gangs: HashMap<usize, ()> = HashMap::new();
     for t in tasks {
@@ -494,10 +522,12 @@ fn place_with_victims(
             // are not room for this one: every reservation here counts against it.
             let (_, mut later) = ssn.cluster.node(*node).available(&Resources::ZERO);
             let need = task.request;
+            let gpu = task.gpu;
+            let shared = gpu.is_shared();
             let mut sharers = SharersLeft::on(ssn.cluster.node(*node));
             let mut picked = Vec::new();
             for u in blocking.into_iter().chain(rest) {
-                if need.fits_in(&later) && blockers.is_empty() {
+                if need.fits_in(&later) && blockers.is_empty() && sharers.room_for(gpu, &later) {
                     break;
                 }
                 if taken[u]
@@ -506,19 +536,30 @@ fn place_with_victims(
                 {
                     continue;
                 }
+                if req.victims_must_move {
+                    let can = match movable[u] {
+                        Some(can) => can,
+                        None => *movable[u].insert(could_move_now(ssn, &mut copies, &req.candidates[u])),
+                    };
+                    if !can {
+                        continue;
+                    }
+                }
                 later.add(&unit_request_on(ssn, &req.candidates[u], *node));
                 later.0[GPU] += sharers.freed_by(ssn.cluster, &req.candidates[u], *node);
                 blockers.retain(|b| !req.candidates[u].tasks.contains(b));
                 picked.push(u);
             }
-            if !need.fits_in(&later) || !blockers.is_empty() || picked.is_empty() {
+            if !need.fits_in(&later)
+                || !blockers.is_empty()
+                || !sharers.room_for(gpu, &later)
+                || picked.is_empty()
+            {
                 continue;
             }
             // Rules over a domain wider than the node (zone anti-affinity, spread), and a fraction's
             // room on a device, are settled by trying: evict the picked units, ask the node, undo.
-            if (rules_matter || volumes_matter || task.gpu.is_shared())
-                && !fits_once_evicted(ssn, req, t, *node, &picked)
-            {
+            if (rules_matter || volumes_matter || shared) && !fits_once_evicted(ssn, req, t, *node, &picked) {
                 continue;
             }
             let key = (picked.len(), *picked.last().unwrap_or(&usize::MAX), *node);
@@ -627,6 +668,53 @@ fn fits_once_evicted(
 }
 
 /// Whether an evicted pod could run elsewhere (consolidation moves, never kills).
+/// Whether a place found for a copy of a victim pod is somewhere else to run: another node, or room
+/// free now on its own node. Not the victim's own shared device: the room beside it there is the
+/// device it leaves, which its eviction frees whole for the pod it makes room for.
+fn is_a_move(task: &Task, p: &Placement) -> bool {
+    Some(p.node) != task.node
+        || (p.mode == Mode::Allocate && !p.gpu_groups.iter().any(|g| task.gpu_groups.contains(g)))
+}
+
+/// Where a copy of a pod would go as the session stands, asked once per pod shape: pods that ask for
+/// the same room under the same constraints, with no pod rules or volumes, get the same answer (the
+/// copy is placed as a new pod, wherever the original runs). A victim search on a full cluster asks
+/// this for every candidate pod, and these are far fewer.
+#[derive(Default)]
+struct PlaceOfCopy(HashMap<(Resources, GpuRequest, ConstraintsId), Option<Placement>>);
+
+impl PlaceOfCopy {
+    fn of(&mut self, ssn: &mut Session<'_>, t: TaskId) -> Option<Placement> {
+        let task = ssn.cluster.task(t);
+        let shaped = task.claims.is_empty() && !ssn.index.rules.relevant(task);
+        let key = (task.request, task.gpu, task.constraints);
+        if shaped && let Some(found) = self.0.get(&key) {
+            return found.clone();
+        }
+        let mut probe = task.clone();
+        probe.status = TaskStatus::Pending;
+        probe.node = None;
+        let found = {
+            let cluster = &*ssn.cluster;
+            ssn.index.find(cluster, &probe, &ssn.policy, None, None)
+        };
+        if shaped {
+            self.0.insert(key, found.clone());
+        }
+        found
+    }
+}
+
+/// Whether every pod of `unit` would find a place other than where it runs, as the session stands
+/// (nothing reserved for it).
+fn could_move_now(ssn: &mut Session<'_>, copies: &mut PlaceOfCopy, unit: &Unit) -> bool {
+    unit.tasks.iter().all(|t| {
+        copies
+            .of(ssn, *t)
+            .is_some_and(|p| is_a_move(ssn.cluster.task(*t), &p))
+    })
+}
+
 fn relocate(ssn: &mut Session<'_>, t: TaskId) -> bool {
     let task = ssn.cluster.task(t).clone();
     // A copy of the pod, pending, placed wherever it fits now or once victims are gone.
@@ -639,7 +727,7 @@ fn relocate(ssn: &mut Session<'_>, t: TaskId) -> bool {
     };
     match found {
         // Reserve the room so two moved pods do not count on the same space.
-        Some(p) if p.node != task.node.unwrap_or(NodeId(u32::MAX)) || p.mode == Mode::Allocate => {
+        Some(p) if is_a_move(&task, &p) => {
             ssn.reserve_phantom(p.node, &task.request);
             true
         }
@@ -667,7 +755,8 @@ mod tests {
         s.queue("d", None, -1.0, -1.0, 1.0)
             .queue("q", Some("d"), -1.0, -1.0, 1.0);
         s.node("n0", 64_000, 256, 2);
-        s.gang(GangSpec::new("run", "q", 1).gpus(2).running_on(&["n0"]));
+        // The victim could move to the node's free GPU now, not once the waiting pod holds both.
+        s.gang(GangSpec::new("run", "q", 1).gpus(1).running_on(&["n0"]));
         s.gang(GangSpec::new("wait", "q", 1).gpus(2));
         let config = Config::default();
         let mut ssn = Session::open(&mut s.cluster, &config, 1_000_000);
@@ -687,7 +776,7 @@ mod tests {
         let units = units_of(&ssn, run, true);
         let moving =
             Request::new(wait, units.clone(), EvictionCause::Consolidation, &no_message).victims_must_move();
-        let no = solve(&mut ssn, &moving).expect_err("one node: the victim cannot move");
+        let no = solve(&mut ssn, &moving).expect_err("the victim cannot move once the gang has its room");
         assert_eq!(no, NoVictims::VictimsCannotMove(units.clone()));
         assert_eq!(
             no.explain(&ssn),
