@@ -7,7 +7,10 @@
 //!   first draw that would pass the target ends it), or while above, pods at random are dropped;
 //! - each pod is offered once, in order: it arrives as a one-pod gang, one `cycle::run` of the core
 //!   (action `allocate` only, the policy under test as `nodeplacement`) decides, a bind lands at once,
-//!   and a pod that did not fit is deleted (no retry, no departure, no preemption);
+//!   and a pod that did not fit is deleted (no retry, no departure, no preemption). The policy
+//!   `fragmentation-consolidate` adds the core's `consolidation` action: placed pods keep their gangs,
+//!   and before the offered pod is refused, placed pods may be moved (evicted, recreated and placed
+//!   again, as a controller would) to make room for it; moves are counted;
 //! - after every pod: the GPU thousandths allocated and arrived, and FGD's fragmentation: for the
 //!   "typical pods" (the most frequent request shapes, by CPU, GPU per device, GPUs and GPU models,
 //!   covering 95 % of the list, weighted by frequency) the expected idle GPU thousandths a pod of the
@@ -27,7 +30,7 @@ use scheduler_core::model::pod_rules::{Labels, RulesSpec};
 use scheduler_core::model::{
     ApiView, Cluster, Group, GroupKey, GroupKind, Node, NodeId, PodUpdate, TaskStatus,
 };
-use scheduler_core::sim::Sim;
+use scheduler_core::sim::{Sim, pod_update_of};
 
 use crate::openb::{OpenbNode, OpenbPod};
 
@@ -68,16 +71,20 @@ pub enum Policy {
     Spread,
     /// The core's fragmentation-aware strategy.
     Fragmentation,
+    /// The fragmentation-aware strategy, and the core's consolidation: before a pod is refused, placed
+    /// pods may be moved to make room for it (what FGD cannot do).
+    FragmentationConsolidate,
 }
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Random,
         Self::BestFit,
         Self::Binpack,
         Self::Spread,
         Self::Fragmentation,
+        Self::FragmentationConsolidate,
     ];
 
     /// The core's `nodeplacement` strategy.
@@ -88,7 +95,7 @@ impl Policy {
             Self::BestFit => PlacementStrategy::Bestfit,
             Self::Binpack => PlacementStrategy::Binpack,
             Self::Spread => PlacementStrategy::Spread,
-            Self::Fragmentation => PlacementStrategy::Fragmentation,
+            Self::Fragmentation | Self::FragmentationConsolidate => PlacementStrategy::Fragmentation,
         }
     }
 
@@ -101,6 +108,7 @@ impl Policy {
             Self::Binpack => "binpack",
             Self::Spread => "spread",
             Self::Fragmentation => "fragmentation",
+            Self::FragmentationConsolidate => "fragmentation-consolidate",
         }
     }
 
@@ -110,12 +118,16 @@ impl Policy {
         Self::ALL.into_iter().find(|p| p.name() == name)
     }
 
-    /// The core configuration that runs this policy: allocate only, GPU sharing on (no reservation
+    /// The core configuration that runs this policy: allocate (and consolidation when it moves pods), GPU sharing on (no reservation
     /// pods: nothing runs them here), the policy for GPU and CPU pods, `seed` for its draws.
     #[must_use]
     pub fn config(self, seed: u64) -> Config {
+        let actions = match self {
+            Self::FragmentationConsolidate => vec![ActionKind::Allocate, ActionKind::Consolidation],
+            _ => vec![ActionKind::Allocate],
+        };
         let mut config = Config {
-            actions: vec![ActionKind::Allocate],
+            actions,
             ..Config::default()
         };
         config.plugins.nodeplacement.gpu = self.strategy();
@@ -310,6 +322,10 @@ pub struct Replay {
     pub placed: usize,
     /// Pods that fit nowhere.
     pub failed: usize,
+    /// Placed pods moved by consolidation to make room for another (each move counted).
+    pub moved: usize,
+    /// Moved pods that found no place again.
+    pub lost: usize,
 }
 
 impl Replay {
@@ -433,7 +449,10 @@ pub fn replay_keeping_cluster(
         samples: Vec::with_capacity(order.len()),
         placed: 0,
         failed: 0,
+        moved: 0,
+        lost: 0,
     };
+    let moves = config.actions.contains(&ActionKind::Consolidation);
     let mut arrived = 0i64;
     let mut now = 1_000_000;
     for (k, &i) in order.iter().enumerate() {
@@ -449,7 +468,7 @@ pub fn replay_keeping_cluster(
         group.uid = format!("group-{k}").into();
         group.created = now;
         cluster.apply_group(group);
-        let mut update = PodUpdate {
+        let update = PodUpdate {
             uid: uid.clone(),
             namespace: NAMESPACE.into(),
             name,
@@ -474,49 +493,32 @@ pub fn replay_keeping_cluster(
             reservation_for: None,
             gpu_device: None,
         };
-        cluster.apply_pod(update.clone());
-        let result = cycle::run(&mut cluster, config, now);
-        now += 1000;
+        cluster.apply_pod(update);
+        let settled = offer(&mut cluster, config, &mut now, &uid, k, moves);
         arrived += pod.gpu_milli_total();
-        match result.decisions.binds.iter().find(|b| b.uid == uid) {
-            Some(bind) => {
-                update.api = ApiView {
-                    status: TaskStatus::Running,
-                    node_name: Some(bind.node.clone()),
-                };
-                update.gpu_groups.clone_from(&bind.gpu_groups);
-                // A placed pod stays bound but leaves its one-pod gang: nothing moves it in a static
-                // replay, and a cycle then costs what the pending pod costs, not what the placed do.
-                update.group_key = None;
-                cluster.apply_pod(update);
-                out.placed += 1;
-                if let Some(id) = cluster.node_id(&bind.node) {
-                    let room = NodeRoom::of(cluster.node(id));
-                    let s = (
-                        room.idle(),
-                        room.fragmentation(model.get(&id).copied().unwrap_or(""), typical),
-                    );
-                    if let Some(old) = state.insert(id, s) {
-                        idle += s.0 - old.0;
-                        frag += s.1 - old.1;
-                    }
-                }
-            }
-            None => {
-                cluster.remove_pod(&uid);
-                out.failed += 1;
+        out.moved += settled.moved;
+        out.lost += settled.lost;
+        if settled.placed {
+            out.placed += 1;
+        } else {
+            out.failed += 1;
+        }
+        // Without consolidation a placed pod stays bound but leaves its one-pod gang (`offer`):
+        // nothing would move it, and a cycle then costs what the pending pod costs.
+        if !settled.placed || !moves {
+            cluster.remove_group(&key);
+        }
+        for id in settled.touched {
+            let room = NodeRoom::of(cluster.node(id));
+            let s = (
+                room.idle(),
+                room.fragmentation(model.get(&id).copied().unwrap_or(""), typical),
+            );
+            if let Some(old) = state.insert(id, s) {
+                idle += s.0 - old.0;
+                frag += s.1 - old.1;
             }
         }
-        // Statuses land as the API server would take them, so the next cycle reports only changes.
-        for s in &result.decisions.group_statuses {
-            if let Some(g) = cluster.group_id(&s.key) {
-                let mut group = cluster.group(g).clone();
-                group.observed.status = Some(s.status.clone());
-                group.observed.fingerprint = s.fingerprint;
-                cluster.apply_group(group);
-            }
-        }
-        cluster.remove_group(&key);
         out.samples.push(Sample {
             arrived_milli: arrived,
             allocated_milli: capacity - idle,
@@ -529,6 +531,114 @@ pub fn replay_keeping_cluster(
     }
     progress(order.len());
     Ok((out, cluster))
+}
+
+/// Cycles a consolidating replay may run for one offered pod: the one that decides, the one that
+/// places the pods it moved and binds the offered pod on the room they left, and a spare.
+const MAX_ROUNDS_PER_OFFER: usize = 4;
+
+/// What offering one pod did.
+struct Offered {
+    /// The offered pod is bound.
+    placed: bool,
+    /// Pods moved (evicted and placed again) to make room for it.
+    moved: usize,
+    /// Moved pods that found no place again (removed, with their gangs).
+    lost: usize,
+    /// Nodes whose room changed.
+    touched: Vec<NodeId>,
+}
+
+/// Runs the cycles that decide the pending pod `uid` (the `k`th offered) and lands their decisions as
+/// the API server and kubelets would: binds run, evicted pods are recreated pending by their
+/// controller and placed again. Without `moves` one cycle decides and a bound pod leaves its gang.
+/// What is still pending at the end is deleted: the offered pod (refused), or a moved pod with
+/// nowhere to go (lost).
+fn offer(
+    cluster: &mut Cluster,
+    config: &Config,
+    now: &mut i64,
+    uid: &Arc<str>,
+    k: usize,
+    moves: bool,
+) -> Offered {
+    let mut out = Offered {
+        placed: false,
+        moved: 0,
+        lost: 0,
+        touched: Vec::new(),
+    };
+    let mut recreated: Vec<Arc<str>> = Vec::new();
+    for _ in 0..MAX_ROUNDS_PER_OFFER {
+        let result = cycle::run(cluster, config, *now);
+        *now += 1000;
+        for b in &result.decisions.binds {
+            let Some(id) = cluster.task_id(&b.uid) else {
+                continue;
+            };
+            let mut update = pod_update_of(cluster, id);
+            update.api = ApiView {
+                status: TaskStatus::Running,
+                node_name: Some(b.node.clone()),
+            };
+            update.gpu_groups.clone_from(&b.gpu_groups);
+            if !moves {
+                update.group_key = None;
+            }
+            cluster.apply_pod(update);
+            out.placed |= b.uid == *uid;
+            out.touched.extend(cluster.node_id(&b.node));
+        }
+        for e in &result.decisions.evictions {
+            let Some(id) = cluster.task_id(&e.uid) else {
+                continue;
+            };
+            out.touched.extend(cluster.task(id).node);
+            let mut update = pod_update_of(cluster, id);
+            cluster.remove_pod(&e.uid);
+            update.uid = format!("uid-{k}-moved-{}", out.moved).into();
+            update.api = ApiView {
+                status: TaskStatus::Pending,
+                node_name: None,
+            };
+            update.gpu_groups.clear();
+            recreated.push(update.uid.clone());
+            cluster.apply_pod(update);
+            out.moved += 1;
+        }
+        // Statuses land as the API server would take them, so the next cycle reports only changes.
+        for s in &result.decisions.group_statuses {
+            if let Some(g) = cluster.group_id(&s.key) {
+                let mut group = cluster.group(g).clone();
+                group.observed.status = Some(s.status.clone());
+                group.observed.fingerprint = s.fingerprint;
+                cluster.apply_group(group);
+            }
+        }
+        if result.decisions.evictions.is_empty() {
+            break;
+        }
+    }
+    if !out.placed {
+        cluster.remove_pod(uid);
+    }
+    for moved in recreated {
+        let Some(id) = cluster.task_id(&moved) else {
+            continue;
+        };
+        if cluster.task(id).status.is_allocated() {
+            continue;
+        }
+        let group = cluster.task(id).group_key.clone();
+        cluster.remove_pod(&moved);
+        if let Some(key) = group {
+            cluster.remove_group(&key);
+        }
+        out.lost += 1;
+    }
+    out.touched.sort_unstable();
+    out.touched.dedup();
+    out
 }
 
 /// Mean and sample standard deviation.
@@ -611,7 +721,7 @@ pub fn published_name(policy: Policy) -> Option<&'static str> {
         Policy::Random => Some("01-Random"),
         Policy::BestFit => Some("05-BestFit"),
         Policy::Fragmentation => Some("06-FGD"),
-        Policy::Binpack | Policy::Spread => None,
+        Policy::Binpack | Policy::Spread | Policy::FragmentationConsolidate => None,
     }
 }
 
@@ -630,6 +740,10 @@ pub struct RunResult {
     pub placed: usize,
     /// Pods that fit nowhere.
     pub failed: usize,
+    /// Moves of placed pods by consolidation.
+    pub moved: usize,
+    /// Moved pods that found no place again.
+    pub lost: usize,
     /// Allocation (% of GPU capacity) at each reported load.
     pub alloc: BTreeMap<u32, f64>,
     /// Fragmentation ratio (% of idle GPU) at 90 % arrived.
@@ -656,6 +770,8 @@ impl RunResult {
             pods: replay.samples.len(),
             placed: replay.placed,
             failed: replay.failed,
+            moved: replay.moved,
+            lost: replay.lost,
             alloc,
             frag_ratio_90: replay.at(90).map(|(_, f)| f),
             curve,
@@ -786,13 +902,13 @@ pub fn render_table(rows: &[SummaryRow]) -> String {
 pub fn runs_csv(runs: &[RunResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::from(
-        "workload,policy,seed,pods,placed,failed,alloc@90,alloc@95,alloc@100,alloc@130,frag_ratio@90\n",
+        "workload,policy,seed,pods,placed,failed,alloc@90,alloc@95,alloc@100,alloc@130,frag_ratio@90,moved,lost\n",
     );
     let num = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.4}"));
     for r in runs {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.workload,
             r.policy,
             r.seed,
@@ -803,7 +919,9 @@ pub fn runs_csv(runs: &[RunResult]) -> String {
             num(r.alloc.get(&95).copied()),
             num(r.alloc.get(&100).copied()),
             num(r.alloc.get(&130).copied()),
-            num(r.frag_ratio_90)
+            num(r.frag_ratio_90),
+            r.moved,
+            r.lost
         );
     }
     out
@@ -1014,6 +1132,8 @@ mod tests {
             ],
             placed: 4,
             failed: 0,
+            moved: 0,
+            lost: 0,
         };
         let (alloc, frag) = r.at(90).expect("two samples round to 90 %");
         assert!((alloc - 88.5).abs() < 1e-9, "{alloc}");
@@ -1064,5 +1184,40 @@ mod tests {
         );
         assert_eq!(small.used.gpu(), 2000);
         cluster.check_invariants().expect("accounting stays exact");
+    }
+
+    #[test]
+    fn with_consolidation_a_placed_pod_moves_to_make_room_and_the_samples_follow() {
+        // Binpack puts the 1-GPU pod on the first node, the only T4 node; the 2-GPU pod that needs a T4
+        // fits nowhere then. Consolidation moves the first pod to the V100 node and the second takes
+        // the T4 node; nothing is lost.
+        let nodes = vec![node("t4", 2, "T4"), node("v100", 2, "V100M16")];
+        let pods = vec![
+            pod("any", 1000, 1, 1000, &[]),
+            pod("t4-only", 1000, 2, 1000, &["T4"]),
+        ];
+        let typical = Typical::of(&pods);
+        let mut config = Policy::Binpack.config(1);
+        let (r, cluster) =
+            replay_keeping_cluster(&nodes, &pods, &[0, 1], &config, &typical, &mut |_| {}).expect("replays");
+        assert_eq!(
+            (r.placed, r.failed, r.moved),
+            (1, 1, 0),
+            "allocate alone refuses the T4 pod"
+        );
+        drop(cluster);
+        config.actions.push(ActionKind::Consolidation);
+        let (r, cluster) =
+            replay_keeping_cluster(&nodes, &pods, &[0, 1], &config, &typical, &mut |_| {}).expect("replays");
+        assert_eq!((r.placed, r.failed, r.moved, r.lost), (2, 0, 1, 0));
+        let allocated: Vec<i64> = r.samples.iter().map(|s| s.allocated_milli).collect();
+        assert_eq!(allocated, vec![1000, 3000]);
+        let on = |name: &str| cluster.node(cluster.node_id(name).expect("node")).used.gpu();
+        assert_eq!((on("t4"), on("v100")), (2000, 1000));
+        cluster.check_invariants().expect("accounting stays exact");
+        assert_eq!(
+            Policy::FragmentationConsolidate.config(1).actions,
+            vec![ActionKind::Allocate, ActionKind::Consolidation]
+        );
     }
 }

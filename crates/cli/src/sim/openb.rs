@@ -21,7 +21,8 @@ pub struct OpenbArgs {
     /// Pod lists to replay (file stems in the trace directory).
     #[arg(long, value_delimiter = ',', default_value = "openb_pod_list_default")]
     pub workloads: Vec<String>,
-    /// Placement policies: random, bestfit, binpack, spread, fragmentation.
+    /// Placement policies: random, bestfit, binpack, spread, fragmentation, fragmentation-consolidate
+    /// (fragmentation, and consolidation moves before a pod is refused).
     #[arg(
         long,
         value_delimiter = ',',
