@@ -801,6 +801,8 @@ pub struct SummaryRow {
     pub alloc: BTreeMap<u32, Stat>,
     /// Fragmentation ratio (%) at 90 % arrived.
     pub frag_ratio_90: Option<Stat>,
+    /// Moves of placed pods by consolidation per replay.
+    pub moved: Option<Stat>,
     /// The paper's figures for the same workload and policy, when it ran it.
     pub published: Option<Published>,
 }
@@ -834,6 +836,8 @@ pub fn summarize(runs: &[RunResult], published: &BTreeMap<(String, String), Publ
                 })
                 .collect();
             let frag_ratio_90 = stat(mine.iter().filter_map(|r| r.frag_ratio_90).collect());
+            #[allow(clippy::cast_precision_loss)]
+            let moved = stat(mine.iter().map(|r| r.moved as f64).collect());
             let published = Policy::parse(policy)
                 .and_then(published_name)
                 .and_then(|name| published.get(&(workload.clone(), name.to_owned())).cloned());
@@ -843,6 +847,7 @@ pub fn summarize(runs: &[RunResult], published: &BTreeMap<(String, String), Publ
                 policy,
                 alloc,
                 frag_ratio_90,
+                moved,
                 published,
             }
         })
@@ -860,8 +865,8 @@ pub fn render_table(rows: &[SummaryRow]) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<32} {:<14} {:>5} {:>21} {:>21} {:>21} {:>21} {:>17}",
-        "workload", "policy", "seeds", "90%", "95%", "100%", "130%", "frag ratio @90%"
+        "{:<32} {:<25} {:>5} {:>21} {:>21} {:>21} {:>21} {:>17} {:>7}",
+        "workload", "policy", "seeds", "90%", "95%", "100%", "130%", "frag ratio @90%", "moves"
     );
     for r in rows {
         let cell = |stat: Option<&Stat>, published: Option<f64>| {
@@ -883,7 +888,7 @@ pub fn render_table(rows: &[SummaryRow]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<32} {:<14} {:>5} {:>21} {:>21} {:>21} {:>21} {:>17}",
+            "{:<32} {:<25} {:>5} {:>21} {:>21} {:>21} {:>21} {:>17} {:>7}",
             r.workload,
             r.policy,
             r.seeds.len(),
@@ -891,7 +896,9 @@ pub fn render_table(rows: &[SummaryRow]) -> String {
             cell(r.alloc.get(&95), published(95)),
             cell(r.alloc.get(&100), published(100)),
             cell(r.alloc.get(&130), published(130)),
-            frag
+            frag,
+            r.moved
+                .map_or_else(|| "-".to_owned(), |m| format!("{:.0}", m.mean))
         );
     }
     out
@@ -935,7 +942,7 @@ pub fn summary_csv(rows: &[SummaryRow]) -> String {
     for p in REPORTED {
         let _ = write!(out, ",alloc@{p}_mean,alloc@{p}_sd,published_alloc@{p}");
     }
-    out.push_str(",frag_ratio@90_mean,published_frag_ratio@90\n");
+    out.push_str(",frag_ratio@90_mean,published_frag_ratio@90,moved_mean\n");
     let num = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.4}"));
     for r in rows {
         let _ = write!(out, "{},{},{}", r.workload, r.policy, r.seeds.len());
@@ -952,9 +959,10 @@ pub fn summary_csv(rows: &[SummaryRow]) -> String {
         }
         let _ = writeln!(
             out,
-            ",{},{}",
+            ",{},{},{}",
             num(r.frag_ratio_90.map(|s| s.mean)),
-            num(r.published.as_ref().and_then(|p| p.frag_ratio_90))
+            num(r.published.as_ref().and_then(|p| p.frag_ratio_90)),
+            num(r.moved.map(|s| s.mean))
         );
     }
     out
