@@ -356,3 +356,41 @@ fn a_fraction_joins_a_leaving_device_when_the_node_has_room_to_spare() {
     assert_eq!(s.count("late", TaskStatus::Running), 1, "{:?}", s.why("late"));
     assert_eq!(groups(&s, "late"), groups(&s, "half"));
 }
+
+/// Freeing a device for a whole-GPU pod would move two 0.3 fractions. The devices left have 0.5 and 0.2
+/// free: room for one of them, not both (though 1.1 GPU free in total). The plan's check promises each
+/// moved fraction its share of the device it would join, so the second finds that device too full and the
+/// plan is refused, rather than accepted with a pod that would find no place again.
+#[test]
+fn consolidation_does_not_promise_two_moved_fractions_the_same_device_room() {
+    let mut s = sim();
+    s.node("n0", 64_000, 256, 1)
+        .node("n1", 64_000, 256, 1)
+        .node("n2", 64_000, 256, 1);
+    let train = |name: &str, milli: u32, created: i64| frac(name, milli, created).priority_class("train");
+    s.gang(train("v1", 300, 0));
+    s.round();
+    s.gang(train("v2", 300, 1));
+    s.round();
+    s.gang(frac("x", 500, 2));
+    s.round();
+    s.gang(frac("y", 800, 3));
+    s.round();
+    assert_eq!(groups(&s, "v1"), groups(&s, "v2"), "v2 joins v1's device");
+    let mut devices = vec![groups(&s, "v1"), groups(&s, "x"), groups(&s, "y")];
+    devices.dedup();
+    assert_eq!(devices.len(), 3, "x and y open a device each");
+    s.gang(
+        GangSpec::new("whole", "q", 1)
+            .gpus(1)
+            .priority_class("train")
+            .created(10),
+    );
+    s.rounds(4);
+    s.cluster.check_invariants().expect("invariants");
+    assert!(s.evicted.is_empty(), "{:?}", s.evicted);
+    for g in ["v1", "v2", "x", "y"] {
+        assert_eq!(s.count(g, TaskStatus::Running), 1, "{g} still runs");
+    }
+    assert_eq!(s.count("whole", TaskStatus::Running), 0);
+}

@@ -384,9 +384,10 @@ fn solve_in(
         // Every unit is tried (not only up to the first that cannot move), so the caller can search
         // again without all of those that cannot.
         let before_moves = ssn.checkpoint();
+        let mut promised = PromisedShares::new();
         let stuck: Vec<Unit> = chosen
             .iter()
-            .filter(|u| !u.tasks.iter().all(|t| relocate(ssn, *t)))
+            .filter(|u| !u.tasks.iter().all(|t| relocate(ssn, *t, &mut promised)))
             .cloned()
             .collect();
         ssn.rollback(before_moves);
@@ -705,17 +706,24 @@ impl PlaceOfCopy {
     }
 }
 
-/// Whether every pod of `unit` would find a place other than where it runs, as the session stands
-/// (nothing reserved for it).
+/// Whether every pod of `unit` may find a place other than where it runs, as the session stands
+/// (nothing reserved for it). A copy of a fraction that lands on the pod's own device proves nothing
+/// (that device is its best place while the pod is on it, and the plan may free it): only a pod whose
+/// copy finds no room at all, or room only where it runs, is passed over.
 fn could_move_now(ssn: &mut Session<'_>, copies: &mut PlaceOfCopy, unit: &Unit) -> bool {
     unit.tasks.iter().all(|t| {
-        copies
-            .of(ssn, *t)
-            .is_some_and(|p| is_a_move(ssn.cluster.task(*t), &p))
+        copies.of(ssn, *t).is_some_and(|p| {
+            let task = ssn.cluster.task(*t);
+            is_a_move(task, &p) || p.gpu_groups.iter().any(|g| task.gpu_groups.contains(g))
+        })
     })
 }
 
-fn relocate(ssn: &mut Session<'_>, t: TaskId) -> bool {
+/// Shares of shared devices already promised to moved pods while one plan is checked, by node and
+/// device: the session's phantom reservations are node-level and do not see a device's share.
+type PromisedShares = HashMap<(NodeId, Arc<str>), u32>;
+
+fn relocate(ssn: &mut Session<'_>, t: TaskId, promised: &mut PromisedShares) -> bool {
     let task = ssn.cluster.task(t).clone();
     // A copy of the pod, pending, placed wherever it fits now or once victims are gone.
     let mut probe = task.clone();
@@ -725,14 +733,31 @@ fn relocate(ssn: &mut Session<'_>, t: TaskId) -> bool {
         let cluster = &*ssn.cluster;
         ssn.index.find(cluster, &probe, &ssn.policy, None, None)
     };
-    match found {
-        // Reserve the room so two moved pods do not count on the same space.
-        Some(p) if is_a_move(&task, &p) => {
-            ssn.reserve_phantom(p.node, &task.request);
-            true
+    let Some(p) = found.filter(|p| is_a_move(&task, p)) else {
+        return false;
+    };
+    // Reserve the room so two moved pods do not count on the same space: node-level room, a whole GPU
+    // for each fresh device a fraction would open, and the fraction's share of each device it would
+    // join (a device another moved pod was promised first may be too full now: the plan is refused).
+    let mut room = task.request;
+    if task.gpu.is_shared() {
+        let node = ssn.cluster.node(p.node);
+        let share = Cluster::share_milli(task.gpu, node);
+        for g in &p.gpu_groups {
+            match node.shared_gpu(g) {
+                Some(i) => {
+                    let taken = promised.entry((p.node, g.clone())).or_insert(0);
+                    if node.shared_gpus[i].free_now() < *taken + share {
+                        return false;
+                    }
+                    *taken += share;
+                }
+                None => room.0[GPU] += 1000,
+            }
         }
-        _ => false,
     }
+    ssn.reserve_phantom(p.node, &room);
+    true
 }
 
 #[cfg(test)]
