@@ -476,7 +476,9 @@ fn place_with_victims(
     // Consolidation: whether each unit has somewhere else to go as the cluster stands, asked the first
     // time the unit could be picked. A unit that cannot move now would only fail the plan's final
     // check, and picking units in order would otherwise keep choosing such pods (the whole-GPU pod
-    // beside the fractions that could move) until the replans run out.
+    // beside the fractions that could move) until the replans run out. The answers are kept for this
+    // whole search (possibly stale after the victims chosen for a gang's first pods): they only steer
+    // the choice, and the plan's final check decides.
     let mut movable: Vec<Option<bool>> = vec![None; req.candidates.len()];
     let mut copies = PlaceOfCopy::default();
     let mut chosen: Vec<Unit> = Vec::new();
@@ -668,7 +670,6 @@ fn fits_once_evicted(
     fits
 }
 
-/// Whether an evicted pod could run elsewhere (consolidation moves, never kills).
 /// Whether a place found for a copy of a victim pod is somewhere else to run: another node, or room
 /// free now on its own node. Not the victim's own shared device: the room beside it there is the
 /// device it leaves, which its eviction frees whole for the pod it makes room for.
@@ -723,6 +724,7 @@ fn could_move_now(ssn: &mut Session<'_>, copies: &mut PlaceOfCopy, unit: &Unit) 
 /// device: the session's phantom reservations are node-level and do not see a device's share.
 type PromisedShares = HashMap<(NodeId, Arc<str>), u32>;
 
+/// Whether an evicted pod could run elsewhere (consolidation moves, never kills), reserving that room.
 fn relocate(ssn: &mut Session<'_>, t: TaskId, promised: &mut PromisedShares) -> bool {
     let task = ssn.cluster.task(t).clone();
     // A copy of the pod, pending, placed wherever it fits now or once victims are gone.
