@@ -678,6 +678,16 @@ fn is_a_move(task: &Task, p: &Placement) -> bool {
         || (p.mode == Mode::Allocate && !p.gpu_groups.iter().any(|g| task.gpu_groups.contains(g)))
 }
 
+/// Where a copy of the pod, pending, would be placed as the session stands: where it fits now or once
+/// victims are gone (its own room still counts as taken).
+fn place_of_copy(ssn: &mut Session<'_>, t: TaskId) -> Option<Placement> {
+    let mut probe = ssn.cluster.task(t).clone();
+    probe.status = TaskStatus::Pending;
+    probe.node = None;
+    let cluster = &*ssn.cluster;
+    ssn.index.find(cluster, &probe, &ssn.policy, None, None)
+}
+
 /// Where a copy of a pod would go as the session stands, asked once per pod shape: pods that ask for
 /// the same room under the same constraints, with no pod rules or volumes, get the same answer (the
 /// copy is placed as a new pod, wherever the original runs). A victim search on a full cluster asks
@@ -693,13 +703,7 @@ impl PlaceOfCopy {
         if shaped && let Some(found) = self.0.get(&key) {
             return found.clone();
         }
-        let mut probe = task.clone();
-        probe.status = TaskStatus::Pending;
-        probe.node = None;
-        let found = {
-            let cluster = &*ssn.cluster;
-            ssn.index.find(cluster, &probe, &ssn.policy, None, None)
-        };
+        let found = place_of_copy(ssn, t);
         if shaped {
             self.0.insert(key, found.clone());
         }
@@ -727,15 +731,7 @@ type PromisedShares = HashMap<(NodeId, Arc<str>), u32>;
 /// Whether an evicted pod could run elsewhere (consolidation moves, never kills), reserving that room.
 fn relocate(ssn: &mut Session<'_>, t: TaskId, promised: &mut PromisedShares) -> bool {
     let task = ssn.cluster.task(t).clone();
-    // A copy of the pod, pending, placed wherever it fits now or once victims are gone.
-    let mut probe = task.clone();
-    probe.status = TaskStatus::Pending;
-    probe.node = None;
-    let found = {
-        let cluster = &*ssn.cluster;
-        ssn.index.find(cluster, &probe, &ssn.policy, None, None)
-    };
-    let Some(p) = found.filter(|p| is_a_move(&task, p)) else {
+    let Some(p) = place_of_copy(ssn, t).filter(|p| is_a_move(&task, p)) else {
         return false;
     };
     // Reserve the room so two moved pods do not count on the same space: node-level room, a whole GPU
