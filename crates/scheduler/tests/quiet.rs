@@ -2,7 +2,8 @@
 //! the model changes or a time-based rule falls due. Skipping must never change a decision: each
 //! scenario runs twice, once as the scheduler runs and once with every cycle forced, and the two must
 //! decide exactly the same thing round by round, while the first skips rounds. The forced one also
-//! forgets every status report memo (`Group::report_inputs`) before each round.
+//! forgets every status report memo (`Group::report_inputs`) and what the last session carried
+//! (`Cluster::session_carry`) before each round.
 
 use std::time::Duration;
 
@@ -29,7 +30,9 @@ fn same_decisions_with_skips(
             skipped += 1;
         }
         forced.cluster.quiet = None;
-        // And every status report made from scratch: the report memo must not change a decision either.
+        // And every session and status report made from scratch: what a session carries to the next
+        // and the report memo must not change a decision either.
+        forced.cluster.session_carry = None;
         let groups: Vec<_> = forced.cluster.groups.iter().map(|(i, _)| i).collect();
         for i in groups {
             forced

@@ -117,11 +117,14 @@ pub fn index_hierarchy(cluster: &mut Cluster) -> (ChildIndex, Vec<GroupId>) {
     let mut children: ChildIndex = HashMap::new();
     let mut roots = Vec::new();
     let ids: Vec<GroupId> = cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
+    let hierarchy_problem =
+        |p: &GroupProblem| matches!(p, GroupProblem::ParentNotFound(_) | GroupProblem::Cycle(_));
     for id in &ids {
-        let group = cluster.group_mut(*id);
-        group
-            .problems
-            .retain(|p| !matches!(p, GroupProblem::ParentNotFound(_) | GroupProblem::Cycle(_)));
+        // Only groups that carry one are written: a write marks the group changed (`Arena::stamp`),
+        // and the next session would build its gang again.
+        if cluster.group(*id).problems.iter().any(hierarchy_problem) {
+            cluster.group_mut(*id).problems.retain(|p| !hierarchy_problem(p));
+        }
     }
     for id in &ids {
         let group = cluster.group(*id);

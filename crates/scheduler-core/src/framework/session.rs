@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use super::decisions::{Bind, Decisions, Evict, EvictionCause};
 use super::gang::{self, ChildIndex, Gang};
-use super::policy::fairness::{self, Fairness};
+use super::policy::fairness::{self, Fairness, GangUsage};
 use super::policy::placement::{NodeIndex, PlacementPolicy};
 use super::report::explain::Why;
-use super::report::status;
+use super::report::status::{self, ReportStamp};
 use super::reservations;
 use crate::config::{ActionKind, Config, PlacementStrategy};
 use crate::model::{
@@ -25,6 +25,71 @@ use crate::model::{
 /// The share of arrivals the `fragmentation` strategy's shape mix covers (FGD's "typical pods": the
 /// most frequent shapes that make up 95 % of pods).
 const MIX_COVERAGE: f64 = 0.95;
+
+/// What a session leaves for the next one (kept in [`Cluster::session_carry`]): each gang as built with
+/// what its pods count against its queue, and when each group's status was last reported. An entry is
+/// used only while the arena stamps (`Arena::stamp`) of everything it was derived from are not above
+/// the clocks it recorded, so a carried entry is exactly what deriving it again would give; a churn
+/// cycle rebuilds only the gangs whose PodGroups or pods changed.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Carry {
+    /// The PodGroup hierarchy the gangs were built under (any change drops every carried gang).
+    children: ChildIndex,
+    /// By root PodGroup.
+    gangs: IdMap<GroupId, CarriedGang>,
+    /// By PodGroup: the model when its status was last reported (`status::report`).
+    pub(crate) reports: IdMap<GroupId, ReportStamp>,
+}
+
+/// A gang as a session built it.
+#[derive(Clone, Debug)]
+struct CarriedGang {
+    gang: Arc<Gang>,
+    usage: GangUsage,
+    built: BuiltAt,
+}
+
+/// The group and task arenas' clocks a carried gang is checked against: every gang of a session held
+/// when it opened, so the task clock is read then, before the session places anything (pods it places
+/// change what their gangs count against their queues). The group clock is read when it closes: a
+/// session writes on PodGroups only its own bookkeeping (hierarchy problems, waiting and stale times,
+/// timeouts, what a report wrote), none of which a gang is built from.
+#[derive(Clone, Copy, Debug)]
+struct BuiltAt {
+    groups: u64,
+    tasks: u64,
+}
+
+impl CarriedGang {
+    /// Whether building it again would give the same: none of its PodGroups, nor any pod they list,
+    /// changed since, and no pod's share depends on its node's devices (a `gpu-memory` request).
+    fn holds(&self, cluster: &Cluster) -> bool {
+        self.gang.groups.iter().all(|g| {
+            cluster.groups.stamp(g.0) <= self.built.groups
+                && cluster.groups.get(g.0).is_some_and(|group| {
+                    group.tasks.iter().all(|t| {
+                        cluster.tasks.stamp(t.0) <= self.built.tasks
+                            && cluster.tasks.get(t.0).is_some_and(|task| {
+                                !matches!(task.gpu, crate::model::GpuRequest::Memory { .. })
+                            })
+                    })
+                })
+        })
+    }
+}
+
+impl Carry {
+    /// Takes what the last session left (nothing after a crash, or in a model that never ran one). A
+    /// model copied since shares it, and each copy continues from its own.
+    fn take(cluster: &mut Cluster) -> Self {
+        cluster
+            .session_carry
+            .take()
+            .and_then(|c| Arc::downcast::<Self>(c).ok())
+            .map(|c| Arc::try_unwrap(c).unwrap_or_else(|shared| (*shared).clone()))
+            .unwrap_or_default()
+    }
+}
 
 /// One journal entry.
 #[derive(Clone, Debug)]
@@ -79,8 +144,9 @@ pub struct Session<'c> {
     pub policy: PlacementPolicy,
     /// Queue accounting and fair share.
     pub fairness: Fairness,
-    /// The scheduling units of this cycle.
-    pub gangs: Vec<Gang>,
+    /// The scheduling units of this cycle (shared with the carry: a gang does not change during a
+    /// session).
+    pub gangs: Vec<Arc<Gang>>,
     /// Gang index by every PodGroup in it.
     pub gang_of: IdMap<GroupId, usize>,
     /// PodGroup hierarchy.
@@ -101,6 +167,12 @@ pub struct Session<'c> {
     pub annotations_changed: std::collections::HashSet<GroupId>,
     /// See [`SessionStats::next_deadline`]; a cell so rules reading the session can record theirs.
     deadline: std::cell::Cell<Option<Millis>>,
+    /// What the last session left, and this one leaves, for the next (see [`Carry`]).
+    pub(crate) carry: Carry,
+    /// For each gang, what its pods counted against its queue at open (kept for the carry).
+    usage: Vec<GangUsage>,
+    /// The task arena's clock when the session opened.
+    tasks_at_open: u64,
 }
 
 /// Counts of what a session did.
@@ -124,6 +196,8 @@ pub struct SessionStats {
     /// The earliest time a time-based rule seen in this cycle could decide otherwise (a gang's
     /// timeout, a grace period ending, a minimum runtime ending, a reservation lapsing).
     pub next_deadline: Option<Millis>,
+    /// Gangs taken as the last session built them (nothing in them changed since).
+    pub gangs_carried: u64,
 }
 
 impl<'c> Session<'c> {
@@ -140,10 +214,27 @@ impl<'c> Session<'c> {
         for t in lapsed {
             cluster.clear_assumed(t);
         }
-        let gangs: Vec<Gang> = roots
+        let mut carry = Carry::take(cluster);
+        if carry.children != children {
+            carry.gangs.clear();
+        }
+        let tasks_at_open = cluster.tasks.clock();
+        let mut gangs_carried = 0;
+        let (gangs, usage): (Vec<Arc<Gang>>, Vec<GangUsage>) = roots
             .iter()
-            .map(|r| Gang::build(cluster, &children, *r))
-            .collect();
+            .map(|r| match carry.gangs.remove(r) {
+                Some(c) if c.holds(cluster) => {
+                    gangs_carried += 1;
+                    (c.gang, c.usage)
+                }
+                _ => {
+                    let gang = Gang::build(cluster, &children, *r);
+                    let usage = GangUsage::of(cluster, &gang);
+                    (Arc::new(gang), usage)
+                }
+            })
+            .unzip();
+        carry.gangs.clear();
         let mut gang_of = IdMap::default();
         let mut gangs_by_queue: IdMap<QueueId, Vec<usize>> = IdMap::default();
         for (i, g) in gangs.iter().enumerate() {
@@ -167,7 +258,7 @@ impl<'c> Session<'c> {
         if policy.gpu == PlacementStrategy::Fragmentation || policy.cpu == PlacementStrategy::Fragmentation {
             index.set_mix(cluster.shapes.mix(MIX_COVERAGE));
         }
-        let fairness = Fairness::open(cluster, &gangs, &plugins.proportion);
+        let fairness = Fairness::open(cluster, &gangs, &usage, &plugins.proportion);
         let epoch_at_open = cluster.epochs.capacity;
         Self {
             epoch_at_open,
@@ -186,8 +277,14 @@ impl<'c> Session<'c> {
             journal: Vec::new(),
             touched: IdMap::default(),
             evictions: IdMap::default(),
-            stats: SessionStats::default(),
+            stats: SessionStats {
+                gangs_carried,
+                ..SessionStats::default()
+            },
             deadline: std::cell::Cell::new(None),
+            carry,
+            usage,
+            tasks_at_open,
         }
     }
 
@@ -455,9 +552,32 @@ impl<'c> Session<'c> {
             }
         }
         self.stats.next_deadline = self.deadline.get();
+        self.leave_carry();
         // Last: a panic anywhere before (status reports included) must still find the undo records.
         self.cluster.cycle_completed();
         (decisions, self.stats)
+    }
+}
+
+impl Session<'_> {
+    /// Leaves the gangs as built (they do not change during a session) and the report stamps for the
+    /// next session.
+    fn leave_carry(&mut self) {
+        let mut carry = std::mem::take(&mut self.carry);
+        carry.children = std::mem::take(&mut self.children);
+        let gangs = std::mem::take(&mut self.gangs);
+        let usage = std::mem::take(&mut self.usage);
+        // Every gang of this session held when it opened (built then, or carried and checked).
+        let built = BuiltAt {
+            groups: self.cluster.groups.clock(),
+            tasks: self.tasks_at_open,
+        };
+        carry.gangs = gangs
+            .into_iter()
+            .zip(usage)
+            .map(|(gang, usage)| (gang.root, CarriedGang { gang, usage, built }))
+            .collect();
+        self.cluster.session_carry = Some(Arc::new(carry));
     }
 }
 

@@ -35,9 +35,17 @@ id!(
 );
 
 /// A slab arena: `Vec<Option<T>>` with a free list, so ids stay small and dense.
+///
+/// Every slot carries a change stamp: the arena's clock ticks on each insert, removal and mutable
+/// access, and the slot takes the new value. A slot whose stamp is not above a clock read earlier has
+/// not been changed since (nor has a new object taken it), so work derived from it then still holds.
+/// Values are reached mutably only through [`Arena::get_mut`], so no change escapes the stamps, but
+/// for the one named exception ([`Arena::get_mut_unstamped`]).
 #[derive(Clone, Debug)]
 pub struct Arena<T> {
     slots: Vec<Option<T>>,
+    stamps: Vec<u64>,
+    clock: u64,
     free: Vec<u32>,
     len: usize,
 }
@@ -46,6 +54,8 @@ impl<T> Default for Arena<T> {
     fn default() -> Self {
         Self {
             slots: Vec::new(),
+            stamps: Vec::new(),
+            clock: 0,
             free: Vec::new(),
             len: 0,
         }
@@ -53,16 +63,26 @@ impl<T> Default for Arena<T> {
 }
 
 impl<T> Arena<T> {
+    fn touch(&mut self, i: usize) {
+        self.clock += 1;
+        if let Some(stamp) = self.stamps.get_mut(i) {
+            *stamp = self.clock;
+        }
+    }
+
     /// Inserts and returns the slot index.
     pub fn insert(&mut self, value: T) -> u32 {
         self.len += 1;
-        if let Some(i) = self.free.pop() {
+        let i = if let Some(i) = self.free.pop() {
             self.slots[i as usize] = Some(value);
             i
         } else {
             self.slots.push(Some(value));
+            self.stamps.push(0);
             u32::try_from(self.slots.len() - 1).expect("invariant: fewer than 2^32 objects")
-        }
+        };
+        self.touch(i as usize);
+        i
     }
 
     /// Removes and returns the value.
@@ -71,8 +91,21 @@ impl<T> Arena<T> {
         if value.is_some() {
             self.free.push(i);
             self.len -= 1;
+            self.touch(i as usize);
         }
         value
+    }
+
+    /// The arena's clock: the latest stamp handed out.
+    #[must_use]
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// When the slot last changed (see the type's doc); `u64::MAX` for a slot never used.
+    #[must_use]
+    pub fn stamp(&self, i: u32) -> u64 {
+        self.stamps.get(i as usize).copied().unwrap_or(u64::MAX)
     }
 
     /// The value at a slot.
@@ -81,8 +114,18 @@ impl<T> Arena<T> {
         self.slots.get(i as usize)?.as_ref()
     }
 
-    /// The value at a slot, mutably.
+    /// The value at a slot, mutably (stamping it changed).
     pub fn get_mut(&mut self, i: u32) -> Option<&mut T> {
+        if self.slots.get(i as usize).is_some_and(Option::is_some) {
+            self.touch(i as usize);
+        }
+        self.slots.get_mut(i as usize)?.as_mut()
+    }
+
+    /// The value at a slot, mutably, without stamping it. Only for fields that nothing checked by
+    /// stamps derives from, or whose every reader compares them itself (a PodGroup's observed status
+    /// echoing back: see `Cluster::apply_group`).
+    pub fn get_mut_unstamped(&mut self, i: u32) -> Option<&mut T> {
         self.slots.get_mut(i as usize)?.as_mut()
     }
 

@@ -32,6 +32,47 @@ pub struct Fairness {
     scratch: RefCell<ReclaimScratch>,
 }
 
+/// What one gang's pods count against its queue when a session opens: placed and waiting pods' share
+/// requests, each kind summed over the gang (recorded up the tree once: the same totals, since
+/// saturating sums of amounts that are never negative do not depend on their order).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GangUsage {
+    /// Placed pods' sum, if any pod is placed.
+    running: Option<Resources>,
+    /// Waiting (and pipelined) pods' sum, if any pod waits.
+    pending: Option<Resources>,
+    /// Amounts with a negative part (no request has one), recorded one by one in pod order, before
+    /// the sums: (placed, amount).
+    unsummable: Vec<(bool, Resources)>,
+}
+
+impl GangUsage {
+    /// Reads a gang's pods.
+    #[must_use]
+    pub fn of(cluster: &Cluster, gang: &Gang) -> Self {
+        let mut usage = Self::default();
+        for t in gang.tasks() {
+            let status = cluster.task(t).status;
+            let running = status.is_allocated();
+            if !running && !status.is_pending() && status != crate::model::TaskStatus::Pipelined {
+                continue;
+            }
+            let share = share_request(cluster, t);
+            if share.0.iter().any(|v| *v < 0) {
+                usage.unsummable.push((running, share));
+                continue;
+            }
+            let sum = if running {
+                &mut usage.running
+            } else {
+                &mut usage.pending
+            };
+            sum.get_or_insert(Resources::ZERO).add(&share);
+        }
+        usage
+    }
+}
+
 fn preemptibility(preemptible: bool) -> Preemptibility {
     if preemptible {
         Preemptibility::Preemptible
@@ -41,10 +82,16 @@ fn preemptibility(preemptible: bool) -> Preemptibility {
 }
 
 impl Fairness {
-    /// Builds the tree from the model's queues, records every gang's allocated and pending pods, and
-    /// divides the cluster's capacity (Ready nodes, minus what other schedulers' pods use).
+    /// Builds the tree from the model's queues, records every gang's allocated and pending pods
+    /// (`usage`, one per gang, from [`GangUsage::of`]), and divides the cluster's capacity (Ready nodes,
+    /// minus what other schedulers' pods use).
     #[must_use]
-    pub fn open(cluster: &Cluster, gangs: &[Gang], args: &ProportionArgs) -> Self {
+    pub fn open(
+        cluster: &Cluster,
+        gangs: &[std::sync::Arc<Gang>],
+        usage: &[GangUsage],
+        args: &ProportionArgs,
+    ) -> Self {
         let config = FairShareConfig {
             k_value: args.k_value,
             reclaimer_saturation_multiplier: args.reclaimer_saturation_multiplier,
@@ -70,41 +117,23 @@ impl Fairness {
                 tree.set_usage(id, usage);
             }
         }
-        for gang in gangs {
+        for (gang, usage) in gangs.iter().zip(usage) {
             let Some(q) = gang.queue.and_then(|q| ids[q.index()]) else {
                 continue;
             };
             let pre = preemptibility(gang.preemptible);
-            // Summed over the gang first, then recorded up the tree once: the same totals, since
-            // saturating sums of amounts that are never negative do not depend on their order (a
-            // negative amount, which no request has, is recorded on its own).
-            let (mut running, mut pending) = (Resources::ZERO, Resources::ZERO);
-            let (mut any_running, mut any_pending) = (false, false);
-            for t in gang.tasks() {
-                let task = cluster.task(t);
-                let share = share_request(cluster, t);
-                let summable = share.0.iter().all(|v| *v >= 0);
-                if task.status.is_allocated() {
-                    if summable {
-                        running.add(&share);
-                        any_running = true;
-                    } else {
-                        tree.record_running(q, &share, pre);
-                    }
-                } else if task.status.is_pending() || task.status == crate::model::TaskStatus::Pipelined {
-                    if summable {
-                        pending.add(&share);
-                        any_pending = true;
-                    } else {
-                        tree.record_pending(q, &share);
-                    }
+            for (running, share) in &usage.unsummable {
+                if *running {
+                    tree.record_running(q, share, pre);
+                } else {
+                    tree.record_pending(q, share);
                 }
             }
-            if any_running {
-                tree.record_running(q, &running, pre);
+            if let Some(running) = &usage.running {
+                tree.record_running(q, running, pre);
             }
-            if any_pending {
-                tree.record_pending(q, &pending);
+            if let Some(pending) = &usage.pending {
+                tree.record_pending(q, pending);
             }
         }
         tree.divide(&capacity(cluster));

@@ -202,15 +202,28 @@ pub fn timeouts(ssn: &mut Session<'_>) {
         let root = ssn.gangs[g].root;
         let satisfied = ssn.gangs[g].is_satisfied(ssn.cluster);
         let waiting = !satisfied && ssn.gangs[g].pending(ssn.cluster).next().is_some();
-        let group = ssn.cluster.group_mut(root);
+        // The group is written only when a value changes: a write marks it changed (`Arena::stamp`),
+        // and the next session would build its gang again.
+        let group = ssn.cluster.group(root);
         if !waiting {
-            group.waiting_since = None;
-            if satisfied {
-                group.timed_out = false;
+            if group.waiting_since.is_some() || (satisfied && group.timed_out) {
+                let group = ssn.cluster.group_mut(root);
+                group.waiting_since = None;
+                if satisfied {
+                    group.timed_out = false;
+                }
             }
             continue;
         }
-        let since = *group.waiting_since.get_or_insert(group.created.max(0).min(now));
+        let since = match group.waiting_since {
+            Some(since) => since,
+            None => {
+                let since = group.created.max(0).min(now);
+                ssn.cluster.group_mut(root).waiting_since = Some(since);
+                since
+            }
+        };
+        let group = ssn.cluster.group(root);
         let Some(timeout) = group.schedule_timeout_secs else {
             continue;
         };
@@ -218,7 +231,9 @@ pub fn timeouts(ssn: &mut Session<'_>) {
         if !group.timed_out && now < at {
             ssn.wake_at(at);
         } else {
-            group.timed_out = true;
+            if !group.timed_out {
+                ssn.cluster.group_mut(root).timed_out = true;
+            }
             let last = ssn
                 .outcomes
                 .get(&g)
@@ -413,10 +428,15 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
             .as_ref()
             .and_then(|w| w.downcast_ref::<Vec<Why>>())
             .is_some_and(|w| *w == outcome.why)
-        && group.report_inputs == report_inputs(cluster, group, derived)
+        && inputs_unchanged(ssn, id, derived)
     {
         return;
     }
+    let cluster = &*ssn.cluster;
+    let group = cluster.group(id);
+    let outcome = gang_index
+        .and_then(|g| ssn.outcomes.get(&g))
+        .unwrap_or(&no_outcome);
     let phase = phase(c, group.min_member, satisfied, group.timed_out, has_children);
     let mut status = PodGroupStatus {
         phase: Some(phase),
@@ -695,10 +715,100 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
     let group = ssn.cluster.group_mut(id);
     group.report_inputs = memo;
     group.report_why = why;
+    if memo == 0 {
+        ssn.carry.reports.remove(&id);
+    } else {
+        let stamp = ReportStamp::now(ssn.cluster, id, derived);
+        ssn.carry.reports.insert(id, stamp);
+    }
+}
+
+/// Whether nothing [`report_inputs`] reads changed since the group's last report: first by the arena
+/// stamps (no fingerprint to compute), else by the fingerprint, after which the stamps are taken again.
+fn inputs_unchanged(ssn: &mut Session<'_>, id: GroupId, derived: Derived) -> bool {
+    let cluster = &*ssn.cluster;
+    if ssn
+        .carry
+        .reports
+        .get(&id)
+        .is_some_and(|stamp| stamp.holds(cluster, id, derived))
+    {
+        return true;
+    }
+    let group = cluster.group(id);
+    if group.report_inputs != report_inputs(cluster, group, derived) {
+        return false;
+    }
+    let stamp = ReportStamp::now(cluster, id, derived);
+    ssn.carry.reports.insert(id, stamp);
+    true
+}
+
+/// The model when a group's report inputs were last fingerprinted: the group's arena stamp, the task
+/// arena's clock, what its gang said of it, and the fields a status echo writes without a stamp
+/// (`Cluster::apply_group`). While the group's stamp and its pods' are not above these and the rest is
+/// the same, nothing [`report_inputs`] reads has changed (a pod whose share depends on its node's
+/// devices, a `gpu-memory` request, is fingerprinted every time instead).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReportStamp {
+    group: u64,
+    tasks: u64,
+    derived: Derived,
+    echoed: Echoed,
+}
+
+/// What a PodGroup update that declares the same gang may change (its status, scheduler-owned
+/// annotations), as [`report_inputs`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Echoed {
+    fingerprint: u64,
+    event_fingerprint: u64,
+    last_start: Option<Millis>,
+    stale_since: Option<Millis>,
+}
+
+impl Echoed {
+    fn of(group: &Group) -> Self {
+        Self {
+            fingerprint: group.observed.fingerprint,
+            event_fingerprint: group.observed.event_fingerprint,
+            last_start: group.last_start,
+            stale_since: group.stale_since,
+        }
+    }
+}
+
+impl ReportStamp {
+    fn now(cluster: &Cluster, id: GroupId, derived: Derived) -> Self {
+        Self {
+            group: cluster.groups.stamp(id.0),
+            tasks: cluster.tasks.clock(),
+            derived,
+            echoed: Echoed::of(cluster.group(id)),
+        }
+    }
+
+    fn holds(&self, cluster: &Cluster, id: GroupId, derived: Derived) -> bool {
+        self.derived == derived
+            && cluster.groups.stamp(id.0) <= self.group
+            && cluster
+                .groups
+                .get(id.0)
+                .is_some_and(|group| Echoed::of(group) == self.echoed)
+            && cluster.groups.get(id.0).is_some_and(|group| {
+                group.tasks.iter().all(|t| {
+                    cluster.tasks.stamp(t.0) <= self.tasks
+                        && cluster
+                            .tasks
+                            .get(t.0)
+                            .is_some_and(|task| !matches!(task.gpu, crate::model::GpuRequest::Memory { .. }))
+                })
+            })
+    }
 }
 
 /// What a group's report reads from its gang, computed once per report.
-#[derive(Clone, Copy, Hash)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 struct Derived {
     gang: bool,
     satisfied: bool,

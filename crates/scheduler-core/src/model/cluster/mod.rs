@@ -155,6 +155,11 @@ pub struct Cluster {
     /// Placements from before the running cycle first changed each task, for undoing a cycle that
     /// panicked.
     crash_undo: Vec<PlacementUndo>,
+    /// What the last scheduling session left for the next (the framework's `session::Carry`: gangs as
+    /// built, what they count against their queues, when each status was reported), opaque here.
+    /// Each entry holds only while the arena stamps of what it came from are unchanged; dropping it
+    /// costs the next cycle time, never a different decision.
+    pub session_carry: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Cluster {

@@ -442,7 +442,14 @@ impl Cluster {
     /// state) are preserved; everything declared is replaced.
     pub fn apply_group(&mut self, mut group: Group) {
         if let Some(id) = self.group_id(&group.key) {
-            let old = self.group_mut(id);
+            // Not stamped (`Arena::stamp`): what changes here is read by no gang a session carries,
+            // and the status report's stamps compare these fields themselves
+            // (`report::status::ReportStamp`). A stamp here would rebuild every gang after our own
+            // status writes echo back.
+            let old = self
+                .groups
+                .get_mut_unstamped(id.0)
+                .expect("invariant: indexed groups are live");
             if old.same_definition(&group) {
                 // Only status or scheduler-owned annotations changed (often our own write echoing back):
                 // nothing that could change a decision.
