@@ -79,9 +79,9 @@ impl Cluster {
             for d in &scratch.shared_gpus {
                 let (u, r, n) = d.device_contribution();
                 let e = expected.entry(*node).or_default();
-                e.0.0[GPU] += u;
-                e.1.0[GPU] += r;
-                e.2.0[GPU] += n;
+                e.0.0[GPU] = e.0.0[GPU].saturating_add(u);
+                e.1.0[GPU] = e.1.0[GPU].saturating_add(r);
+                e.2.0[GPU] = e.2.0[GPU].saturating_add(n);
             }
         }
         for (i, node) in self.nodes.iter() {

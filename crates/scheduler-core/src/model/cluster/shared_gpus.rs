@@ -119,9 +119,11 @@ fn change_device(node: &mut Node, group: &Arc<str>, create: bool, change: impl F
     change(device);
     let after = device.device_contribution();
     let remove = device.holders == 0 && device.reservation.is_none();
-    node.used.0[GPU] += after.0 - before.0;
-    node.releasing.0[GPU] += after.1 - before.1;
-    node.nominated.0[GPU] += after.2 - before.2;
+    // Saturating like every other sum of requests (`Resources::add`): a pod may ask for more than can
+    // be counted (it is refused with a problem, but one bound by someone else still sits on the node).
+    node.used.0[GPU] = node.used.0[GPU].saturating_add(after.0 - before.0);
+    node.releasing.0[GPU] = node.releasing.0[GPU].saturating_add(after.1 - before.1);
+    node.nominated.0[GPU] = node.nominated.0[GPU].saturating_add(after.2 - before.2);
     if remove {
         node.shared_gpus.swap_remove(index);
     }
