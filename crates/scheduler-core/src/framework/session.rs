@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::decisions::{Bind, Decisions, Evict, EvictionCause};
 use super::gang::{self, ChildIndex, Gang};
 use super::policy::fairness::{self, Fairness, GangUsage};
-use super::policy::placement::{NodeIndex, PlacementPolicy};
+use super::policy::placement::{NodeIndex, PlacementPolicy, Room};
 use super::report::explain::Why;
 use super::report::status::{self, ReportStamp};
 use super::reservations;
@@ -27,7 +27,8 @@ use crate::model::{
 const MIX_COVERAGE: f64 = 0.95;
 
 /// What a session leaves for the next one (kept in [`Cluster::session_carry`]): each gang as built with
-/// what its pods count against its queue, and when each group's status was last reported. An entry is
+/// what its pods count against its queue, when each group's status was last reported, and the node
+/// index's free-capacity part. An entry is
 /// used only while the arena stamps (`Arena::stamp`) of everything it was derived from are not above
 /// the clocks it recorded, so a carried entry is exactly what deriving it again would give; a churn
 /// cycle rebuilds only the gangs whose PodGroups or pods changed.
@@ -39,6 +40,9 @@ pub(crate) struct Carry {
     gangs: IdMap<GroupId, CarriedGang>,
     /// By PodGroup: the model when its status was last reported (`status::report`).
     pub(crate) reports: IdMap<GroupId, ReportStamp>,
+    /// The node index, with the node arena's clock it was last brought up to date at (the next
+    /// session updates the nodes stamped since: `NodeIndex::reopen`).
+    index: Option<(Room, u64)>,
 }
 
 /// A gang as a session built it.
@@ -173,6 +177,9 @@ pub struct Session<'c> {
     usage: Vec<GangUsage>,
     /// The task arena's clock when the session opened.
     tasks_at_open: u64,
+    /// The node arena's clock when the node index was last up to date with every node (at open; any
+    /// node changed later is updated again by the next session).
+    nodes_synced: u64,
 }
 
 /// Counts of what a session did.
@@ -254,7 +261,11 @@ impl<'c> Session<'c> {
             seed: plugins.nodeplacement.seed,
         };
         cluster.rules.start_session();
-        let mut index = NodeIndex::build(cluster);
+        let mut index = match carry.index.take() {
+            Some((last, since)) => NodeIndex::reopen(last, cluster, since),
+            None => NodeIndex::build(cluster),
+        };
+        let nodes_synced = cluster.nodes.clock();
         if policy.gpu == PlacementStrategy::Fragmentation || policy.cpu == PlacementStrategy::Fragmentation {
             index.set_mix(cluster.shapes.mix(MIX_COVERAGE));
         }
@@ -285,6 +296,7 @@ impl<'c> Session<'c> {
             carry,
             usage,
             tasks_at_open,
+            nodes_synced,
         }
     }
 
@@ -577,6 +589,7 @@ impl Session<'_> {
             .zip(usage)
             .map(|(gang, usage)| (gang.root, CarriedGang { gang, usage, built }))
             .collect();
+        carry.index = Some((self.index.take_room(), self.nodes_synced));
         self.cluster.session_carry = Some(Arc::new(carry));
     }
 }
