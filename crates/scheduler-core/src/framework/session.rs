@@ -32,21 +32,21 @@ const MIX_COVERAGE: f64 = 0.95;
 /// used only while the arena stamps (`Arena::stamp`) of everything it was derived from are not above
 /// the clocks it recorded, so a carried entry is exactly what deriving it again would give; a churn
 /// cycle rebuilds only the gangs whose PodGroups or pods changed.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Carry {
     /// The PodGroup hierarchy the gangs were built under (any change drops every carried gang).
     children: ChildIndex,
     /// By root PodGroup.
     gangs: IdMap<GroupId, CarriedGang>,
     /// By PodGroup: the model when its status was last reported (`status::report`).
-    pub(crate) reports: IdMap<GroupId, ReportStamp>,
+    reports: IdMap<GroupId, ReportStamp>,
     /// The node index, with the node arena's clock it was last brought up to date at (the next
     /// session updates the nodes stamped since: `NodeIndex::reopen`).
     index: Option<(Room, u64)>,
 }
 
 /// A gang as a session built it.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct CarriedGang {
     gang: Arc<Gang>,
     usage: GangUsage,
@@ -83,14 +83,13 @@ impl CarriedGang {
 }
 
 impl Carry {
-    /// Takes what the last session left (nothing after a crash, or in a model that never ran one). A
-    /// model copied since shares it, and each copy continues from its own.
-    fn take(cluster: &mut Cluster) -> Self {
+    /// What the last session left (empty after a crash, or in a model that never ran one). A model
+    /// copied since shares it: each copy reads it and leaves its own.
+    fn take(cluster: &mut Cluster) -> Arc<Self> {
         cluster
             .session_carry
             .take()
             .and_then(|c| Arc::downcast::<Self>(c).ok())
-            .map(|c| Arc::try_unwrap(c).unwrap_or_else(|shared| (*shared).clone()))
             .unwrap_or_default()
     }
 }
@@ -171,8 +170,8 @@ pub struct Session<'c> {
     pub annotations_changed: std::collections::HashSet<GroupId>,
     /// See [`SessionStats::next_deadline`]; a cell so rules reading the session can record theirs.
     deadline: std::cell::Cell<Option<Millis>>,
-    /// What the last session left, and this one leaves, for the next (see [`Carry`]).
-    pub(crate) carry: Carry,
+    /// When each group's status was last reported (see [`Carry::reports`]; left for the next session).
+    pub(crate) reports: IdMap<GroupId, ReportStamp>,
     /// For each gang, what its pods counted against its queue at open (kept for the carry).
     usage: Vec<GangUsage>,
     /// The task arena's clock when the session opened.
@@ -221,18 +220,20 @@ impl<'c> Session<'c> {
         for t in lapsed {
             cluster.clear_assumed(t);
         }
-        let mut carry = Carry::take(cluster);
-        if carry.children != children {
-            carry.gangs.clear();
-        }
+        let mut last = Carry::take(cluster);
+        let (room, reports) = match Arc::get_mut(&mut last) {
+            Some(own) => (own.index.take(), std::mem::take(&mut own.reports)),
+            None => (last.index.clone(), last.reports.clone()),
+        };
+        let same_hierarchy = last.children == children;
         let tasks_at_open = cluster.tasks.clock();
         let mut gangs_carried = 0;
         let (gangs, usage): (Vec<Arc<Gang>>, Vec<GangUsage>) = roots
             .iter()
-            .map(|r| match carry.gangs.remove(r) {
-                Some(c) if c.holds(cluster) => {
+            .map(|r| match last.gangs.get(r) {
+                Some(c) if same_hierarchy && c.holds(cluster) => {
                     gangs_carried += 1;
-                    (c.gang, c.usage)
+                    (Arc::clone(&c.gang), c.usage.clone())
                 }
                 _ => {
                     let gang = Gang::build(cluster, &children, *r);
@@ -241,7 +242,7 @@ impl<'c> Session<'c> {
                 }
             })
             .unzip();
-        carry.gangs.clear();
+        drop(last);
         let mut gang_of = IdMap::default();
         let mut gangs_by_queue: IdMap<QueueId, Vec<usize>> = IdMap::default();
         for (i, g) in gangs.iter().enumerate() {
@@ -261,8 +262,8 @@ impl<'c> Session<'c> {
             seed: plugins.nodeplacement.seed,
         };
         cluster.rules.start_session();
-        let mut index = match carry.index.take() {
-            Some((last, since)) => NodeIndex::reopen(last, cluster, since),
+        let mut index = match room {
+            Some((room, since)) => NodeIndex::reopen(room, cluster, since),
             None => NodeIndex::build(cluster),
         };
         let nodes_synced = cluster.nodes.clock();
@@ -293,7 +294,7 @@ impl<'c> Session<'c> {
                 ..SessionStats::default()
             },
             deadline: std::cell::Cell::new(None),
-            carry,
+            reports,
             usage,
             tasks_at_open,
             nodes_synced,
@@ -575,8 +576,6 @@ impl Session<'_> {
     /// Leaves the gangs as built (they do not change during a session) and the report stamps for the
     /// next session.
     fn leave_carry(&mut self) {
-        let mut carry = std::mem::take(&mut self.carry);
-        carry.children = std::mem::take(&mut self.children);
         let gangs = std::mem::take(&mut self.gangs);
         let usage = std::mem::take(&mut self.usage);
         // Every gang of this session held when it opened (built then, or carried and checked).
@@ -584,12 +583,16 @@ impl Session<'_> {
             groups: self.cluster.groups.clock(),
             tasks: self.tasks_at_open,
         };
-        carry.gangs = gangs
-            .into_iter()
-            .zip(usage)
-            .map(|(gang, usage)| (gang.root, CarriedGang { gang, usage, built }))
-            .collect();
-        carry.index = Some((self.index.take_room(), self.nodes_synced));
+        let carry = Carry {
+            children: std::mem::take(&mut self.children),
+            gangs: gangs
+                .into_iter()
+                .zip(usage)
+                .map(|(gang, usage)| (gang.root, CarriedGang { gang, usage, built }))
+                .collect(),
+            reports: std::mem::take(&mut self.reports),
+            index: Some((self.index.take_room(), self.nodes_synced)),
+        };
         self.cluster.session_carry = Some(Arc::new(carry));
     }
 }

@@ -716,10 +716,10 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
     group.report_inputs = memo;
     group.report_why = why;
     if memo == 0 {
-        ssn.carry.reports.remove(&id);
+        ssn.reports.remove(&id);
     } else {
         let stamp = ReportStamp::now(ssn.cluster, id, derived);
-        ssn.carry.reports.insert(id, stamp);
+        ssn.reports.insert(id, stamp);
     }
 }
 
@@ -728,7 +728,6 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
 fn inputs_unchanged(ssn: &mut Session<'_>, id: GroupId, derived: Derived) -> bool {
     let cluster = &*ssn.cluster;
     if ssn
-        .carry
         .reports
         .get(&id)
         .is_some_and(|stamp| stamp.holds(cluster, id, derived))
@@ -740,7 +739,7 @@ fn inputs_unchanged(ssn: &mut Session<'_>, id: GroupId, derived: Derived) -> boo
         return false;
     }
     let stamp = ReportStamp::now(cluster, id, derived);
-    ssn.carry.reports.insert(id, stamp);
+    ssn.reports.insert(id, stamp);
     true
 }
 
