@@ -5,7 +5,7 @@
 //! pods complete and arrive, gangs wait, get preempted and time out.
 
 use kai_scheduler_core::config::{ActionKind, Config};
-use kai_scheduler_core::model::GroupId;
+use kai_scheduler_core::model::{GroupId, NodeUpdate};
 use kai_scheduler_core::sim::{GangSpec, Sim, Synthetic};
 
 fn forget_memos(sim: &mut Sim) {
@@ -89,8 +89,9 @@ fn preempt_with_churn() {
 }
 
 /// PodGroups under a parent, sub-groups, fractions and a timeout, while pods complete and come back,
-/// a gang goes and another arrives, a gang's definition changes, and someone else writes a PodGroup's
-/// status (an update the model takes without a change stamp: the report must still notice it).
+/// a gang goes and another arrives, a gang's definition changes, someone else writes a PodGroup's
+/// status (an update the model takes without a change stamp: the report must still notice it), and a
+/// node is labelled for a waiting gang's selector.
 fn hierarchy_and_changes(sim: &mut Sim, round: usize) {
     match round {
         0 => {
@@ -147,6 +148,27 @@ fn hierarchy_and_changes(sim: &mut Sim, round: usize) {
             group.min_member = 4;
             sim.cluster.apply_group(group);
         }
+        7 => {
+            // A gang for nodes no node is labelled for yet.
+            sim.gang(GangSpec::new("zoned", "q1", 1).selector("zone", "a"));
+        }
+        8 => {
+            // Now one is: static eligibility carried from earlier sessions must not hide it.
+            let id = sim.cluster.node_id("n-3").expect("n-3 exists");
+            let node = sim.cluster.node(id);
+            let mut labels = node.labels.clone();
+            labels.insert("zone".to_owned(), "a".to_owned());
+            let update = NodeUpdate {
+                name: node.name.clone(),
+                labels,
+                taints: node.taints.clone(),
+                ready: node.ready,
+                unschedulable: node.unschedulable,
+                allocatable: node.allocatable,
+                gpu_memory_mib: node.gpu_memory_mib,
+            };
+            sim.cluster.apply_node(update);
+        }
         _ => {}
     }
 }
@@ -155,7 +177,7 @@ fn hand_built_rounds(forget: bool) -> Vec<String> {
     let mut sim = Sim::new();
     let mut out = Vec::new();
     let mut carried = 0;
-    for round in 0..10 {
+    for round in 0..11 {
         hierarchy_and_changes(&mut sim, round);
         if forget {
             forget_memos(&mut sim);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::decisions::{Bind, Decisions, Evict, EvictionCause};
 use super::gang::{self, ChildIndex, Gang};
 use super::policy::fairness::{self, Fairness, GangUsage};
-use super::policy::placement::{NodeIndex, PlacementPolicy, Room};
+use super::policy::placement::{Eligibility, NodeIndex, PlacementPolicy, Room};
 use super::report::explain::Why;
 use super::report::status::{self, ReportStamp};
 use super::reservations;
@@ -28,7 +28,7 @@ const MIX_COVERAGE: f64 = 0.95;
 
 /// What a session leaves for the next one (kept in [`Cluster::session_carry`]): each gang as built with
 /// what its pods count against its queue, when each group's status was last reported, and the node
-/// index's free-capacity part. An entry is
+/// index's free-capacity part and static eligibility answers. An entry is
 /// used only while the arena stamps (`Arena::stamp`) of everything it was derived from are not above
 /// the clocks it recorded, so a carried entry is exactly what deriving it again would give; a churn
 /// cycle rebuilds only the gangs whose PodGroups or pods changed.
@@ -43,6 +43,9 @@ pub(crate) struct Carry {
     /// The node index, with the node arena's clock it was last brought up to date at (the next
     /// session updates the nodes stamped since: `NodeIndex::reopen`).
     index: Option<(Room, u64)>,
+    /// The node index's static eligibility answers, with the nodes' facts version they hold for
+    /// (`Cluster::node_facts_version`).
+    eligibility: Option<(Eligibility, u64)>,
 }
 
 /// A gang as a session built it.
@@ -221,9 +224,13 @@ impl<'c> Session<'c> {
             cluster.clear_assumed(t);
         }
         let mut last = Carry::take(cluster);
-        let (room, reports) = match Arc::get_mut(&mut last) {
-            Some(own) => (own.index.take(), std::mem::take(&mut own.reports)),
-            None => (last.index.clone(), last.reports.clone()),
+        let (room, eligibility, reports) = match Arc::get_mut(&mut last) {
+            Some(own) => (
+                own.index.take(),
+                own.eligibility.take(),
+                std::mem::take(&mut own.reports),
+            ),
+            None => (last.index.clone(), last.eligibility.clone(), last.reports.clone()),
         };
         let same_hierarchy = last.children == children;
         let tasks_at_open = cluster.tasks.clock();
@@ -267,6 +274,11 @@ impl<'c> Session<'c> {
             None => NodeIndex::build(cluster),
         };
         let nodes_synced = cluster.nodes.clock();
+        if let Some((eligibility, version)) = eligibility
+            && version == cluster.node_facts_version
+        {
+            index.eligibility = eligibility;
+        }
         if policy.gpu == PlacementStrategy::Fragmentation || policy.cpu == PlacementStrategy::Fragmentation {
             index.set_mix(cluster.shapes.mix(MIX_COVERAGE));
         }
@@ -592,6 +604,10 @@ impl Session<'_> {
                 .collect(),
             reports: std::mem::take(&mut self.reports),
             index: Some((self.index.take_room(), self.nodes_synced)),
+            eligibility: Some((
+                std::mem::take(&mut self.index.eligibility),
+                self.cluster.node_facts_version,
+            )),
         };
         self.cluster.session_carry = Some(Arc::new(carry));
     }

@@ -134,8 +134,9 @@ pub struct Room {
     free_later_total: Resources,
 }
 
-/// Static eligibility per constraints, one bit per node index, computed once per session per distinct
-/// pod template. Indexed by the dense constraints id (a vector, not a map: this is the innermost check).
+/// Static eligibility per constraints, one bit per node index, computed once per distinct pod template
+/// and kept across sessions while no node comes, goes or changes its static facts
+/// (`Cluster::node_facts_version`, see `framework::session::Carry`). Indexed by the dense constraints id (a vector, not a map: this is the innermost check).
 #[derive(Clone, Debug, Default)]
 pub struct Eligibility {
     bits: Vec<Option<Vec<u64>>>,

@@ -128,6 +128,9 @@ pub struct Cluster {
     topologies: HashMap<String, Vec<String>>,
     /// Change counters.
     pub epochs: Epochs,
+    /// Bumped whenever a node comes or goes or changes what static predicates read (labels, taints,
+    /// readiness, cordon): work derived from the nodes' static facts holds while it stays the same.
+    pub node_facts_version: u64,
     /// Reservation pods requested and not yet seen, by shared-GPU group, with when they were asked for.
     pub reservations_pending: HashMap<Arc<str>, Millis>,
     /// Which queues' statuses this scheduler writes. Queues are cluster-wide; a scheduler serving one node

@@ -142,6 +142,10 @@ impl Cluster {
                 .nodes
                 .get_mut(id.0)
                 .expect("invariant: indexed nodes are live");
+            let facts_changed = node.labels != update.labels
+                || node.taints != update.taints
+                || node.ready != update.ready
+                || node.unschedulable != update.unschedulable;
             node.labels = update.labels;
             node.taints = update.taints;
             node.ready = update.ready;
@@ -151,8 +155,12 @@ impl Cluster {
             for t in &tasks {
                 self.contribute(*t, 1);
             }
+            if facts_changed {
+                self.node_facts_version += 1;
+            }
             return;
         }
+        self.node_facts_version += 1;
         let mut node = Node::new(&update.name, update.allocatable);
         node.labels = update.labels;
         node.taints = update.taints;
@@ -190,6 +198,7 @@ impl Cluster {
             }
         }
         self.nodes.remove(id.0);
+        self.node_facts_version += 1;
         self.epochs.capacity_changed();
     }
 
