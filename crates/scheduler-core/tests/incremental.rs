@@ -88,6 +88,15 @@ fn preempt_with_churn() {
     same_as_from_scratch(&spec, &config);
 }
 
+fn group_named(sim: &Sim, name: &str) -> GroupId {
+    sim.cluster
+        .groups
+        .iter()
+        .find(|(_, g)| &*g.key.name == name)
+        .map(|(i, _)| GroupId(i))
+        .unwrap_or_else(|| panic!("{name} exists"))
+}
+
 /// PodGroups under a parent, sub-groups, fractions and a timeout, while pods complete and come back,
 /// a gang goes and another arrives, a gang's definition changes, someone else writes a PodGroup's
 /// status (an update the model takes without a change stamp: the report must still notice it), and a
@@ -123,28 +132,14 @@ fn hierarchy_and_changes(sim: &mut Sim, round: usize) {
         }
         5 => {
             // Someone else's status on a PodGroup: same definition, another status.
-            let id = sim
-                .cluster
-                .groups
-                .iter()
-                .find(|(_, g)| &*g.key.name == "frac")
-                .map(|(i, _)| GroupId(i))
-                .expect("frac exists");
-            let mut group = sim.cluster.group(id).clone();
+            let mut group = sim.cluster.group(group_named(sim, "frac")).clone();
             group.observed.fingerprint ^= 0x5a5a;
             group.observed.status = None;
             sim.cluster.apply_group(group);
         }
         6 => {
             // A definition change: the gang needs fewer pods now.
-            let id = sim
-                .cluster
-                .groups
-                .iter()
-                .find(|(_, g)| &*g.key.name == "big")
-                .map(|(i, _)| GroupId(i))
-                .expect("big exists");
-            let mut group = sim.cluster.group(id).clone();
+            let mut group = sim.cluster.group(group_named(sim, "big")).clone();
             group.min_member = 4;
             sim.cluster.apply_group(group);
         }
@@ -155,18 +150,8 @@ fn hierarchy_and_changes(sim: &mut Sim, round: usize) {
         8 => {
             // Now one is: static eligibility carried from earlier sessions must not hide it.
             let id = sim.cluster.node_id("n-3").expect("n-3 exists");
-            let node = sim.cluster.node(id);
-            let mut labels = node.labels.clone();
-            labels.insert("zone".to_owned(), "a".to_owned());
-            let update = NodeUpdate {
-                name: node.name.clone(),
-                labels,
-                taints: node.taints.clone(),
-                ready: node.ready,
-                unschedulable: node.unschedulable,
-                allocatable: node.allocatable,
-                gpu_memory_mib: node.gpu_memory_mib,
-            };
+            let mut update = NodeUpdate::of(sim.cluster.node(id));
+            update.labels.insert("zone".to_owned(), "a".to_owned());
             sim.cluster.apply_node(update);
         }
         _ => {}

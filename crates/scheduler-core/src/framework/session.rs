@@ -69,20 +69,29 @@ struct BuiltAt {
 
 impl CarriedGang {
     /// Whether building it again would give the same: none of its PodGroups, nor any pod they list,
-    /// changed since, and no pod's share depends on its node's devices (a `gpu-memory` request).
+    /// changed since, and no pod's share depends on its node's devices.
     fn holds(&self, cluster: &Cluster) -> bool {
         self.gang.groups.iter().all(|g| {
             cluster.groups.stamp(g.0) <= self.built.groups
-                && cluster.groups.get(g.0).is_some_and(|group| {
-                    group.tasks.iter().all(|t| {
-                        cluster.tasks.stamp(t.0) <= self.built.tasks
-                            && cluster.tasks.get(t.0).is_some_and(|task| {
-                                !matches!(task.gpu, crate::model::GpuRequest::Memory { .. })
-                            })
-                    })
-                })
+                && cluster
+                    .groups
+                    .get(g.0)
+                    .is_some_and(|group| pods_unchanged_since(cluster, group, self.built.tasks))
         })
     }
+}
+
+/// Whether none of a PodGroup's pods changed since the task arena's clock read `since`
+/// (`Arena::stamp`), and none has a share read through its node (a `gpu-memory` request, sized by the
+/// node's devices, which a pod's stamp does not cover).
+pub(crate) fn pods_unchanged_since(cluster: &Cluster, group: &crate::model::Group, since: u64) -> bool {
+    group.tasks.iter().all(|t| {
+        cluster.tasks.stamp(t.0) <= since
+            && cluster
+                .tasks
+                .get(t.0)
+                .is_some_and(|task| !matches!(task.gpu, crate::model::GpuRequest::Memory { .. }))
+    })
 }
 
 impl Carry {

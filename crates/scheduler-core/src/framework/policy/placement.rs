@@ -1241,16 +1241,8 @@ mod tests {
         );
         s.cluster
             .set_assumed(task_of(&s, "run-0"), Assumed::Evicting, None);
-        let node = s.cluster.node(NodeId(5));
-        let cordoned = crate::model::NodeUpdate {
-            name: node.name.clone(),
-            labels: node.labels.clone(),
-            taints: node.taints.clone(),
-            ready: node.ready,
-            unschedulable: true,
-            allocatable: node.allocatable,
-            gpu_memory_mib: node.gpu_memory_mib,
-        };
+        let mut cordoned = crate::model::NodeUpdate::of(s.cluster.node(NodeId(5)));
+        cordoned.unschedulable = true;
         s.cluster.apply_node(cordoned);
         s.cluster.remove_node("n-1");
         s.node("late", 32_000, 128, 8);

@@ -790,18 +790,9 @@ impl ReportStamp {
     fn holds(&self, cluster: &Cluster, id: GroupId, derived: Derived) -> bool {
         self.derived == derived
             && cluster.groups.stamp(id.0) <= self.group
-            && cluster
-                .groups
-                .get(id.0)
-                .is_some_and(|group| Echoed::of(group) == self.echoed)
             && cluster.groups.get(id.0).is_some_and(|group| {
-                group.tasks.iter().all(|t| {
-                    cluster.tasks.stamp(t.0) <= self.tasks
-                        && cluster
-                            .tasks
-                            .get(t.0)
-                            .is_some_and(|task| !matches!(task.gpu, crate::model::GpuRequest::Memory { .. }))
-                })
+                Echoed::of(group) == self.echoed
+                    && crate::framework::session::pods_unchanged_since(cluster, group, self.tasks)
             })
     }
 }

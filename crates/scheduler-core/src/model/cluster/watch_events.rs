@@ -122,6 +122,22 @@ pub struct NodeUpdate {
     pub gpu_memory_mib: Option<u32>,
 }
 
+impl NodeUpdate {
+    /// The update that leaves a node as it is (to change a field of, in tests and simulations).
+    #[must_use]
+    pub fn of(node: &Node) -> Self {
+        Self {
+            name: node.name.clone(),
+            labels: node.labels.clone(),
+            taints: node.taints.clone(),
+            ready: node.ready,
+            unschedulable: node.unschedulable,
+            allocatable: node.allocatable,
+            gpu_memory_mib: node.gpu_memory_mib,
+        }
+    }
+}
+
 impl Cluster {
     /// Adds or updates a node.
     pub fn apply_node(&mut self, update: NodeUpdate) {
