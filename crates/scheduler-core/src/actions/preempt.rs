@@ -7,6 +7,7 @@ use crate::config::ActionKind;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::report::explain::Why;
+use crate::model::QueueId;
 
 /// Gangs that allocate could not place because no node had room (the only ones eviction can help), and
 /// that may evict others for it: not a gang with a pod of `preemptionPolicy: Never` waiting, which
@@ -30,33 +31,24 @@ pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
 
 /// Runs preempt.
 pub fn preempt(ssn: &mut Session<'_>) {
+    let mut victims_by_queue = VictimsByQueue::default();
     for g in waiting_for_room(ssn) {
         ssn.attempt(g);
         if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
             continue;
         }
         let (queue, priority) = (ssn.gangs[g].queue, ssn.gangs[g].priority);
-        // Victims share the preemptor's queue: list that queue's gangs, not every gang.
-        let same_queue: Vec<usize> = match queue {
-            Some(q) => ssn.gangs_in_queue(q).to_vec(),
-            None => (0..ssn.gangs.len()).collect(),
-        };
-        let mut victim_gangs: Vec<usize> = same_queue
-            .into_iter()
-            .filter(|v| {
-                let h = &ssn.gangs[*v];
-                *v != g
-                    && h.queue == queue
-                    && h.preemptible
-                    && h.priority < priority
-                    && h.tasks().any(|t| ssn.cluster.task(t).status.is_allocated())
-            })
+        // Lowest priority first, then the newest; only those below the preemptor's priority.
+        let victim_gangs: Vec<usize> = victims_by_queue
+            .of(ssn, queue)
+            .iter()
+            .copied()
+            .take_while(|v| ssn.gangs[*v].priority < priority)
+            .filter(|v| *v != g)
             .collect();
         if victim_gangs.is_empty() {
             continue;
         }
-        // Lowest priority first, then the newest.
-        victim_gangs.sort_by_key(|v| (ssn.gangs[*v].priority, -ssn.gangs[*v].created));
         let mut candidates: Vec<Unit> = Vec::new();
         for v in victim_gangs {
             let protected = victims::protected_by_min_runtime(ssn, v, false);
@@ -69,6 +61,45 @@ pub fn preempt(ssn: &mut Session<'_>) {
         if victims::solve(ssn, &request).is_ok() {
             ssn.mark_placed(g, ActionKind::Preempt);
             ssn.explain(g, Why::Pipelined);
+            // Evictions and a reservation were made: who holds what changed.
+            victims_by_queue = VictimsByQueue::default();
+        }
+    }
+}
+
+/// Each queue's preemptible gangs with a placed pod, lowest priority first, then the newest (ties in
+/// gang order): the victims any preemptor of the queue may choose from, cut at its own priority. Listed
+/// once per queue and kept while nothing was evicted, since a preemptor that fails leaves the model as
+/// it found it; one list per waiting gang made preempt quadratic in the gangs of a queue.
+#[derive(Default)]
+struct VictimsByQueue {
+    by_queue: crate::model::IdMap<QueueId, Vec<usize>>,
+    no_queue: Option<Vec<usize>>,
+}
+
+impl VictimsByQueue {
+    fn of(&mut self, ssn: &Session<'_>, queue: Option<QueueId>) -> &[usize] {
+        let list = |gangs: &mut dyn Iterator<Item = usize>| -> Vec<usize> {
+            let mut list: Vec<usize> = gangs
+                .filter(|v| {
+                    let h = &ssn.gangs[*v];
+                    h.queue == queue
+                        && h.preemptible
+                        && h.tasks().any(|t| ssn.cluster.task(t).status.is_allocated())
+                })
+                .collect();
+            list.sort_by_key(|v| (ssn.gangs[*v].priority, -ssn.gangs[*v].created));
+            list
+        };
+        match queue {
+            // Victims share the preemptor's queue: list that queue's gangs, not every gang.
+            Some(q) => self
+                .by_queue
+                .entry(q)
+                .or_insert_with(|| list(&mut ssn.gangs_in_queue(q).iter().copied())),
+            None => self
+                .no_queue
+                .get_or_insert_with(|| list(&mut (0..ssn.gangs.len()))),
         }
     }
 }
