@@ -73,6 +73,14 @@ impl GangUsage {
     }
 }
 
+/// One queue's gangs' usage at session open, summed before it is recorded up the tree.
+#[derive(Default)]
+struct QueueSums {
+    running_preemptible: Option<Resources>,
+    running_non_preemptible: Option<Resources>,
+    pending: Option<Resources>,
+}
+
 fn preemptibility(preemptible: bool) -> Preemptibility {
     if preemptible {
         Preemptibility::Preemptible
@@ -117,23 +125,55 @@ impl Fairness {
                 tree.set_usage(id, usage);
             }
         }
+        // Summed per queue first, then recorded up the tree once per queue: the same totals, since
+        // saturating sums of amounts that are never negative do not depend on their order or grouping.
+        // An amount with a negative part (no request has one) is recorded on its own, in gang order,
+        // and then so is everything else.
+        let per_gang = usage.iter().any(|u| !u.unsummable.is_empty());
+        let mut by_queue: std::collections::BTreeMap<fairshare::QueueId, QueueSums> =
+            std::collections::BTreeMap::new();
         for (gang, usage) in gangs.iter().zip(usage) {
             let Some(q) = gang.queue.and_then(|q| ids[q.index()]) else {
                 continue;
             };
             let pre = preemptibility(gang.preemptible);
-            for (running, share) in &usage.unsummable {
-                if *running {
-                    tree.record_running(q, share, pre);
-                } else {
-                    tree.record_pending(q, share);
+            if per_gang {
+                for (running, share) in &usage.unsummable {
+                    if *running {
+                        tree.record_running(q, share, pre);
+                    } else {
+                        tree.record_pending(q, share);
+                    }
                 }
+                if let Some(running) = &usage.running {
+                    tree.record_running(q, running, pre);
+                }
+                if let Some(pending) = &usage.pending {
+                    tree.record_pending(q, pending);
+                }
+                continue;
             }
+            let sums = by_queue.entry(q).or_default();
             if let Some(running) = &usage.running {
-                tree.record_running(q, running, pre);
+                let sum = match pre {
+                    Preemptibility::Preemptible => &mut sums.running_preemptible,
+                    Preemptibility::NonPreemptible => &mut sums.running_non_preemptible,
+                };
+                sum.get_or_insert(Resources::ZERO).add(running);
             }
             if let Some(pending) = &usage.pending {
-                tree.record_pending(q, pending);
+                sums.pending.get_or_insert(Resources::ZERO).add(pending);
+            }
+        }
+        for (q, sums) in by_queue {
+            if let Some(r) = &sums.running_preemptible {
+                tree.record_running(q, r, Preemptibility::Preemptible);
+            }
+            if let Some(r) = &sums.running_non_preemptible {
+                tree.record_running(q, r, Preemptibility::NonPreemptible);
+            }
+            if let Some(p) = &sums.pending {
+                tree.record_pending(q, p);
             }
         }
         tree.divide(&capacity(cluster));
