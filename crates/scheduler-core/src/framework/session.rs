@@ -611,7 +611,13 @@ impl Session<'_> {
                 .zip(usage)
                 .map(|(gang, usage)| (gang.root, CarriedGang { gang, usage, built }))
                 .collect(),
-            reports: std::mem::take(&mut self.reports),
+            reports: {
+                // Groups deleted since their last report leave no entry behind (a long-running
+                // scheduler sees millions of PodGroups come and go).
+                let mut reports = std::mem::take(&mut self.reports);
+                reports.retain(|id, _| self.cluster.groups.get(id.0).is_some());
+                reports
+            },
             index: Some((self.index.take_room(), self.nodes_synced)),
             eligibility: Some((
                 std::mem::take(&mut self.index.eligibility),
@@ -628,5 +634,38 @@ fn same_placement(a: &Assumed, b: &Assumed) -> bool {
     match (a, b) {
         (Assumed::Pipelined { node: x, .. }, Assumed::Pipelined { node: y, .. }) => x == y,
         _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{GangSpec, Sim};
+
+    fn carry_of(sim: &Sim) -> &Carry {
+        sim.cluster
+            .session_carry
+            .as_ref()
+            .and_then(|c| c.downcast_ref::<Carry>())
+            .expect("a session ran")
+    }
+
+    #[test]
+    fn the_carry_keeps_nothing_of_deleted_groups() {
+        let mut sim = Sim::new();
+        sim.nodes("n", 2, 4);
+        sim.queue("q", None, -1.0, -1.0, 1.0);
+        // Two wait (too big), so their reports are remembered; one is placed.
+        sim.gang(GangSpec::new("big-a", "q", 16));
+        sim.gang(GangSpec::new("big-b", "q", 16));
+        sim.gang(GangSpec::new("small", "q", 1));
+        sim.rounds(2);
+        assert_eq!(carry_of(&sim).reports.len(), 3);
+        assert_eq!(carry_of(&sim).gangs.len(), 3);
+        assert!(sim.remove_gang("ns", "big-a"));
+        sim.round();
+        let carry = carry_of(&sim);
+        assert_eq!(carry.gangs.len(), 2);
+        assert_eq!(carry.reports.len(), 2, "{:?}", carry.reports.keys());
     }
 }
