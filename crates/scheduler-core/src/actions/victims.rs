@@ -482,7 +482,7 @@ fn place_with_victims(
     let mut movable: Vec<Option<bool>> = vec![None; req.candidates.len()];
     let mut copies = PlaceOfCopy::default();
     let mut chosen: Vec<Unit> = Vec::new();
-    let mut victim_gangs: HashMap<usize, ()> = HashMap::new();
+    let mut victim_gangs: crate::model::IdMap<usize, ()> = crate::model::IdMap::default();
     for t in tasks {
         // Room already (idle, or freed by victims chosen for earlier pods)?
         let found = {
@@ -692,8 +692,16 @@ fn place_of_copy(ssn: &mut Session<'_>, t: TaskId) -> Option<Placement> {
 /// the same room under the same constraints, with no pod rules or volumes, get the same answer (the
 /// copy is placed as a new pod, wherever the original runs). A victim search on a full cluster asks
 /// this for every candidate pod, and these are far fewer.
+/// Keyed by shape, hashed a word at a time (SipHash over a 16-slot request was a tenth of a
+/// consolidation cycle on a full cluster).
 #[derive(Default)]
-struct PlaceOfCopy(HashMap<(Resources, GpuRequest, ConstraintsId), Option<Placement>>);
+struct PlaceOfCopy(
+    HashMap<
+        (Resources, GpuRequest, ConstraintsId),
+        Option<Placement>,
+        std::hash::BuildHasherDefault<crate::model::ids::WordHasher>,
+    >,
+);
 
 impl PlaceOfCopy {
     fn of(&mut self, ssn: &mut Session<'_>, t: TaskId) -> Option<Placement> {
