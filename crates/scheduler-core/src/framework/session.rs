@@ -27,8 +27,8 @@ use crate::model::{
 const MIX_COVERAGE: f64 = 0.95;
 
 /// What a session leaves for the next one (kept in [`Cluster::session_carry`]): each gang as built with
-/// what its pods count against its queue, when each group's status was last reported, and the node
-/// index's free-capacity part and static eligibility answers. An entry is
+/// what its pods count against its queue, when each group's report inputs were last fingerprinted, and
+/// the node index's free-capacity part and static eligibility answers. An entry is
 /// used only while the arena stamps (`Arena::stamp`) of everything it was derived from are not above
 /// the clocks it recorded, so a carried entry is exactly what deriving it again would give; a churn
 /// cycle rebuilds only the gangs whose PodGroups or pods changed.
@@ -38,7 +38,7 @@ pub(crate) struct Carry {
     children: ChildIndex,
     /// By root PodGroup.
     gangs: IdMap<GroupId, CarriedGang>,
-    /// By PodGroup: the model when its status was last reported (`status::report`).
+    /// By PodGroup: the model when its report inputs were last fingerprinted (`status::report`).
     reports: IdMap<GroupId, ReportStamp>,
     /// The node index, with the node arena's clock it was last brought up to date at (the next
     /// session updates the nodes stamped since: `NodeIndex::reopen`).
@@ -182,7 +182,8 @@ pub struct Session<'c> {
     pub annotations_changed: std::collections::HashSet<GroupId>,
     /// See [`SessionStats::next_deadline`]; a cell so rules reading the session can record theirs.
     deadline: std::cell::Cell<Option<Millis>>,
-    /// When each group's status was last reported (see [`Carry::reports`]; left for the next session).
+    /// When each group's report inputs were last fingerprinted (see [`Carry::reports`]; left for the
+    /// next session).
     pub(crate) reports: IdMap<GroupId, ReportStamp>,
     /// For each gang, what its pods counted against its queue at open (kept for the carry).
     usage: Vec<GangUsage>,

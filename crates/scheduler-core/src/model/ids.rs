@@ -248,3 +248,38 @@ impl std::hash::Hasher for WordHasher {
         self.mix(i as u64);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inserts_removals_and_every_mutable_access_stamp_their_slot() {
+        let mut arena: Arena<u32> = Arena::default();
+        let a = arena.insert(1);
+        let b = arena.insert(2);
+        let seen = arena.clock();
+        assert!(arena.stamp(a) <= seen && arena.stamp(b) <= seen);
+        // Reading stamps nothing.
+        assert_eq!(arena.get(a), Some(&1));
+        assert_eq!(arena.clock(), seen);
+        // A mutable access does, write or not (stamps are conservative), and only its slot.
+        let _ = arena.get_mut(a);
+        assert!(arena.stamp(a) > seen);
+        assert!(arena.stamp(b) <= seen);
+        // The named exception does not.
+        let seen = arena.clock();
+        *arena.get_mut_unstamped(b).expect("b is live") = 3;
+        assert_eq!(arena.clock(), seen);
+        assert!(arena.stamp(b) <= seen);
+        // A removal is a change, and so is a new object in the freed slot.
+        assert_eq!(arena.remove(b), Some(3));
+        assert!(arena.stamp(b) > seen);
+        let seen = arena.clock();
+        let c = arena.insert(4);
+        assert_eq!(c, b);
+        assert!(arena.stamp(c) > seen);
+        // A slot never used reads as changed.
+        assert_eq!(arena.stamp(99), u64::MAX);
+    }
+}
