@@ -19,6 +19,19 @@ fn frac(name: &str, milli: u32, created: i64) -> GangSpec {
         .created(created)
 }
 
+/// A preemptible fraction (`train`): one consolidation may move.
+fn movable_frac(name: &str, milli: u32, created: i64) -> GangSpec {
+    frac(name, milli, created).priority_class("train")
+}
+
+/// Adds the gangs one at a time, a round after each, so each is placed knowing where the last went.
+fn place_in_turn(s: &mut Sim, gangs: impl IntoIterator<Item = GangSpec>) {
+    for gang in gangs {
+        s.gang(gang);
+        s.round();
+    }
+}
+
 /// The shared-GPU group of each running pod of a gang.
 fn groups(s: &Sim, gang: &str) -> Vec<String> {
     s.cluster
@@ -262,16 +275,17 @@ fn consolidation_packs_two_halves_onto_one_device_to_free_a_whole_gpu() {
 fn consolidation_frees_a_whole_device_for_a_fraction() {
     let mut s = sim();
     s.node("n0", 64_000, 256, 2);
-    let train = |name: &str, milli: u32, created: i64| frac(name, milli, created).priority_class("train");
-    s.gang(train("a", 500, 0));
-    s.round();
-    s.gang(train("b", 300, 1));
-    s.round();
-    s.gang(train("c", 500, 2));
-    s.round();
+    place_in_turn(
+        &mut s,
+        [
+            movable_frac("a", 500, 0),
+            movable_frac("b", 300, 1),
+            movable_frac("c", 500, 2),
+        ],
+    );
     assert_eq!(groups(&s, "a"), groups(&s, "b"), "b joins the fuller device");
     assert_ne!(groups(&s, "a"), groups(&s, "c"), "c opens the second device");
-    s.gang(train("f", 700, 10));
+    s.gang(movable_frac("f", 700, 10));
     s.rounds(4);
     s.cluster.check_invariants().expect("invariants");
     assert_eq!(s.count("f", TaskStatus::Running), 1, "{:?}", s.why("f"));
@@ -367,15 +381,15 @@ fn consolidation_does_not_promise_two_moved_fractions_the_same_device_room() {
     s.node("n0", 64_000, 256, 1)
         .node("n1", 64_000, 256, 1)
         .node("n2", 64_000, 256, 1);
-    let train = |name: &str, milli: u32, created: i64| frac(name, milli, created).priority_class("train");
-    s.gang(train("v1", 300, 0));
-    s.round();
-    s.gang(train("v2", 300, 1));
-    s.round();
-    s.gang(frac("x", 500, 2));
-    s.round();
-    s.gang(frac("y", 800, 3));
-    s.round();
+    place_in_turn(
+        &mut s,
+        [
+            movable_frac("v1", 300, 0),
+            movable_frac("v2", 300, 1),
+            frac("x", 500, 2),
+            frac("y", 800, 3),
+        ],
+    );
     assert_eq!(groups(&s, "v1"), groups(&s, "v2"), "v2 joins v1's device");
     let mut devices = vec![groups(&s, "v1"), groups(&s, "x"), groups(&s, "y")];
     devices.dedup();
