@@ -119,8 +119,52 @@ fn fragmentation_gangs_with_pod_rules_decide_as_before() {
     assert_eq!(run(&spec, config, 5, 2), FRAGMENTATION_RULES);
 }
 
+/// Victim searches with more than one way to choose: mixed priorities (some preemptors below the
+/// victims), gangs spread over nodes (several victims per pod), surplus and pod rules, and churn
+/// between rounds; recorded before the victim search kept its candidates across preemptors.
+fn victim_search_spec(nodes: usize, gang: u32, spread: bool, rules: f64, gpus: u32) -> Synthetic {
+    let mut spec = Synthetic::new(nodes, gang);
+    spec.running_fraction = 1.0;
+    spec.running_spread = spread;
+    spec.pending_pods = nodes;
+    spec.pending_classes = &kai_scheduler_core::sim::MIXED_PRIORITIES;
+    spec.rules_fraction = rules;
+    spec.gpus_per_pod = gpus;
+    spec
+}
+
+#[test]
+fn preempt_with_spread_victims_and_mixed_priorities_decides_as_before() {
+    let config = Config {
+        actions: vec![ActionKind::Allocate, ActionKind::Preempt],
+        ..Config::default()
+    };
+    let spec = victim_search_spec(120, 4, true, 0.0, 1);
+    assert_eq!(run(&spec, config, 4, 2), PREEMPT_SPREAD);
+}
+
+#[test]
+fn preempt_with_pod_rules_and_two_gpu_pods_decides_as_before() {
+    let config = Config {
+        actions: vec![ActionKind::Allocate, ActionKind::Preempt],
+        ..Config::default()
+    };
+    let spec = victim_search_spec(100, 3, true, 0.3, 2);
+    assert_eq!(run(&spec, config, 4, 2), PREEMPT_RULES);
+}
+
+#[test]
+fn every_action_on_a_busy_cluster_decides_as_before() {
+    let mut spec = victim_search_spec(120, 2, true, 0.1, 1);
+    spec.running_fraction = 0.9;
+    assert_eq!(run(&spec, Config::default(), 5, 1), EVERY_ACTION);
+}
+
 const ONE_POD: u64 = 10_138_328_310_863_254_953;
 const GANGS_RULES: u64 = 50_706_488_788_805_263;
 const PREEMPT: u64 = 10_501_647_313_715_241_144;
 const CONSOLIDATE: u64 = 16_904_175_901_089_647_551;
 const FRAGMENTATION_RULES: u64 = 16_055_775_249_013_413_618;
+const PREEMPT_SPREAD: u64 = 1_277_027_632_658_122_911;
+const PREEMPT_RULES: u64 = 5_128_592_508_402_683_225;
+const EVERY_ACTION: u64 = 6_763_339_231_607_568_788;
