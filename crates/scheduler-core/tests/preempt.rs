@@ -40,6 +40,27 @@ fn s24_build_preempts_a_running_train() {
     assert_eq!(s.evicted.len(), evictions);
 }
 
+/// Preemptors of one queue share its victim list: the second one must see the first one's victims
+/// gone. Stale, the newest train (evicted) would still count as a victim on n0 and make n0 cost two
+/// units, so the second build would evict the oldest train on n1 instead of the next newest on n0.
+#[test]
+fn a_second_preemptor_sees_the_first_ones_victims_gone() {
+    let mut s = one_queue(4.0);
+    s.node("n0", 64_000, 256, 2).node("n1", 64_000, 256, 1);
+    s.gang(train("oldest", 1, 1).running_on(&["n1"]).created(0));
+    s.gang(train("middle", 1, 1).running_on(&["n0"]).created(1));
+    s.gang(train("newest", 1, 1).running_on(&["n0"]).created(2));
+    s.gang(build("b1", 1, 1).created(10));
+    s.gang(build("b2", 1, 1).created(11));
+    settle(&mut s, 3);
+    assert_eq!(s.count("b1", TaskStatus::Running), 1);
+    assert_eq!(s.count("b2", TaskStatus::Running), 1);
+    let mut evicted = s.evicted.clone();
+    evicted.sort();
+    assert_eq!(evicted, vec!["ns/middle-0".to_owned(), "ns/newest-0".to_owned()]);
+    assert_eq!(s.count("oldest", TaskStatus::Running), 1);
+}
+
 #[test]
 fn s26_all_three_trains_go_for_a_four_gpu_build() {
     let mut s = one_queue(4.0);

@@ -2,12 +2,12 @@
 //! victims needed, whole gangs or surplus elastic members only. The freed room is reserved for it and it
 //! is bound in a later cycle, once the victims are gone.
 
-use super::victims::{self, Request, Unit};
+use super::victims::{self, Candidates, Request, Unit};
 use crate::config::ActionKind;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::report::explain::Why;
-use crate::model::QueueId;
+use crate::model::{Millis, QueueId};
 
 /// Gangs that allocate could not place because no node had room (the only ones eviction can help), and
 /// that may evict others for it: not a gang with a pod of `preemptionPolicy: Never` waiting, which
@@ -31,75 +31,189 @@ pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
 
 /// Runs preempt.
 pub fn preempt(ssn: &mut Session<'_>) {
-    let mut victims_by_queue = VictimsByQueue::default();
+    let mut pools = VictimPools::default();
     for g in waiting_for_room(ssn) {
         ssn.attempt(g);
         if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
+            pools.placed_without_victims(ssn, g);
             continue;
         }
         let (queue, priority) = (ssn.gangs[g].queue, ssn.gangs[g].priority);
+        let pool = pools.of(ssn, queue);
         // Lowest priority first, then the newest; only those below the preemptor's priority.
-        let victim_gangs: Vec<usize> = victims_by_queue
-            .of(ssn, queue)
-            .iter()
-            .copied()
-            .take_while(|v| ssn.gangs[*v].priority < priority)
-            .filter(|v| *v != g)
-            .collect();
-        if victim_gangs.is_empty() {
+        let slots = pool.below(ssn, priority);
+        pool.wake_protected(ssn, slots, g);
+        if !pool.any_victim(ssn, slots, g) {
             continue;
-        }
-        let mut candidates: Vec<Unit> = Vec::new();
-        for v in victim_gangs {
-            let protected = victims::protected_by_min_runtime(ssn, v, false);
-            candidates.extend(victims::units_of(ssn, v, !protected));
         }
         let preemptor = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
         let message =
             |_: &Session<'_>, _: &Unit| format!("preempted by higher priority workload {preemptor}");
-        let request = Request::new(g, candidates, EvictionCause::Preempt, &message);
-        if victims::solve(ssn, &request).is_ok() {
+        let request = Request::among(g, &pool.candidates, EvictionCause::Preempt, &message)
+            .first_slots(slots)
+            .excluding_gang(g);
+        if let Ok(chosen) = victims::solve(ssn, &request) {
             ssn.mark_placed(g, ActionKind::Preempt);
             ssn.explain(g, Why::Pipelined);
-            // Evictions and a reservation were made: who holds what changed.
-            victims_by_queue = VictimsByQueue::default();
+            pools.after_evictions(ssn, queue, g, &chosen);
         }
     }
 }
 
-/// Each queue's preemptible gangs with a placed pod, lowest priority first, then the newest (ties in
-/// gang order): the victims any preemptor of the queue may choose from, cut at its own priority. Listed
-/// once per queue and kept while nothing was evicted, since a preemptor that fails leaves the model as
-/// it found it; one list per waiting gang made preempt quadratic in the gangs of a queue.
+/// Each queue's possible victims, kept across the queue's preemptors: its preemptible gangs with a
+/// placed pod, lowest priority first, then the newest (ties in gang order), with their victim units.
+/// A preemptor takes those below its own priority. Only what a search changed is refreshed: the
+/// gangs it evicted from and the preemptor itself (its placed pods change its surplus); a gang placed
+/// by the allocate step of a later preemptor, newly a possible victim, rebuilds the lists after the
+/// next eviction, as a list rebuilt after every eviction would see it. Listing every victim for every
+/// preemptor made preempt quadratic in a queue's gangs.
 #[derive(Default)]
-struct VictimsByQueue {
-    by_queue: crate::model::IdMap<QueueId, Vec<usize>>,
-    no_queue: Option<Vec<usize>>,
+struct VictimPools {
+    by_queue: std::collections::HashMap<Option<QueueId>, VictimPool>,
+    /// A gang with no victim slot was placed: the lists miss it.
+    missing_a_gang: bool,
 }
 
-impl VictimsByQueue {
-    fn of(&mut self, ssn: &Session<'_>, queue: Option<QueueId>) -> &[usize] {
-        let list = |gangs: &mut dyn Iterator<Item = usize>| -> Vec<usize> {
+impl VictimPools {
+    fn of(&mut self, ssn: &Session<'_>, queue: Option<QueueId>) -> &mut VictimPool {
+        self.by_queue
+            .entry(queue)
+            .or_insert_with(|| VictimPool::build(ssn, queue))
+    }
+
+    /// Gang `g` was placed without evictions: its slot (if it has one) is refilled now; a gang without
+    /// one joins the lists after the next eviction.
+    fn placed_without_victims(&mut self, ssn: &Session<'_>, g: usize) {
+        let Some(pool) = self.by_queue.get_mut(&ssn.gangs[g].queue) else {
+            return;
+        };
+        if !pool.refill(ssn, g) {
+            self.missing_a_gang = true;
+        }
+    }
+
+    /// Gang `g` evicted `chosen` and holds reservations now.
+    fn after_evictions(&mut self, ssn: &Session<'_>, queue: Option<QueueId>, g: usize, chosen: &[Unit]) {
+        if std::mem::take(&mut self.missing_a_gang) {
+            self.by_queue.clear();
+            return;
+        }
+        if let Some(pool) = self.by_queue.get_mut(&queue) {
+            for u in chosen {
+                pool.refill(ssn, u.gang);
+            }
+            pool.refill(ssn, g);
+        }
+    }
+}
+
+/// One queue's possible victims (see [`VictimPools`]).
+struct VictimPool {
+    /// Victim gangs, in victim order (slot numbers of `candidates`).
+    gangs: Vec<usize>,
+    slot_of: crate::model::IdMap<usize, usize>,
+    /// Per slot, when its gang's minimum runtime ends, if it protects the gang now.
+    protected_until: Vec<Option<Millis>>,
+    candidates: Candidates,
+    /// Slots before this one were offered to a preemptor (and woke the session if protected).
+    offered: usize,
+    /// Slots passed over because their gang was the preemptor (offered to the next one that may take them).
+    passed_over: Vec<usize>,
+}
+
+impl VictimPool {
+    fn build(ssn: &Session<'_>, queue: Option<QueueId>) -> Self {
+        let listed = |gangs: &mut dyn Iterator<Item = usize>| -> Vec<usize> {
             let mut list: Vec<usize> = gangs
                 .filter(|v| {
                     let h = &ssn.gangs[*v];
-                    h.queue == queue
-                        && h.preemptible
-                        && h.tasks().any(|t| ssn.cluster.task(t).status.is_allocated())
+                    h.queue == queue && h.preemptible && has_placed_pod(ssn, *v)
                 })
                 .collect();
             list.sort_by_key(|v| (ssn.gangs[*v].priority, -ssn.gangs[*v].created));
             list
         };
-        match queue {
-            // Victims share the preemptor's queue: list that queue's gangs, not every gang.
-            Some(q) => self
-                .by_queue
-                .entry(q)
-                .or_insert_with(|| list(&mut ssn.gangs_in_queue(q).iter().copied())),
-            None => self
-                .no_queue
-                .get_or_insert_with(|| list(&mut (0..ssn.gangs.len()))),
+        // Victims share the preemptor's queue: list that queue's gangs, not every gang.
+        let gangs = match queue {
+            Some(q) => listed(&mut ssn.gangs_in_queue(q).iter().copied()),
+            None => listed(&mut (0..ssn.gangs.len())),
+        };
+        let mut pool = Self {
+            slot_of: gangs.iter().enumerate().map(|(slot, v)| (*v, slot)).collect(),
+            protected_until: gangs
+                .iter()
+                .map(|v| victims::min_runtime_end(ssn, *v, false))
+                .collect(),
+            gangs,
+            candidates: Candidates::default(),
+            offered: 0,
+            passed_over: Vec::new(),
+        };
+        for slot in 0..pool.gangs.len() {
+            let units = pool.units(ssn, slot);
+            pool.candidates.push_slot(ssn.cluster, units);
         }
+        pool
     }
+
+    fn units(&self, ssn: &Session<'_>, slot: usize) -> Vec<Unit> {
+        victims::units_of(ssn, self.gangs[slot], self.protected_until[slot].is_none())
+    }
+
+    /// Refreshes gang `v`'s units; false if it has no slot.
+    fn refill(&mut self, ssn: &Session<'_>, v: usize) -> bool {
+        let Some(&slot) = self.slot_of.get(&v) else {
+            return false;
+        };
+        let units = self.units(ssn, slot);
+        self.candidates.refill(ssn.cluster, slot, units);
+        true
+    }
+
+    /// The number of slots whose gangs' priority is below `priority`.
+    fn below(&self, ssn: &Session<'_>, priority: i32) -> usize {
+        self.gangs.partition_point(|v| ssn.gangs[*v].priority < priority)
+    }
+
+    /// A protected gang offered to a preemptor wakes the session when its protection ends (once is
+    /// enough: the earliest wake wins).
+    fn wake_protected(&mut self, ssn: &Session<'_>, slots: usize, g: usize) {
+        let offer = |slot: usize, passed_over: &mut Vec<usize>| {
+            let v = self.gangs[slot];
+            if v == g {
+                passed_over.push(slot);
+            } else if has_placed_pod(ssn, v)
+                && let Some(end) = self.protected_until[slot]
+            {
+                ssn.wake_at(end);
+            }
+        };
+        let mut passed_over = std::mem::take(&mut self.passed_over);
+        let earlier = std::mem::take(&mut passed_over);
+        for slot in earlier {
+            if slot < slots {
+                offer(slot, &mut passed_over);
+            } else {
+                passed_over.push(slot);
+            }
+        }
+        for slot in self.offered..slots {
+            offer(slot, &mut passed_over);
+        }
+        self.offered = self.offered.max(slots);
+        self.passed_over = passed_over;
+    }
+
+    /// Whether a gang other than `g` among the first `slots` still has a placed pod.
+    fn any_victim(&self, ssn: &Session<'_>, slots: usize, g: usize) -> bool {
+        self.gangs[..slots]
+            .iter()
+            .any(|v| *v != g && has_placed_pod(ssn, *v))
+    }
+}
+
+fn has_placed_pod(ssn: &Session<'_>, gang: usize) -> bool {
+    ssn.gangs[gang]
+        .tasks()
+        .any(|t| ssn.cluster.task(t).status.is_allocated())
 }

@@ -9,7 +9,7 @@
 //! (consolidation), units whose pods have nowhere else to go as the session stands are passed over, and
 //! every chosen pod must find a new place once the gang has its room.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::fairshare::ReclaimRejection;
@@ -20,7 +20,7 @@ use crate::framework::policy::topology;
 use crate::model::constraints::ConstraintsId;
 use crate::model::resources::GPU;
 use crate::model::volumes::{NodeRef, VolumeMiss};
-use crate::model::{Cluster, GpuRequest, GroupId, Node, NodeId, Resources, Task, TaskId, TaskStatus};
+use crate::model::{Cluster, GpuRequest, GroupId, IdMap, Node, NodeId, Resources, Task, TaskId, TaskStatus};
 
 /// Something that may be evicted at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,13 +90,129 @@ impl NoVictims {
     }
 }
 
-/// What the solver needs from an action; built with [`Request::new`] and the few settings that
-/// differ between actions.
+/// A unit's place in the caller's victim order: its slot (one victim gang's units, or one unit of a
+/// list given whole), then its place in the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct UnitKey {
+    slot: u32,
+    index: u32,
+}
+
+/// Victim units in the order they should go (least valuable first), found by the nodes they hold.
+/// Preempt keeps one per queue across its preemptors and refills only the slots of the gangs a search
+/// changed (a list built per preemptor made preempt quadratic in a queue's gangs); the other actions
+/// give a list per search.
+#[derive(Clone, Debug, Default)]
+pub struct Candidates {
+    slots: Vec<Vec<Unit>>,
+    /// Per node, in order, the keys of units that held one of its pods when their slot was filled.
+    /// A key may outlive its unit's place there (a slot refilled with other units): the search checks.
+    on_node: std::cell::OnceCell<IdMap<NodeId, Vec<UnitKey>>>,
+}
+
+impl Candidates {
+    /// One slot per unit, in the order given.
+    #[must_use]
+    pub fn from_units(units: Vec<Unit>) -> Self {
+        Self {
+            slots: units.into_iter().map(|u| vec![u]).collect(),
+            on_node: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// Adds a slot (a victim gang's units) after the others; returns its number.
+    pub fn push_slot(&mut self, cluster: &Cluster, units: Vec<Unit>) -> usize {
+        let slot = self.slots.len();
+        self.slots.push(Vec::new());
+        self.refill(cluster, slot, units);
+        slot
+    }
+
+    /// Replaces a slot's units (its gang changed).
+    pub fn refill(&mut self, cluster: &Cluster, slot: usize, units: Vec<Unit>) {
+        self.index(cluster);
+        let Some(on_node) = self.on_node.get_mut() else {
+            return;
+        };
+        index_slot(on_node, cluster, slot, &units);
+        if let Some(s) = self.slots.get_mut(slot) {
+            *s = units;
+        }
+    }
+
+    /// Slots so far.
+    #[must_use]
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether no slot holds a unit.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.slots.iter().all(Vec::is_empty)
+    }
+
+    fn index(&self, cluster: &Cluster) -> &IdMap<NodeId, Vec<UnitKey>> {
+        self.on_node.get_or_init(|| {
+            let mut on_node = IdMap::default();
+            for (slot, units) in self.slots.iter().enumerate() {
+                index_slot(&mut on_node, cluster, slot, units);
+            }
+            on_node
+        })
+    }
+
+    fn unit(&self, key: UnitKey) -> Option<&Unit> {
+        self.slots.get(key.slot as usize)?.get(key.index as usize)
+    }
+
+    /// Units of the first `slots` slots, in order.
+    fn in_order(&self, slots: usize) -> impl Iterator<Item = (UnitKey, &Unit)> {
+        self.slots
+            .iter()
+            .take(slots)
+            .enumerate()
+            .flat_map(|(slot, units)| {
+                units
+                    .iter()
+                    .enumerate()
+                    .map(move |(index, u)| (key(slot, index), u))
+            })
+    }
+}
+
+fn key(slot: usize, index: usize) -> UnitKey {
+    UnitKey {
+        slot: u32::try_from(slot).unwrap_or(u32::MAX),
+        index: u32::try_from(index).unwrap_or(u32::MAX),
+    }
+}
+
+fn index_slot(on_node: &mut IdMap<NodeId, Vec<UnitKey>>, cluster: &Cluster, slot: usize, units: &[Unit]) {
+    for (index, u) in units.iter().enumerate() {
+        let k = key(slot, index);
+        for t in &u.tasks {
+            if let Some(n) = cluster.task(*t).node {
+                let list = on_node.entry(n).or_default();
+                if let Err(at) = list.binary_search(&k) {
+                    list.insert(at, k);
+                }
+            }
+        }
+    }
+}
+
+/// What the solver needs from an action; built with [`Request::new`] (or [`Request::among`]) and the
+/// few settings that differ between actions.
 pub struct Request<'a> {
     /// The waiting gang.
     gang: usize,
     /// Victims, in the order they should go (least valuable first).
-    candidates: Vec<Unit>,
+    candidates: std::borrow::Cow<'a, Candidates>,
+    /// Only the units of the first this many slots may go.
+    slots: usize,
+    /// Units of this gang may not go (the waiting gang's own running pods, in a kept list).
+    excluded_gang: Option<usize>,
     /// Why they go (events).
     cause: EvictionCause,
     /// Text for the eviction events.
@@ -119,15 +235,57 @@ impl<'a> Request<'a> {
         cause: EvictionCause,
         message: EvictionMessage<'a>,
     ) -> Self {
+        Self::with(
+            gang,
+            std::borrow::Cow::Owned(Candidates::from_units(candidates)),
+            cause,
+            message,
+        )
+    }
+
+    /// A search among kept candidates (see [`Candidates`]); narrow it with [`Request::first_slots`]
+    /// and [`Request::excluding_gang`].
+    #[must_use]
+    pub fn among(
+        gang: usize,
+        candidates: &'a Candidates,
+        cause: EvictionCause,
+        message: EvictionMessage<'a>,
+    ) -> Self {
+        Self::with(gang, std::borrow::Cow::Borrowed(candidates), cause, message)
+    }
+
+    fn with(
+        gang: usize,
+        candidates: std::borrow::Cow<'a, Candidates>,
+        cause: EvictionCause,
+        message: EvictionMessage<'a>,
+    ) -> Self {
         Self {
             gang,
+            slots: candidates.slots(),
             candidates,
+            excluded_gang: None,
             cause,
             message,
             victims_must_move: false,
             max_victim_gangs: usize::MAX,
             validate: None,
         }
+    }
+
+    /// Only the units of the first `slots` slots may go.
+    #[must_use]
+    pub fn first_slots(mut self, slots: usize) -> Self {
+        self.slots = slots.min(self.candidates.slots());
+        self
+    }
+
+    /// Units of `gang` may not go.
+    #[must_use]
+    pub fn excluding_gang(mut self, gang: usize) -> Self {
+        self.excluded_gang = Some(gang);
+        self
     }
 
     /// Accepts a scenario only if every victim pod has somewhere else to run (consolidation).
@@ -149,6 +307,26 @@ impl<'a> Request<'a> {
     pub fn validated_by(mut self, validate: Validator<'a>) -> Self {
         self.validate = Some(validate);
         self
+    }
+
+    /// Whether the unit at `key` may go in this search.
+    fn allows(&self, key: UnitKey, unit: &Unit) -> bool {
+        (key.slot as usize) < self.slots && Some(unit.gang) != self.excluded_gang
+    }
+
+    /// The units that may go and held a pod on `node` when the search began, in order.
+    fn units_on(&self, cluster: &Cluster, node: NodeId) -> Vec<UnitKey> {
+        let Some(keys) = self.candidates.index(cluster).get(&node) else {
+            return Vec::new();
+        };
+        keys.iter()
+            .copied()
+            .filter(|k| {
+                self.candidates.unit(*k).is_some_and(|u| {
+                    self.allows(*k, u) && u.tasks.iter().any(|t| cluster.task(*t).node == Some(node))
+                })
+            })
+            .collect()
     }
 }
 
@@ -199,13 +377,22 @@ pub fn units_of(ssn: &Session<'_>, gang: usize, allow_whole: bool) -> Vec<Unit> 
     units
 }
 
-/// Whether a victim gang is protected by its queue's minimum runtime for this kind of eviction.
+/// Whether a victim gang is protected by its queue's minimum runtime for this kind of eviction; if so,
+/// the session is woken when the protection ends.
 #[must_use]
 pub fn protected_by_min_runtime(ssn: &Session<'_>, gang: usize, reclaim: bool) -> bool {
+    let end = min_runtime_end(ssn, gang, reclaim);
+    if let Some(end) = end {
+        ssn.wake_at(end);
+    }
+    end.is_some()
+}
+
+/// When a victim gang's minimum runtime for this kind of eviction ends, if it has not ended yet.
+#[must_use]
+pub fn min_runtime_end(ssn: &Session<'_>, gang: usize, reclaim: bool) -> Option<crate::model::Millis> {
     let g = &ssn.gangs[gang];
-    let Some(start) = ssn.cluster.group(g.root).last_start else {
-        return false;
-    };
+    let start = ssn.cluster.group(g.root).last_start?;
     let defaults = &ssn.config.plugins.minruntime;
     let default = if reclaim {
         defaults.default_reclaim_min_runtime
@@ -224,11 +411,7 @@ pub fn protected_by_min_runtime(ssn: &Session<'_>, gang: usize, reclaim: bool) -
         q = queue.parent;
     }
     let min = min.unwrap_or_else(|| i64::try_from(default.as_millis()).unwrap_or(i64::MAX));
-    let protected = min > 0 && ssn.now - start < min;
-    if protected {
-        ssn.wake_at(start.saturating_add(min));
-    }
-    protected
+    (min > 0 && ssn.now.saturating_sub(start) < min).then(|| start.saturating_add(min))
 }
 
 /// The sharers still holding each shared device of a node as victims are picked: a device whose last
@@ -460,29 +643,13 @@ fn place_with_victims(
     if tasks.is_empty() {
         return Err(NoVictims::NothingToPlace);
     }
-    // Units by the nodes they hold.
-    let mut on_node: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
-    for (i, u) in req.candidates.iter().enumerate() {
-        for t in &u.tasks {
-            if let Some(n) = ssn.cluster.task(*t).node {
-                let list = on_node.entry(n).or_default();
-                if !list.contains(&i) {
-                    list.push(i);
-                }
-            }
-        }
-    }
-    let mut taken = vec![false; req.candidates.len()];
-    // Consolidation: whether each unit has somewhere else to go as the cluster stands, asked the first
-    // time the unit could be picked. A unit that cannot move now would only fail the plan's final
-    // check, and picking units in order would otherwise keep choosing such pods (the whole-GPU pod
-    // beside the fractions that could move) until the replans run out. The answers are kept for this
-    // whole search (possibly stale after the victims chosen for a gang's first pods): they only steer
-    // the choice, and the plan's final check decides.
-    let mut movable: Vec<Option<bool>> = vec![None; req.candidates.len()];
-    let mut copies = PlaceOfCopy::default();
+    let mut search = Search {
+        taken: Vec::new(),
+        victim_gangs: IdMap::default(),
+        movable: IdMap::default(),
+        copies: PlaceOfCopy::default(),
+    };
     let mut chosen: Vec<Unit> = Vec::new();
-    let mut victim_gangs: crate::model::IdMap<usize, ()> = crate::model::IdMap::default();
     for t in tasks {
         // Room already (idle, or freed by victims chosen for earlier pods)?
         let found = {
@@ -494,89 +661,15 @@ fn place_with_victims(
             ssn.pipeline(t, p.node, p.gpu_groups);
             continue;
         }
-        // The node where the fewest (and earliest) units make room.
-        let mut best: Option<((usize, usize, NodeId), Vec<usize>)> = None;
-        for (node, units) in &on_node {
-            if domain.is_some_and(|d| !d.contains(node)) {
-                continue;
-            }
-            let task = ssn.cluster.task(t);
-            if !ssn.index.eligibility.check(ssn.cluster, task.constraints, *node) {
-                continue;
-            }
-            // Storage that keeps the pod off this node is no matter of room (a volume elsewhere, none to
-            // bind here): evicting would free nothing it needs.
-            let volumes_matter = !task.claims.is_empty();
-            if volumes_matter && volumes_exclude(ssn.cluster, task, *node) {
-                continue;
-            }
-            // Pods here that block this one by a rule (a host port, anti-affinity either way) go first,
-            // whatever their place in the caller's order: no amount of other room makes up for them.
-            let rules_matter = ssn.index.rules.relevant(task);
-            let mut blockers = if rules_matter {
-                blocking_pods(ssn.cluster, t, *node)
-            } else {
-                Vec::new()
-            };
-            let (blocking, rest): (Vec<usize>, Vec<usize>) = units
-                .iter()
-                .partition(|u| req.candidates[**u].tasks.iter().any(|v| blockers.contains(v)));
-            // The gang released its reservations above and those its earlier pods took in this attempt
-            // are not room for this one: every reservation here counts against it.
-            let (_, mut later) = ssn.cluster.node(*node).available(&Resources::ZERO);
-            let need = task.request;
-            let gpu = task.gpu;
-            let shared = gpu.is_shared();
-            let mut sharers = SharersLeft::on(ssn.cluster.node(*node));
-            let mut picked = Vec::new();
-            for u in blocking.into_iter().chain(rest) {
-                if need.fits_in(&later) && blockers.is_empty() && sharers.room_for(gpu, &later) {
-                    break;
-                }
-                if taken[u]
-                    || (!victim_gangs.contains_key(&req.candidates[u].gang)
-                        && victim_gangs.len() >= req.max_victim_gangs)
-                {
-                    continue;
-                }
-                if req.victims_must_move {
-                    let can = match movable[u] {
-                        Some(can) => can,
-                        None => *movable[u].insert(could_move_now(ssn, &mut copies, &req.candidates[u])),
-                    };
-                    if !can {
-                        continue;
-                    }
-                }
-                later.add(&unit_request_on(ssn, &req.candidates[u], *node));
-                later.0[GPU] += sharers.freed_by(ssn.cluster, &req.candidates[u], *node);
-                blockers.retain(|b| !req.candidates[u].tasks.contains(b));
-                picked.push(u);
-            }
-            if !need.fits_in(&later)
-                || !blockers.is_empty()
-                || !sharers.room_for(gpu, &later)
-                || picked.is_empty()
-            {
-                continue;
-            }
-            // Rules over a domain wider than the node (zone anti-affinity, spread), and a fraction's
-            // room on a device, are settled by trying: evict the picked units, ask the node, undo.
-            if (rules_matter || volumes_matter || shared) && !fits_once_evicted(ssn, req, t, *node, &picked) {
-                continue;
-            }
-            let key = (picked.len(), *picked.last().unwrap_or(&usize::MAX), *node);
-            if best.as_ref().is_none_or(|(k, _)| key < *k) {
-                best = Some((key, picked));
-            }
-        }
-        let Some(((_, _, node), picked)) = best else {
+        let Some(Choice { node, picked, .. }) = search.best_node(ssn, req, t, domain) else {
             return Err(NoVictims::NoRoomForPod(t));
         };
-        for u in picked {
-            taken[u] = true;
-            victim_gangs.insert(req.candidates[u].gang, ());
-            let unit = req.candidates[u].clone();
+        for k in picked {
+            let Some(unit) = req.candidates.unit(k).cloned() else {
+                continue;
+            };
+            search.taken.push(k);
+            search.victim_gangs.insert(unit.gang, ());
             evict_unit(ssn, req, &unit);
             chosen.push(unit);
         }
@@ -590,6 +683,161 @@ fn place_with_victims(
         }
     }
     Ok(chosen)
+}
+
+/// A node where victims make room for a pod: the fewest units, then the earliest last one, then the
+/// lowest node id.
+struct Choice {
+    rank: (usize, UnitKey, NodeId),
+    node: NodeId,
+    picked: Vec<UnitKey>,
+}
+
+/// What one gang's search keeps from pod to pod.
+struct Search {
+    /// Units chosen for earlier pods.
+    taken: Vec<UnitKey>,
+    /// Their gangs.
+    victim_gangs: IdMap<usize, ()>,
+    /// Consolidation: whether each unit has somewhere else to go as the cluster stands, asked the
+    /// first time the unit could be picked. A unit that cannot move now would only fail the plan's
+    /// final check, and picking units in order would otherwise keep choosing such pods (the whole-GPU
+    /// pod beside the fractions that could move) until the replans run out. The answers are kept for
+    /// this whole search (possibly stale after the victims chosen for a gang's first pods): they only
+    /// steer the choice, and the plan's final check decides.
+    movable: IdMap<UnitKey, bool>,
+    copies: PlaceOfCopy,
+}
+
+impl Search {
+    /// The node where the fewest (and earliest) units make room for `t`.
+    ///
+    /// Nodes are met through the units in order. A node's choice cannot end before the first unit
+    /// that led to it, so once a single unit makes room somewhere, the units after it lead to no
+    /// better node: the walk stops there, which keeps a preemptor's search short however many
+    /// victims its queue holds. Consolidation's answers about who can move are asked as the session
+    /// stands and kept for the gang's later pods, so it meets every node, as before.
+    fn best_node(
+        &mut self,
+        ssn: &mut Session<'_>,
+        req: &Request<'_>,
+        t: TaskId,
+        domain: Option<&[NodeId]>,
+    ) -> Option<Choice> {
+        let stop_early = !req.victims_must_move;
+        let mut best: Option<Choice> = None;
+        let mut met: IdMap<NodeId, ()> = IdMap::default();
+        for (k, unit) in req.candidates.in_order(req.slots) {
+            if stop_early && best.as_ref().is_some_and(|b| b.rank.0 == 1 && k > b.rank.1) {
+                break;
+            }
+            if self.taken.contains(&k) || !req.allows(k, unit) {
+                continue;
+            }
+            for v in &unit.tasks {
+                let Some(node) = ssn.cluster.task(*v).node else {
+                    continue;
+                };
+                if met.insert(node, ()).is_some() {
+                    continue;
+                }
+                if let Some(choice) = self.on_node(ssn, req, t, node, domain)
+                    && best.as_ref().is_none_or(|b| choice.rank < b.rank)
+                {
+                    best = Some(choice);
+                }
+            }
+        }
+        best
+    }
+
+    /// The units (earliest first) whose eviction makes room for `t` on `node`, if any do.
+    fn on_node(
+        &mut self,
+        ssn: &mut Session<'_>,
+        req: &Request<'_>,
+        t: TaskId,
+        node: NodeId,
+        domain: Option<&[NodeId]>,
+    ) -> Option<Choice> {
+        if domain.is_some_and(|d| !d.contains(&node)) {
+            return None;
+        }
+        let task = ssn.cluster.task(t);
+        if !ssn.index.eligibility.check(ssn.cluster, task.constraints, node) {
+            return None;
+        }
+        // Storage that keeps the pod off this node is no matter of room (a volume elsewhere, none to
+        // bind here): evicting would free nothing it needs.
+        let volumes_matter = !task.claims.is_empty();
+        if volumes_matter && volumes_exclude(ssn.cluster, task, node) {
+            return None;
+        }
+        // Pods here that block this one by a rule (a host port, anti-affinity either way) go first,
+        // whatever their place in the caller's order: no amount of other room makes up for them.
+        let rules_matter = ssn.index.rules.relevant(task);
+        let mut blockers = if rules_matter {
+            blocking_pods(ssn.cluster, t, node)
+        } else {
+            Vec::new()
+        };
+        let units = req.units_on(ssn.cluster, node);
+        let unit_of = |k: &UnitKey| req.candidates.unit(*k);
+        let (blocking, rest): (Vec<UnitKey>, Vec<UnitKey>) = units
+            .iter()
+            .partition(|k| unit_of(k).is_some_and(|u| u.tasks.iter().any(|v| blockers.contains(v))));
+        // The gang released its reservations above and those its earlier pods took in this attempt
+        // are not room for this one: every reservation here counts against it.
+        let (_, mut later) = ssn.cluster.node(node).available(&Resources::ZERO);
+        let need = task.request;
+        let gpu = task.gpu;
+        let shared = gpu.is_shared();
+        let mut sharers = SharersLeft::on(ssn.cluster.node(node));
+        let mut picked = Vec::new();
+        for k in blocking.into_iter().chain(rest) {
+            if need.fits_in(&later) && blockers.is_empty() && sharers.room_for(gpu, &later) {
+                break;
+            }
+            let Some(unit) = unit_of(&k) else { continue };
+            if self.taken.contains(&k)
+                || (!self.victim_gangs.contains_key(&unit.gang)
+                    && self.victim_gangs.len() >= req.max_victim_gangs)
+            {
+                continue;
+            }
+            if req.victims_must_move {
+                let can = match self.movable.get(&k) {
+                    Some(can) => *can,
+                    None => {
+                        let can = could_move_now(ssn, &mut self.copies, unit);
+                        self.movable.insert(k, can);
+                        can
+                    }
+                };
+                if !can {
+                    continue;
+                }
+            }
+            later.add(&unit_request_on(ssn, unit, node));
+            later.0[GPU] += sharers.freed_by(ssn.cluster, unit, node);
+            blockers.retain(|b| !unit.tasks.contains(b));
+            picked.push(k);
+        }
+        let last = *picked.last()?;
+        if !need.fits_in(&later) || !blockers.is_empty() || !sharers.room_for(gpu, &later) {
+            return None;
+        }
+        // Rules over a domain wider than the node (zone anti-affinity, spread), and a fraction's
+        // room on a device, are settled by trying: evict the picked units, ask the node, undo.
+        if (rules_matter || volumes_matter || shared) && !fits_once_evicted(ssn, req, t, node, &picked) {
+            return None;
+        }
+        Some(Choice {
+            rank: (picked.len(), last, node),
+            node,
+            picked,
+        })
+    }
 }
 
 /// The pods on `node` that keep `t` off it by a rule: a conflicting host port, a pod its required
@@ -653,12 +901,13 @@ fn fits_once_evicted(
     req: &Request<'_>,
     t: TaskId,
     node: NodeId,
-    picked: &[usize],
+    picked: &[UnitKey],
 ) -> bool {
     let trial = ssn.checkpoint();
-    for &u in picked {
-        let unit = req.candidates[u].clone();
-        evict_unit(ssn, req, &unit);
+    for k in picked {
+        if let Some(unit) = req.candidates.unit(*k).cloned() {
+            evict_unit(ssn, req, &unit);
+        }
     }
     let fits = {
         let cluster = &*ssn.cluster;
