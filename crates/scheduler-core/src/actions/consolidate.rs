@@ -3,7 +3,7 @@
 //! a scenario is accepted only if every moved pod has somewhere else to go, so nothing is killed for
 //! good.
 
-use super::victims::{self, NoVictims, Request, Unit};
+use super::victims::{self, NoVictims, Pool, Request, Unit};
 use crate::config::{ActionKind, PlacementStrategy};
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
@@ -24,9 +24,18 @@ pub fn consolidate(ssn: &mut Session<'_>) {
     }
     // Room inside shared devices counts too: moving fractions together frees whole devices.
     let fragments = ssn.index.shared_fragments_milli(ssn.cluster);
+    // Every preemptible gang with a placed pod, lowest priority first, then the newest; kept from one
+    // waiting gang to the next (see `Pool`), rebuilt when allocate places a gang that has no slot.
+    let mut pool: Option<Pool> = None;
     for g in super::preempt::waiting_for_room(ssn) {
         ssn.attempt(g);
-        if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) || !ssn.gangs[g].preemptible {
+        if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
+            if pool.as_mut().is_some_and(|p| !p.refill(ssn, g)) {
+                pool = None;
+            }
+            continue;
+        }
+        if !ssn.gangs[g].preemptible {
             continue;
         }
         // Only worth it when the cluster has the room in total.
@@ -41,17 +50,7 @@ pub fn consolidate(ssn: &mut Session<'_>) {
         if !need.fits_in(&free) {
             continue;
         }
-        let mut victim_gangs: Vec<usize> = (0..ssn.gangs.len())
-            .filter(|v| {
-                let h = &ssn.gangs[*v];
-                *v != g && h.preemptible && h.tasks().any(|t| ssn.cluster.task(t).status.is_allocated())
-            })
-            .collect();
-        victim_gangs.sort_by_key(|v| (ssn.gangs[*v].priority, -ssn.gangs[*v].created));
-        let mut candidates: Vec<Unit> = Vec::new();
-        for v in victim_gangs {
-            candidates.extend(victims::units_of(ssn, v, true));
-        }
+        let pool = pool.get_or_insert_with(|| victims_of_every_queue(ssn));
         let target = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
         let message = |_: &Session<'_>, _: &Unit| {
             format!("moved to make room for {target} (consolidation); it is recreated elsewhere")
@@ -59,20 +58,25 @@ pub fn consolidate(ssn: &mut Session<'_>) {
         // A plan whose victims cannot all move is searched again without those victims: the first
         // victims in order are not always the ones that can go elsewhere (a newer 2-GPU job that fits
         // nowhere else, beside an older 1-GPU job that does). Each retry drops at least one unit.
+        let mut cannot_move: Vec<Unit> = Vec::new();
         for _ in 0..=MAX_REPLANS {
-            let request = Request::new(g, candidates.clone(), EvictionCause::Consolidation, &message)
+            let request = Request::among(g, pool.candidates(), EvictionCause::Consolidation, &message)
+                .excluding_gang(g)
+                .excluding_units(&cannot_move)
                 .victims_must_move()
                 .max_victim_gangs(max);
             match victims::solve(ssn, &request) {
-                Ok(_) => {
+                Ok(chosen) => {
                     ssn.mark_placed(g, ActionKind::Consolidation);
                     ssn.explain(g, Why::Pipelined);
+                    pool.refill_after(ssn, g, &chosen);
                     break;
                 }
                 Err(NoVictims::VictimsCannotMove(stuck)) => {
-                    let before = candidates.len();
-                    candidates.retain(|u| !stuck.contains(u));
-                    if candidates.len() == before || candidates.is_empty() {
+                    let left = request.allowed_units();
+                    let dropped = stuck.iter().filter(|u| !cannot_move.contains(u)).count();
+                    cannot_move.extend(stuck);
+                    if dropped == 0 || dropped >= left {
                         break;
                     }
                 }
@@ -80,6 +84,16 @@ pub fn consolidate(ssn: &mut Session<'_>) {
             }
         }
     }
+}
+
+/// Consolidation's victims: every preemptible gang with a placed pod, lowest priority first, then the
+/// newest (ties in gang order), each of which may move whole.
+fn victims_of_every_queue(ssn: &Session<'_>) -> Pool {
+    let mut gangs: Vec<usize> = (0..ssn.gangs.len())
+        .filter(|v| ssn.gangs[*v].preemptible && super::preempt::has_placed_pod(ssn, *v))
+        .collect();
+    gangs.sort_by_key(|v| (ssn.gangs[*v].priority, -ssn.gangs[*v].created));
+    Pool::new(ssn, gangs.into_iter().map(|v| (v, true)).collect())
 }
 
 /// Searches after the first for one waiting gang, each without the victims that could not move.

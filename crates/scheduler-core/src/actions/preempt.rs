@@ -2,7 +2,7 @@
 //! victims needed, whole gangs or surplus elastic members only. The freed room is reserved for it and it
 //! is bound in a later cycle, once the victims are gone.
 
-use super::victims::{self, Candidates, Request, Unit};
+use super::victims::{self, Pool, Request, Unit};
 use crate::config::ActionKind;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
@@ -49,7 +49,7 @@ pub fn preempt(ssn: &mut Session<'_>) {
         let preemptor = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
         let message =
             |_: &Session<'_>, _: &Unit| format!("preempted by higher priority workload {preemptor}");
-        let request = Request::among(g, &pool.candidates, EvictionCause::Preempt, &message)
+        let request = Request::among(g, pool.pool.candidates(), EvictionCause::Preempt, &message)
             .first_slots(slots)
             .excluding_gang(g);
         if let Ok(chosen) = victims::solve(ssn, &request) {
@@ -87,7 +87,7 @@ impl VictimPools {
         let Some(pool) = self.by_queue.get_mut(&ssn.gangs[g].queue) else {
             return;
         };
-        if !pool.refill(ssn, g) {
+        if !pool.pool.refill(ssn, g) {
             self.missing_a_gang = true;
         }
     }
@@ -99,22 +99,16 @@ impl VictimPools {
             return;
         }
         if let Some(pool) = self.by_queue.get_mut(&queue) {
-            for u in chosen {
-                pool.refill(ssn, u.gang);
-            }
-            pool.refill(ssn, g);
+            pool.pool.refill_after(ssn, g, chosen);
         }
     }
 }
 
 /// One queue's possible victims (see [`VictimPools`]).
 struct VictimPool {
-    /// Victim gangs, in victim order (slot numbers of `candidates`).
-    gangs: Vec<usize>,
-    slot_of: crate::model::IdMap<usize, usize>,
+    pool: Pool,
     /// Per slot, when its gang's minimum runtime ends, if it protects the gang now.
     protected_until: Vec<Option<Millis>>,
-    candidates: Candidates,
     /// Slots before this one were offered to a preemptor (and woke the session if protected).
     offered: usize,
     /// Slots passed over because their gang was the preemptor (offered to the next one that may take them).
@@ -138,48 +132,37 @@ impl VictimPool {
             Some(q) => listed(&mut ssn.gangs_in_queue(q).iter().copied()),
             None => listed(&mut (0..ssn.gangs.len())),
         };
-        let mut pool = Self {
-            slot_of: gangs.iter().enumerate().map(|(slot, v)| (*v, slot)).collect(),
-            protected_until: gangs
-                .iter()
-                .map(|v| victims::min_runtime_end(ssn, *v, false))
-                .collect(),
-            gangs,
-            candidates: Candidates::default(),
+        let protected_until: Vec<Option<Millis>> = gangs
+            .iter()
+            .map(|v| victims::min_runtime_end(ssn, *v, false))
+            .collect();
+        // A gang its minimum runtime protects may lose only its surplus pods.
+        let gangs = gangs
+            .into_iter()
+            .zip(&protected_until)
+            .map(|(v, until)| (v, until.is_none()))
+            .collect();
+        Self {
+            pool: Pool::new(ssn, gangs),
+            protected_until,
             offered: 0,
             passed_over: Vec::new(),
-        };
-        for slot in 0..pool.gangs.len() {
-            let units = pool.units(ssn, slot);
-            pool.candidates.push_slot(ssn.cluster, units);
         }
-        pool
-    }
-
-    fn units(&self, ssn: &Session<'_>, slot: usize) -> Vec<Unit> {
-        victims::units_of(ssn, self.gangs[slot], self.protected_until[slot].is_none())
-    }
-
-    /// Refreshes gang `v`'s units; false if it has no slot.
-    fn refill(&mut self, ssn: &Session<'_>, v: usize) -> bool {
-        let Some(&slot) = self.slot_of.get(&v) else {
-            return false;
-        };
-        let units = self.units(ssn, slot);
-        self.candidates.refill(ssn.cluster, slot, units);
-        true
     }
 
     /// The number of slots whose gangs' priority is below `priority`.
     fn below(&self, ssn: &Session<'_>, priority: i32) -> usize {
-        self.gangs.partition_point(|v| ssn.gangs[*v].priority < priority)
+        self.pool
+            .gangs()
+            .partition_point(|v| ssn.gangs[*v].priority < priority)
     }
 
     /// A protected gang offered to a preemptor wakes the session when its protection ends (once is
     /// enough: the earliest wake wins).
     fn wake_protected(&mut self, ssn: &Session<'_>, slots: usize, g: usize) {
+        let gangs = self.pool.gangs();
         let offer = |slot: usize, passed_over: &mut Vec<usize>| {
-            let v = self.gangs[slot];
+            let v = gangs[slot];
             if v == g {
                 passed_over.push(slot);
             } else if has_placed_pod(ssn, v)
@@ -188,9 +171,8 @@ impl VictimPool {
                 ssn.wake_at(end);
             }
         };
-        let mut passed_over = std::mem::take(&mut self.passed_over);
-        let earlier = std::mem::take(&mut passed_over);
-        for slot in earlier {
+        let mut passed_over = Vec::new();
+        for slot in std::mem::take(&mut self.passed_over) {
             if slot < slots {
                 offer(slot, &mut passed_over);
             } else {
@@ -206,13 +188,13 @@ impl VictimPool {
 
     /// Whether a gang other than `g` among the first `slots` still has a placed pod.
     fn any_victim(&self, ssn: &Session<'_>, slots: usize, g: usize) -> bool {
-        self.gangs[..slots]
+        self.pool.gangs()[..slots]
             .iter()
             .any(|v| *v != g && has_placed_pod(ssn, *v))
     }
 }
 
-fn has_placed_pod(ssn: &Session<'_>, gang: usize) -> bool {
+pub(crate) fn has_placed_pod(ssn: &Session<'_>, gang: usize) -> bool {
     ssn.gangs[gang]
         .tasks()
         .any(|t| ssn.cluster.task(t).status.is_allocated())

@@ -181,6 +181,69 @@ impl Candidates {
     }
 }
 
+/// Victim gangs in victim order with their units, kept across one action's searches: each search
+/// changes only the gangs it evicted from and its own gang, whose slots are refilled after it
+/// ([`Pool::refill`]). Rebuilding the list for every waiting gang made victim searches quadratic.
+pub struct Pool {
+    gangs: Vec<usize>,
+    slot_of: IdMap<usize, usize>,
+    /// Per slot, whether the whole gang may go (not only its surplus pods).
+    allow_whole: Vec<bool>,
+    candidates: Candidates,
+}
+
+impl Pool {
+    /// `gangs` in victim order, each with whether it may go whole.
+    #[must_use]
+    pub fn new(ssn: &Session<'_>, gangs: Vec<(usize, bool)>) -> Self {
+        let mut pool = Self {
+            slot_of: gangs
+                .iter()
+                .enumerate()
+                .map(|(slot, (v, _))| (*v, slot))
+                .collect(),
+            allow_whole: gangs.iter().map(|(_, whole)| *whole).collect(),
+            gangs: gangs.into_iter().map(|(v, _)| v).collect(),
+            candidates: Candidates::default(),
+        };
+        for slot in 0..pool.gangs.len() {
+            let units = units_of(ssn, pool.gangs[slot], pool.allow_whole[slot]);
+            pool.candidates.push_slot(ssn.cluster, units);
+        }
+        pool
+    }
+
+    /// Refreshes gang `v`'s units after it changed; false if it has no slot.
+    pub fn refill(&mut self, ssn: &Session<'_>, v: usize) -> bool {
+        let Some(&slot) = self.slot_of.get(&v) else {
+            return false;
+        };
+        let units = units_of(ssn, v, self.allow_whole[slot]);
+        self.candidates.refill(ssn.cluster, slot, units);
+        true
+    }
+
+    /// Refreshes the gangs of `chosen` and gang `g` after `g` evicted `chosen` and took their room.
+    pub fn refill_after(&mut self, ssn: &Session<'_>, g: usize, chosen: &[Unit]) {
+        for u in chosen {
+            self.refill(ssn, u.gang);
+        }
+        self.refill(ssn, g);
+    }
+
+    /// The victim gangs, in order (slot numbers).
+    #[must_use]
+    pub fn gangs(&self) -> &[usize] {
+        &self.gangs
+    }
+
+    /// Their units.
+    #[must_use]
+    pub fn candidates(&self) -> &Candidates {
+        &self.candidates
+    }
+}
+
 fn key(slot: usize, index: usize) -> UnitKey {
     UnitKey {
         slot: u32::try_from(slot).unwrap_or(u32::MAX),
@@ -213,6 +276,8 @@ pub struct Request<'a> {
     slots: usize,
     /// Units of this gang may not go (the waiting gang's own running pods, in a kept list).
     excluded_gang: Option<usize>,
+    /// Units that may not go (consolidation's victims that could not move, when it plans again).
+    excluded_units: &'a [Unit],
     /// Why they go (events).
     cause: EvictionCause,
     /// Text for the eviction events.
@@ -266,6 +331,7 @@ impl<'a> Request<'a> {
             slots: candidates.slots(),
             candidates,
             excluded_gang: None,
+            excluded_units: &[],
             cause,
             message,
             victims_must_move: false,
@@ -285,6 +351,13 @@ impl<'a> Request<'a> {
     #[must_use]
     pub fn excluding_gang(mut self, gang: usize) -> Self {
         self.excluded_gang = Some(gang);
+        self
+    }
+
+    /// `units` may not go.
+    #[must_use]
+    pub fn excluding_units(mut self, units: &'a [Unit]) -> Self {
+        self.excluded_units = units;
         self
     }
 
@@ -309,9 +382,20 @@ impl<'a> Request<'a> {
         self
     }
 
+    /// How many units may go in this search.
+    #[must_use]
+    pub fn allowed_units(&self) -> usize {
+        self.candidates
+            .in_order(self.slots)
+            .filter(|(k, u)| self.allows(*k, u))
+            .count()
+    }
+
     /// Whether the unit at `key` may go in this search.
     fn allows(&self, key: UnitKey, unit: &Unit) -> bool {
-        (key.slot as usize) < self.slots && Some(unit.gang) != self.excluded_gang
+        (key.slot as usize) < self.slots
+            && Some(unit.gang) != self.excluded_gang
+            && !self.excluded_units.contains(unit)
     }
 
     /// The units that may go and held a pod on `node` when the search began, in order.
@@ -542,19 +626,30 @@ fn solve_in(
         }
     };
     // Trim: replay without each unit (last chosen first) and keep the smaller set when it still works.
+    // Every trial starts from the state before the search; then the chosen set is replayed. A replay
+    // places the pods where the index prefers, which need not be where the search made room: when the
+    // set the search found does not replay, the search is run again instead (leaving a failed replay's
+    // evictions in place would evict for a gang that is not placed).
     let mut chosen = chosen;
     if chosen.len() > 1 && chosen.len() <= 32 {
-        let mut i = chosen.len();
-        while i > 0 {
-            i -= 1;
+        let mut trimmed = false;
+        for i in (0..chosen.len()).rev() {
             let mut without = chosen.clone();
             without.remove(i);
             ssn.rollback(start);
             if replay(ssn, req, &without, domain).is_ok() {
                 chosen = without;
+                trimmed = true;
             }
+        }
+        ssn.rollback(start);
+        let restored = replay(ssn, req, &chosen, domain).is_ok() || {
             ssn.rollback(start);
-            replay(ssn, req, &chosen, domain).map_err(|()| NoVictims::ReplayFailed)?;
+            !trimmed && place_with_victims(ssn, req, domain).is_ok_and(|again| again == chosen)
+        };
+        if !restored {
+            ssn.rollback(start);
+            return Err(NoVictims::ReplayFailed);
         }
     }
     if let Some(validate) = req.validate
