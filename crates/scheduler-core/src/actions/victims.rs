@@ -105,6 +105,10 @@ struct UnitKey {
 #[derive(Clone, Debug, Default)]
 pub struct Candidates {
     slots: Vec<Vec<Unit>>,
+    /// Per slot, the dense number of its first unit (numbers are never reused: a refilled slot's units
+    /// get new ones), for side tables indexed by unit.
+    first_number: Vec<u32>,
+    numbers: u32,
     /// Per node, in order, the keys of units that held one of its pods when their slot was filled.
     /// A key may outlive its unit's place there (a slot refilled with other units): the search checks.
     on_node: std::cell::OnceCell<IdMap<NodeId, Vec<UnitKey>>>,
@@ -114,8 +118,11 @@ impl Candidates {
     /// One slot per unit, in the order given.
     #[must_use]
     pub fn from_units(units: Vec<Unit>) -> Self {
+        let numbers = u32::try_from(units.len()).unwrap_or(u32::MAX);
         Self {
             slots: units.into_iter().map(|u| vec![u]).collect(),
+            first_number: (0..numbers).collect(),
+            numbers,
             on_node: std::cell::OnceCell::new(),
         }
     }
@@ -124,6 +131,7 @@ impl Candidates {
     pub fn push_slot(&mut self, cluster: &Cluster, units: Vec<Unit>) -> usize {
         let slot = self.slots.len();
         self.slots.push(Vec::new());
+        self.first_number.push(0);
         self.refill(cluster, slot, units);
         slot
     }
@@ -135,7 +143,11 @@ impl Candidates {
             return;
         };
         index_slot(on_node, cluster, slot, &units);
-        if let Some(s) = self.slots.get_mut(slot) {
+        if let (Some(s), Some(first)) = (self.slots.get_mut(slot), self.first_number.get_mut(slot)) {
+            *first = self.numbers;
+            self.numbers = self
+                .numbers
+                .saturating_add(u32::try_from(units.len()).unwrap_or(u32::MAX));
             *s = units;
         }
     }
@@ -160,6 +172,18 @@ impl Candidates {
             }
             on_node
         })
+    }
+
+    /// The unit's dense number (below [`Candidates::numbers`]).
+    fn number(&self, key: UnitKey) -> usize {
+        self.first_number
+            .get(key.slot as usize)
+            .map_or(usize::MAX, |first| *first as usize + key.index as usize)
+    }
+
+    /// How many unit numbers were handed out.
+    fn numbers(&self) -> usize {
+        self.numbers as usize
     }
 
     fn unit(&self, key: UnitKey) -> Option<&Unit> {
@@ -741,7 +765,11 @@ fn place_with_victims(
     let mut search = Search {
         taken: Vec::new(),
         victim_gangs: IdMap::default(),
-        movable: IdMap::default(),
+        movable: if req.victims_must_move {
+            vec![None; req.candidates.numbers()]
+        } else {
+            Vec::new()
+        },
         copies: PlaceOfCopy::default(),
     };
     let mut chosen: Vec<Unit> = Vec::new();
@@ -800,7 +828,8 @@ struct Search {
     /// pod beside the fractions that could move) until the replans run out. The answers are kept for
     /// this whole search (possibly stale after the victims chosen for a gang's first pods): they only
     /// steer the choice, and the plan's final check decides.
-    movable: IdMap<UnitKey, bool>,
+    /// By unit number.
+    movable: Vec<Option<bool>>,
     copies: PlaceOfCopy,
 }
 
@@ -821,9 +850,20 @@ impl Search {
     ) -> Option<Choice> {
         let stop_early = !req.victims_must_move;
         let mut best: Option<Choice> = None;
+        if !stop_early {
+            // Every node that held a candidate, in any order: the choice is the least rank.
+            for node in req.candidates.index(ssn.cluster).keys() {
+                if let Some(choice) = self.on_node(ssn, req, t, *node, domain)
+                    && best.as_ref().is_none_or(|b| choice.rank < b.rank)
+                {
+                    best = Some(choice);
+                }
+            }
+            return best;
+        }
         let mut met: IdMap<NodeId, ()> = IdMap::default();
         for (k, unit) in req.candidates.in_order(req.slots) {
-            if stop_early && best.as_ref().is_some_and(|b| b.rank.0 == 1 && k > b.rank.1) {
+            if best.as_ref().is_some_and(|b| b.rank.0 == 1 && k > b.rank.1) {
                 break;
             }
             if self.taken.contains(&k) || !req.allows(k, unit) {
@@ -858,6 +898,10 @@ impl Search {
         if domain.is_some_and(|d| !d.contains(&node)) {
             return None;
         }
+        let units = req.units_on(ssn.cluster, node);
+        if units.is_empty() {
+            return None;
+        }
         let task = ssn.cluster.task(t);
         if !ssn.index.eligibility.check(ssn.cluster, task.constraints, node) {
             return None;
@@ -876,11 +920,14 @@ impl Search {
         } else {
             Vec::new()
         };
-        let units = req.units_on(ssn.cluster, node);
         let unit_of = |k: &UnitKey| req.candidates.unit(*k);
-        let (blocking, rest): (Vec<UnitKey>, Vec<UnitKey>) = units
-            .iter()
-            .partition(|k| unit_of(k).is_some_and(|u| u.tasks.iter().any(|v| blockers.contains(v))));
+        let (blocking, rest): (Vec<UnitKey>, Vec<UnitKey>) = if blockers.is_empty() {
+            (Vec::new(), units)
+        } else {
+            units
+                .iter()
+                .partition(|k| unit_of(k).is_some_and(|u| u.tasks.iter().any(|v| blockers.contains(v))))
+        };
         // The gang released its reservations above and those its earlier pods took in this attempt
         // are not room for this one: every reservation here counts against it.
         let (_, mut later) = ssn.cluster.node(node).available(&Resources::ZERO);
@@ -901,11 +948,14 @@ impl Search {
                 continue;
             }
             if req.victims_must_move {
-                let can = match self.movable.get(&k) {
-                    Some(can) => *can,
+                let number = req.candidates.number(k);
+                let can = match self.movable.get(number).copied().flatten() {
+                    Some(can) => can,
                     None => {
                         let can = could_move_now(ssn, &mut self.copies, unit);
-                        self.movable.insert(k, can);
+                        if let Some(slot) = self.movable.get_mut(number) {
+                            *slot = Some(can);
+                        }
                         can
                     }
                 };
