@@ -93,7 +93,10 @@ fn victims_of_every_queue(ssn: &Session<'_>) -> Pool {
         .filter(|v| ssn.gangs[*v].preemptible && super::preempt::has_placed_pod(ssn, *v))
         .collect();
     gangs.sort_by_key(|v| (ssn.gangs[*v].priority, -ssn.gangs[*v].created));
-    Pool::new(ssn, gangs.into_iter().map(|v| (v, true)).collect())
+    let count = gangs.len();
+    let mut pool = Pool::new(gangs, |_, _| true);
+    pool.fill_to(ssn, count);
+    pool
 }
 
 /// Searches after the first for one waiting gang, each without the victims that could not move.

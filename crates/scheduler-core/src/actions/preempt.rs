@@ -7,7 +7,7 @@ use crate::config::ActionKind;
 use crate::framework::Session;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::report::explain::Why;
-use crate::model::{Millis, QueueId};
+use crate::model::QueueId;
 
 /// Gangs that allocate could not place because no node had room (the only ones eviction can help), and
 /// that may evict others for it: not a gang with a pod of `preemptionPolicy: Never` waiting, which
@@ -46,6 +46,7 @@ pub fn preempt(ssn: &mut Session<'_>) {
         if !pool.any_victim(ssn, slots, g) {
             continue;
         }
+        pool.pool.fill_to(ssn, slots);
         let preemptor = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
         let message =
             |_: &Session<'_>, _: &Unit| format!("preempted by higher priority workload {preemptor}");
@@ -107,8 +108,6 @@ impl VictimPools {
 /// One queue's possible victims (see [`VictimPools`]).
 struct VictimPool {
     pool: Pool,
-    /// Per slot, when its gang's minimum runtime ends, if it protects the gang now.
-    protected_until: Vec<Option<Millis>>,
     /// Slots before this one were offered to a preemptor (and woke the session if protected).
     offered: usize,
     /// Slots passed over because their gang was the preemptor (offered to the next one that may take them).
@@ -132,19 +131,8 @@ impl VictimPool {
             Some(q) => listed(&mut ssn.gangs_in_queue(q).iter().copied()),
             None => listed(&mut (0..ssn.gangs.len())),
         };
-        let protected_until: Vec<Option<Millis>> = gangs
-            .iter()
-            .map(|v| victims::min_runtime_end(ssn, *v, false))
-            .collect();
-        // A gang its minimum runtime protects may lose only its surplus pods.
-        let gangs = gangs
-            .into_iter()
-            .zip(&protected_until)
-            .map(|(v, until)| (v, until.is_none()))
-            .collect();
         Self {
-            pool: Pool::new(ssn, gangs),
-            protected_until,
+            pool: Pool::new(gangs, |ssn, v| victims::min_runtime_end(ssn, v, false).is_none()),
             offered: 0,
             passed_over: Vec::new(),
         }
@@ -166,7 +154,7 @@ impl VictimPool {
             if v == g {
                 passed_over.push(slot);
             } else if has_placed_pod(ssn, v)
-                && let Some(end) = self.protected_until[slot]
+                && let Some(end) = victims::min_runtime_end(ssn, v, false)
             {
                 ssn.wake_at(end);
             }

@@ -210,40 +210,52 @@ impl Candidates {
 /// ([`Pool::refill`]). Rebuilding the list for every waiting gang made victim searches quadratic.
 pub struct Pool {
     gangs: Vec<usize>,
-    slot_of: IdMap<usize, usize>,
-    /// Per slot, whether the whole gang may go (not only its surplus pods).
-    allow_whole: Vec<bool>,
+    /// Gang to slot, made at the first refill (most actions never refill).
+    slot_of: Option<IdMap<usize, usize>>,
+    /// Whether a gang may go whole (not only its surplus pods), asked when its units are listed.
+    may_go_whole: WholeRule,
     candidates: Candidates,
 }
 
+/// Whether a victim gang may go whole (a gang its minimum runtime protects may lose only its surplus).
+pub type WholeRule = fn(&Session<'_>, usize) -> bool;
+
 impl Pool {
-    /// `gangs` in victim order, each with whether it may go whole.
+    /// `gangs` in victim order. Their units are listed when a search first reaches them
+    /// ([`Pool::fill_to`]): preemptors of a queue often reach none.
     #[must_use]
-    pub fn new(ssn: &Session<'_>, gangs: Vec<(usize, bool)>) -> Self {
-        let mut pool = Self {
-            slot_of: gangs
-                .iter()
-                .enumerate()
-                .map(|(slot, (v, _))| (*v, slot))
-                .collect(),
-            allow_whole: gangs.iter().map(|(_, whole)| *whole).collect(),
-            gangs: gangs.into_iter().map(|(v, _)| v).collect(),
+    pub fn new(gangs: Vec<usize>, may_go_whole: WholeRule) -> Self {
+        Self {
+            gangs,
+            slot_of: None,
+            may_go_whole,
             candidates: Candidates::default(),
-        };
-        for slot in 0..pool.gangs.len() {
-            let units = units_of(ssn, pool.gangs[slot], pool.allow_whole[slot]);
-            pool.candidates.push_slot(ssn.cluster, units);
         }
-        pool
+    }
+
+    /// Lists the units of the first `slots` gangs (those not listed yet).
+    pub fn fill_to(&mut self, ssn: &Session<'_>, slots: usize) {
+        for slot in self.candidates.slots()..slots.min(self.gangs.len()) {
+            let v = self.gangs[slot];
+            let units = units_of(ssn, v, (self.may_go_whole)(ssn, v));
+            self.candidates.push_slot(ssn.cluster, units);
+        }
     }
 
     /// Refreshes gang `v`'s units after it changed; false if it has no slot.
     pub fn refill(&mut self, ssn: &Session<'_>, v: usize) -> bool {
-        let Some(&slot) = self.slot_of.get(&v) else {
+        let gangs = &self.gangs;
+        let slot_of = self
+            .slot_of
+            .get_or_insert_with(|| gangs.iter().enumerate().map(|(slot, g)| (*g, slot)).collect());
+        let Some(&slot) = slot_of.get(&v) else {
             return false;
         };
-        let units = units_of(ssn, v, self.allow_whole[slot]);
-        self.candidates.refill(ssn.cluster, slot, units);
+        // A slot not listed yet is listed fresh when reached.
+        if slot < self.candidates.slots() {
+            let units = units_of(ssn, v, (self.may_go_whole)(ssn, v));
+            self.candidates.refill(ssn.cluster, slot, units);
+        }
         true
     }
 
@@ -261,7 +273,7 @@ impl Pool {
         &self.gangs
     }
 
-    /// Their units.
+    /// Their units (of the gangs listed so far).
     #[must_use]
     pub fn candidates(&self) -> &Candidates {
         &self.candidates
