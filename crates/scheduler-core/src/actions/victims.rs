@@ -109,9 +109,20 @@ pub struct Candidates {
     /// get new ones), for side tables indexed by unit.
     first_number: Vec<u32>,
     numbers: u32,
-    /// Per node, in order, the keys of units that held one of its pods when their slot was filled.
-    /// A key may outlive its unit's place there (a slot refilled with other units): the search checks.
-    on_node: std::cell::OnceCell<IdMap<NodeId, Vec<UnitKey>>>,
+    /// Per node, in order, the units that held one of its pods when their slot was filled. An entry
+    /// outlives a refill of its slot; it is current while it carries the slot's first number.
+    on_node: std::cell::OnceCell<IdMap<NodeId, Vec<Held>>>,
+}
+
+/// A unit's hold on a node, as its slot was filled.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    key: UnitKey,
+    /// The slot's first unit number then (see [`Candidates::first_number`]).
+    first: u32,
+    gang: usize,
+    /// GPUs (milli) its pods hold there.
+    gpu: i64,
 }
 
 impl Candidates {
@@ -139,17 +150,17 @@ impl Candidates {
     /// Replaces a slot's units (its gang changed).
     pub fn refill(&mut self, cluster: &Cluster, slot: usize, units: Vec<Unit>) {
         self.index(cluster);
-        let Some(on_node) = self.on_node.get_mut() else {
+        let (Some(s), Some(first)) = (self.slots.get_mut(slot), self.first_number.get_mut(slot)) else {
             return;
         };
-        index_slot(on_node, cluster, slot, &units);
-        if let (Some(s), Some(first)) = (self.slots.get_mut(slot), self.first_number.get_mut(slot)) {
-            *first = self.numbers;
-            self.numbers = self
-                .numbers
-                .saturating_add(u32::try_from(units.len()).unwrap_or(u32::MAX));
-            *s = units;
+        *first = self.numbers;
+        self.numbers = self
+            .numbers
+            .saturating_add(u32::try_from(units.len()).unwrap_or(u32::MAX));
+        if let Some(on_node) = self.on_node.get_mut() {
+            index_slot(on_node, cluster, slot, *first, &units);
         }
+        *s = units;
     }
 
     /// Slots so far.
@@ -164,14 +175,20 @@ impl Candidates {
         self.slots.iter().all(Vec::is_empty)
     }
 
-    fn index(&self, cluster: &Cluster) -> &IdMap<NodeId, Vec<UnitKey>> {
+    fn index(&self, cluster: &Cluster) -> &IdMap<NodeId, Vec<Held>> {
         self.on_node.get_or_init(|| {
             let mut on_node = IdMap::default();
             for (slot, units) in self.slots.iter().enumerate() {
-                index_slot(&mut on_node, cluster, slot, units);
+                let first = self.first_number.get(slot).copied().unwrap_or(u32::MAX);
+                index_slot(&mut on_node, cluster, slot, first, units);
             }
             on_node
         })
+    }
+
+    /// Whether an entry of the index is current (its slot not refilled since).
+    fn current(&self, held: &Held) -> bool {
+        self.first_number.get(held.key.slot as usize) == Some(&held.first)
     }
 
     /// The unit's dense number (below [`Candidates::numbers`]).
@@ -287,15 +304,43 @@ fn key(slot: usize, index: usize) -> UnitKey {
     }
 }
 
-fn index_slot(on_node: &mut IdMap<NodeId, Vec<UnitKey>>, cluster: &Cluster, slot: usize, units: &[Unit]) {
+fn index_slot(
+    on_node: &mut IdMap<NodeId, Vec<Held>>,
+    cluster: &Cluster,
+    slot: usize,
+    first: u32,
+    units: &[Unit],
+) {
     for (index, u) in units.iter().enumerate() {
         let k = key(slot, index);
         for t in &u.tasks {
-            if let Some(n) = cluster.task(*t).node {
-                let list = on_node.entry(n).or_default();
-                if let Err(at) = list.binary_search(&k) {
-                    list.insert(at, k);
+            let task = cluster.task(*t);
+            let Some(n) = task.node else { continue };
+            let gpu = if task.status.is_allocated() {
+                task.request.0[GPU]
+            } else {
+                0
+            };
+            let list = on_node.entry(n).or_default();
+            match list.binary_search_by_key(&k, |h| h.key) {
+                Ok(at) if list[at].first == first => list[at].gpu = list[at].gpu.saturating_add(gpu),
+                Ok(at) => {
+                    list[at] = Held {
+                        key: k,
+                        first,
+                        gang: u.gang,
+                        gpu,
+                    };
                 }
+                Err(at) => list.insert(
+                    at,
+                    Held {
+                        key: k,
+                        first,
+                        gang: u.gang,
+                        gpu,
+                    },
+                ),
             }
         }
     }
@@ -436,17 +481,24 @@ impl<'a> Request<'a> {
 
     /// The units that may go and held a pod on `node` when the search began, in order.
     fn units_on(&self, cluster: &Cluster, node: NodeId) -> Vec<UnitKey> {
-        let Some(keys) = self.candidates.index(cluster).get(&node) else {
-            return Vec::new();
-        };
-        keys.iter()
-            .copied()
-            .filter(|k| {
-                self.candidates.unit(*k).is_some_and(|u| {
-                    self.allows(*k, u) && u.tasks.iter().any(|t| cluster.task(*t).node == Some(node))
-                })
-            })
-            .collect()
+        match self.candidates.index(cluster).get(&node) {
+            Some(held) => self.may_go(held).map(|h| h.key).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The current entries of a node's index that may go in this search.
+    fn may_go<'s>(&'s self, held: &'s [Held]) -> impl Iterator<Item = &'s Held> + 's {
+        held.iter().filter(move |h| {
+            self.candidates.current(h)
+                && (h.key.slot as usize) < self.slots
+                && Some(h.gang) != self.excluded_gang
+                && (self.excluded_units.is_empty()
+                    || self
+                        .candidates
+                        .unit(h.key)
+                        .is_some_and(|u| !self.excluded_units.contains(u)))
+        })
     }
 }
 
@@ -783,9 +835,12 @@ fn place_with_victims(
             Vec::new()
         },
         copies: PlaceOfCopy::default(),
+        bound_units: Vec::new(),
+        bound_freed: Vec::new(),
     };
     let mut chosen: Vec<Unit> = Vec::new();
-    for t in tasks {
+    let count = tasks.len();
+    for (i, t) in tasks.into_iter().enumerate() {
         // Room already (idle, or freed by victims chosen for earlier pods)?
         let found = {
             let cluster = &*ssn.cluster;
@@ -796,7 +851,8 @@ fn place_with_victims(
             ssn.pipeline(t, p.node, p.gpu_groups);
             continue;
         }
-        let Some(Choice { node, picked, .. }) = search.best_node(ssn, req, t, domain) else {
+        let last_pod = i + 1 == count;
+        let Some(Choice { node, picked, .. }) = search.best_node(ssn, req, t, last_pod, domain) else {
             return Err(NoVictims::NoRoomForPod(t));
         };
         for k in picked {
@@ -828,6 +884,15 @@ struct Choice {
     picked: Vec<UnitKey>,
 }
 
+/// What [`Search::rank_bound`] reads of the pod, once per search.
+struct BoundPod {
+    /// No rule puts blockers first, and the pod asks for whole GPUs.
+    plain: bool,
+    /// GPUs (milli) it asks for.
+    gpu: i64,
+    constraints: ConstraintsId,
+}
+
 /// What one gang's search keeps from pod to pod.
 struct Search {
     /// Units chosen for earlier pods.
@@ -843,6 +908,9 @@ struct Search {
     /// By unit number.
     movable: Vec<Option<bool>>,
     copies: PlaceOfCopy,
+    /// Scratch of [`Search::rank_bound`]: a node's units with the GPUs each frees there, and those GPUs.
+    bound_units: Vec<(UnitKey, i64)>,
+    bound_freed: Vec<i64>,
 }
 
 impl Search {
@@ -852,17 +920,21 @@ impl Search {
     /// that led to it, so once a single unit makes room somewhere, the units after it lead to no
     /// better node: the walk stops there, which keeps a preemptor's search short however many
     /// victims its queue holds. Consolidation's answers about who can move are asked as the session
-    /// stands and kept for the gang's later pods, so it meets every node, as before.
+    /// stands and kept for the gang's later pods, so it meets every node, as before, except for the
+    /// gang's last pod, whose answers nobody reads again ([`Search::best_node_by_bound`]).
     fn best_node(
         &mut self,
         ssn: &mut Session<'_>,
         req: &Request<'_>,
         t: TaskId,
+        last_pod: bool,
         domain: Option<&[NodeId]>,
     ) -> Option<Choice> {
-        let stop_early = !req.victims_must_move;
         let mut best: Option<Choice> = None;
-        if !stop_early {
+        if req.victims_must_move && last_pod {
+            return self.best_node_by_bound(ssn, req, t, domain);
+        }
+        if req.victims_must_move {
             // Every node that held a candidate, in any order: the choice is the least rank.
             for node in req.candidates.index(ssn.cluster).keys() {
                 if let Some(choice) = self.on_node(ssn, req, t, *node, domain)
@@ -896,6 +968,106 @@ impl Search {
             }
         }
         best
+    }
+
+    /// Every node that held a candidate, met in order of a rank no node can beat ([`Search::rank_bound`]),
+    /// until the next bound is above the best rank found. For a search whose choices leave nothing
+    /// behind (consolidation's last pod): consolidation on a full cluster weighed every node for
+    /// every waiting gang.
+    fn best_node_by_bound(
+        &mut self,
+        ssn: &mut Session<'_>,
+        req: &Request<'_>,
+        t: TaskId,
+        domain: Option<&[NodeId]>,
+    ) -> Option<Choice> {
+        let task = ssn.cluster.task(t);
+        let pod = BoundPod {
+            // Rules put blockers first and a fraction's devices are settled by trying: only the plain
+            // bound holds for such a pod.
+            plain: !ssn.index.rules.relevant(task) && !task.gpu.is_shared(),
+            gpu: task.request.0[GPU],
+            constraints: task.constraints,
+        };
+        let mut bounds: std::collections::BinaryHeap<std::cmp::Reverse<(usize, UnitKey, NodeId)>> = req
+            .candidates
+            .index(ssn.cluster)
+            .iter()
+            .filter_map(|(node, held)| self.rank_bound(ssn, req, &pod, *node, held, domain))
+            .map(std::cmp::Reverse)
+            .collect();
+        let mut best: Option<Choice> = None;
+        while let Some(std::cmp::Reverse(bound)) = bounds.pop() {
+            if best.as_ref().is_some_and(|b| bound > b.rank) {
+                break;
+            }
+            if let Some(choice) = self.on_node(ssn, req, t, bound.2, domain)
+                && best.as_ref().is_none_or(|b| choice.rank < b.rank)
+            {
+                best = Some(choice);
+            }
+        }
+        best
+    }
+
+    /// A rank no higher than the one [`Search::on_node`] gives `t` on `node`, or `None` where it gives
+    /// none. The units there are taken in order, so whatever they are, the choice holds at least as many
+    /// as the fewest of the largest it would take to free the GPUs missing, and its last unit comes no
+    /// earlier than that many units in. Where a rule puts blockers first or shared devices free whole
+    /// GPUs, only the plain bound holds: one unit, the first.
+    fn rank_bound(
+        &mut self,
+        ssn: &mut Session<'_>,
+        req: &Request<'_>,
+        pod: &BoundPod,
+        node: NodeId,
+        held: &[Held],
+        domain: Option<&[NodeId]>,
+    ) -> Option<(usize, UnitKey, NodeId)> {
+        if domain.is_some_and(|d| !d.contains(&node)) {
+            return None;
+        }
+        // The units here in order, with the GPUs each frees here.
+        let units = &mut self.bound_units;
+        units.clear();
+        units.extend(
+            req.may_go(held)
+                .filter(|h| !self.taken.contains(&h.key))
+                .map(|h| (h.key, h.gpu)),
+        );
+        let first = units.first()?.0;
+        if !ssn.index.eligibility.check(ssn.cluster, pod.constraints, node) {
+            return None;
+        }
+        let n = ssn.cluster.node(node);
+        // Shared devices here free whole GPUs when their last sharer goes.
+        if !pod.plain || !n.shared_gpus.is_empty() {
+            return Some((1, first, node));
+        }
+        let missing = pod.gpu.saturating_sub(n.gpu_later());
+        if missing <= 0 {
+            return Some((1, first, node));
+        }
+        let units = &self.bound_units;
+        let freed = &mut self.bound_freed;
+        freed.clear();
+        freed.extend(units.iter().map(|(_, gpu)| *gpu));
+        freed.sort_unstable_by(|a, b| b.cmp(a));
+        let mut sum: i64 = 0;
+        let mut fewest = 0;
+        for f in freed.iter() {
+            if sum >= missing {
+                break;
+            }
+            sum = sum.saturating_add(*f);
+            fewest += 1;
+        }
+        if sum < missing {
+            // Not even every unit here frees the GPUs missing.
+            return None;
+        }
+        let fewest = fewest.max(1);
+        Some((fewest, units.get(fewest - 1)?.0, node))
     }
 
     /// The units (earliest first) whose eviction makes room for `t` on `node`, if any do.

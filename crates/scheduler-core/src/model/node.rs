@@ -168,6 +168,15 @@ impl Node {
         (now, later)
     }
 
+    /// The GPUs (milli) of [`Node::available`]'s "later" for a gang with nothing reserved here.
+    #[must_use]
+    pub fn gpu_later(&self) -> i64 {
+        self.allocatable.0[GPU]
+            .saturating_sub(self.used.0[GPU])
+            .saturating_add(self.releasing.0[GPU])
+            .saturating_sub(self.nominated.0[GPU])
+    }
+
     /// Whole GPU devices neither used nor reserved.
     #[must_use]
     pub fn idle_gpus(&self) -> i64 {
