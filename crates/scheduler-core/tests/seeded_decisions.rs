@@ -60,6 +60,14 @@ fn without_gpu_memory(text: &str) -> String {
     out
 }
 
+/// The actions of the preempt scenarios.
+fn allocate_and_preempt() -> Config {
+    Config {
+        actions: vec![ActionKind::Allocate, ActionKind::Preempt],
+        ..Config::default()
+    }
+}
+
 fn run(spec: &Synthetic, config: Config, rounds: usize, churn_every: usize) -> u64 {
     let mut sim = Sim::with_cluster(spec.cluster());
     sim.config = config;
@@ -86,10 +94,7 @@ fn preempt_on_a_full_cluster_decides_as_before() {
     spec.running_fraction = 1.0;
     spec.pending_pods = 160;
     spec.pending_classes = &["build-preemptible"];
-    let config = Config {
-        actions: vec![ActionKind::Allocate, ActionKind::Preempt],
-        ..Config::default()
-    };
+    let config = allocate_and_preempt();
     assert_eq!(run(&spec, config, 3, 0), PREEMPT);
 }
 
@@ -135,22 +140,14 @@ fn victim_search_spec(nodes: usize, gang: u32, spread: bool, rules: f64, gpus: u
 
 #[test]
 fn preempt_with_spread_victims_and_mixed_priorities_decides_as_before() {
-    let config = Config {
-        actions: vec![ActionKind::Allocate, ActionKind::Preempt],
-        ..Config::default()
-    };
     let spec = victim_search_spec(120, 4, true, 0.0, 1);
-    assert_eq!(run(&spec, config, 4, 2), PREEMPT_SPREAD);
+    assert_eq!(run(&spec, allocate_and_preempt(), 4, 2), PREEMPT_SPREAD);
 }
 
 #[test]
 fn preempt_with_pod_rules_and_two_gpu_pods_decides_as_before() {
-    let config = Config {
-        actions: vec![ActionKind::Allocate, ActionKind::Preempt],
-        ..Config::default()
-    };
     let spec = victim_search_spec(100, 3, true, 0.3, 2);
-    assert_eq!(run(&spec, config, 4, 2), PREEMPT_RULES);
+    assert_eq!(run(&spec, allocate_and_preempt(), 4, 2), PREEMPT_RULES);
 }
 
 #[test]

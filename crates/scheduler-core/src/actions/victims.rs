@@ -941,11 +941,7 @@ impl Search {
         if req.victims_must_move {
             // Every node that held a candidate, in any order: the choice is the least rank.
             for node in req.candidates.index(ssn.cluster).keys() {
-                if let Some(choice) = self.on_node(ssn, req, t, *node, domain)
-                    && best.as_ref().is_none_or(|b| choice.rank < b.rank)
-                {
-                    best = Some(choice);
-                }
+                self.weigh(ssn, req, t, *node, domain, &mut best);
             }
             return best;
         }
@@ -964,14 +960,27 @@ impl Search {
                 if met.insert(node, ()).is_some() {
                     continue;
                 }
-                if let Some(choice) = self.on_node(ssn, req, t, node, domain)
-                    && best.as_ref().is_none_or(|b| choice.rank < b.rank)
-                {
-                    best = Some(choice);
-                }
+                self.weigh(ssn, req, t, node, domain, &mut best);
             }
         }
         best
+    }
+
+    /// Weighs `node` for `t` and keeps it if its choice ranks before `best`.
+    fn weigh(
+        &mut self,
+        ssn: &mut Session<'_>,
+        req: &Request<'_>,
+        t: TaskId,
+        node: NodeId,
+        domain: Option<&[NodeId]>,
+        best: &mut Option<Choice>,
+    ) {
+        if let Some(choice) = self.on_node(ssn, req, t, node, domain)
+            && best.as_ref().is_none_or(|b| choice.rank < b.rank)
+        {
+            *best = Some(choice);
+        }
     }
 
     /// Every node that held a candidate, met in order of a rank no node can beat ([`Search::rank_bound`]),
@@ -1005,11 +1014,7 @@ impl Search {
             if best.as_ref().is_some_and(|b| bound > b.rank) {
                 break;
             }
-            if let Some(choice) = self.on_node(ssn, req, t, bound.2, domain)
-                && best.as_ref().is_none_or(|b| choice.rank < b.rank)
-            {
-                best = Some(choice);
-            }
+            self.weigh(ssn, req, t, bound.2, domain, &mut best);
         }
         best
     }
