@@ -74,11 +74,7 @@ fn candidates(
     for v in 0..ssn.gangs.len() {
         let h = &ssn.gangs[v];
         let Some(vq) = h.queue else { continue };
-        if v == g
-            || vq == queue
-            || !h.preemptible
-            || !h.tasks().any(|t| ssn.cluster.task(t).status.is_allocated())
-        {
+        if v == g || vq == queue || !h.preemptible || !super::preempt::has_placed_pod(ssn, v) {
             continue;
         }
         if !ssn.fairness.may_reclaim_from(queue, request, preemptible, vq) {

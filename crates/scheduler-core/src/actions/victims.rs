@@ -138,13 +138,12 @@ impl Candidates {
         }
     }
 
-    /// Adds a slot (a victim gang's units) after the others; returns its number.
-    pub fn push_slot(&mut self, cluster: &Cluster, units: Vec<Unit>) -> usize {
+    /// Adds a slot (a victim gang's units) after the others.
+    pub fn push_slot(&mut self, cluster: &Cluster, units: Vec<Unit>) {
         let slot = self.slots.len();
         self.slots.push(Vec::new());
         self.first_number.push(0);
         self.refill(cluster, slot, units);
-        slot
     }
 
     /// Replaces a slot's units (its gang changed).
@@ -167,12 +166,6 @@ impl Candidates {
     #[must_use]
     pub fn slots(&self) -> usize {
         self.slots.len()
-    }
-
-    /// Whether no slot holds a unit.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.slots.iter().all(Vec::is_empty)
     }
 
     fn index(&self, cluster: &Cluster) -> &IdMap<NodeId, Vec<Held>> {
