@@ -317,3 +317,61 @@ fn a_bind_already_in_flight_is_not_decided_twice() {
     );
     s.cluster.check_invariants().expect("model invariants");
 }
+
+/// A backlog of gangs asking alike, none of which fits: one attempt finds why, and every later gang of
+/// the same shape is answered from it (debug builds check each answer against a real attempt), naming
+/// its own pod.
+#[test]
+fn a_backlog_of_like_gangs_costs_one_attempt_per_shape() {
+    let mut s = sim();
+    s.nodes("gpu", 2, 8);
+    s.gang(
+        GangSpec::new("running", "q", 2)
+            .gpus(5)
+            .running_on(&["gpu-0", "gpu-1"]),
+    );
+    for i in 0..6 {
+        s.gang(
+            GangSpec::new(&format!("wait-{i}"), "q", 1)
+                .gpus(4)
+                .created(10 + i),
+        );
+    }
+    s.gang(GangSpec::new("pair", "q", 2).gpus(4).created(20));
+    let stats = s.round().stats.clone();
+    assert_eq!(stats.gangs_tried, 7);
+    // The six one-pod gangs share a shape, the two-pod gang has its own.
+    assert_eq!(stats.gangs_like_a_failed_one, 5);
+    for i in 0..6 {
+        let why = s.why(&format!("wait-{i}")).expect("waits with a reason");
+        assert!(why.contains(&format!("ns/wait-{i}-0")), "{why}");
+    }
+}
+
+/// Something placed between two like gangs makes the later one try again: the earlier reason may no
+/// longer hold.
+#[test]
+fn a_placement_between_like_gangs_makes_the_later_one_try_again() {
+    for with_placement in [false, true] {
+        let mut s = sim();
+        s.nodes("gpu", 1, 8);
+        s.gang(GangSpec::new("running", "q", 1).gpus(5).running_on(&["gpu-0"]));
+        s.gang(GangSpec::new("big-a", "q", 1).gpus(4).created(10));
+        // Fits when it asks one GPU; too big for anything when it asks 16.
+        let middle = if with_placement { 1 } else { 16 };
+        s.gang(GangSpec::new("middle", "q", 1).gpus(middle).created(11));
+        s.gang(GangSpec::new("big-b", "q", 1).gpus(4).created(12));
+        let stats = s.round().stats.clone();
+        assert_eq!(stats.gangs_tried, 3);
+        let expected_like = if with_placement { 0 } else { 1 };
+        assert_eq!(
+            stats.gangs_like_a_failed_one, expected_like,
+            "placement between: {with_placement}"
+        );
+        assert_eq!(
+            s.count("middle", TaskStatus::Running),
+            usize::from(with_placement)
+        );
+        assert_eq!(s.count("big-b", TaskStatus::Running), 0);
+    }
+}

@@ -51,6 +51,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
         .sum::<usize>()
         * 2;
     let mut queue = JobQueues::new(ssn, candidates.into_iter(), false);
+    let mut like_failures = LikeFailures::default();
     while let Some(g) = queue.pop(ssn) {
         ssn.attempt(g);
         if budget == 0 {
@@ -71,8 +72,22 @@ pub fn allocate(ssn: &mut Session<'_>) {
             continue;
         }
         ssn.stats.gangs_tried += 1;
+        let shape = AttemptShape::of(ssn, g);
+        if let Some((shape, tasks)) = &shape
+            && let Some(why) = like_failures.answer(ssn, shape, tasks)
+        {
+            ssn.stats.gangs_like_a_failed_one += 1;
+            #[cfg(debug_assertions)]
+            check_like_failure(ssn, g, &why);
+            ssn.cluster
+                .no_fit_memo
+                .remember(root, ssn.epoch_at_open, version, why.clone());
+            ssn.explain(g, why);
+            continue;
+        }
         match try_allocate(ssn, g) {
             Ok(progress) => {
+                like_failures.placed();
                 ssn.cluster.no_fit_memo.forget(root);
                 // An elastic gang competes again for one more pod, but only after binding one now:
                 // a gang that only reserved (waits for evictions) or has nothing left to place is done
@@ -83,6 +98,9 @@ pub fn allocate(ssn: &mut Session<'_>) {
                 }
             }
             Err(why) => {
+                if let Some((shape, _)) = shape {
+                    like_failures.record(shape, &why);
+                }
                 ssn.cluster
                     .no_fit_memo
                     .remember(root, ssn.epoch_at_open, version, why.clone());
@@ -90,6 +108,129 @@ pub fn allocate(ssn: &mut Session<'_>) {
             }
         }
     }
+}
+
+/// What an attempt of a plain gang reads: its queue (the queue rules), whether it is preemptible, how
+/// many pods it places now and the one shape they share. A plain gang has one PodGroup without
+/// sub-groups, topology or `minResources`, and only pending pods of its own that ask alike and whose
+/// place depends on nothing but the nodes (no claims, no rules about other pods and none of theirs
+/// about it, no reservation or chosen device), so its attempt reads nothing of the gang but this.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct AttemptShape {
+    queue: crate::model::QueueId,
+    preemptible: bool,
+    pods: usize,
+    pod: (Resources, GpuRequest, crate::model::constraints::ConstraintsId),
+}
+
+impl AttemptShape {
+    /// The shape of gang `g`'s next attempt with the pods it would place, if it is plain.
+    fn of(ssn: &Session<'_>, g: usize) -> Option<(Self, Vec<TaskId>)> {
+        let gang = &ssn.gangs[g];
+        let cluster = &*ssn.cluster;
+        if gang.nodes.len() != 1
+            || gang.nodes[0].topology.is_some()
+            || cluster.group(gang.root).min_resources.is_some()
+            // A seeded draw per pod picks among the nodes: a gang's first pods may land elsewhere.
+            || ssn.policy.gpu == crate::config::PlacementStrategy::Random
+            || ssn.policy.cpu == crate::config::PlacementStrategy::Random
+        {
+            return None;
+        }
+        let mut pod = None;
+        for t in gang.tasks() {
+            let task = cluster.task(t);
+            let plain = task.ours
+                && task.status == TaskStatus::Pending
+                && task.problem.is_none()
+                && task.bind_failure.is_none()
+                && task.claims.is_empty()
+                && task.reservation_for.is_none()
+                && task.gpu_device.is_none()
+                && !ssn.index.rules.relevant(task);
+            let shape = (task.request, task.gpu, task.constraints);
+            if !plain || pod.is_some_and(|p| p != shape) {
+                return None;
+            }
+            pod = Some(shape);
+        }
+        let queue = gang.queue?;
+        let tasks = gang.tasks_to_allocate(cluster, &|a, b| task_order(cluster, a, b));
+        if tasks.is_empty() || gang.is_satisfied(cluster) {
+            return None;
+        }
+        let shape = Self {
+            queue,
+            preemptible: gang.preemptible,
+            pods: tasks.len(),
+            pod: pod?,
+        };
+        Some((shape, tasks))
+    }
+}
+
+/// Plain gangs that failed in this allocate, by shape. Until something is placed, a gang of the same
+/// shape fails the same way (a failed attempt leaves the session as it found it), so it is answered
+/// without an attempt: a backlog of like jobs costs one attempt per shape, not one per job, each time
+/// capacity frees up.
+#[derive(Default)]
+struct LikeFailures {
+    /// Attempts that placed something so far.
+    placed: u64,
+    /// Per shape, the reason and the count of placing attempts when it was found.
+    by_shape: HashMap<AttemptShape, (u64, Why), std::hash::BuildHasherDefault<crate::model::ids::WordHasher>>,
+}
+
+impl LikeFailures {
+    /// Something was placed (or reserved): every reason so far may be out of date.
+    fn placed(&mut self) {
+        self.placed += 1;
+    }
+
+    /// Records why a gang of `shape` failed, if the reason carries over to a like gang.
+    fn record(&mut self, shape: AttemptShape, why: &Why) {
+        let carries = match why {
+            Why::NoFit(f) => f.failed_task.is_some() && f.topology.is_none(),
+            Why::Queue(_) => true,
+            _ => false,
+        };
+        if carries {
+            self.by_shape.insert(shape, (self.placed, why.clone()));
+        }
+    }
+
+    /// Why a gang of `shape` placing `tasks` fails, if a like gang failed since the last placement: the
+    /// same reason, naming this gang's pod.
+    fn answer(&self, ssn: &Session<'_>, shape: &AttemptShape, tasks: &[TaskId]) -> Option<Why> {
+        let (at, why) = self.by_shape.get(shape)?;
+        if *at != self.placed {
+            return None;
+        }
+        match why {
+            Why::NoFit(f) => {
+                let failed = *tasks.get(usize::try_from(f.pods_placed).ok()?)?;
+                let mut ours = FitFailure::clone(f);
+                ours.failed_task = Some(failed);
+                ours.failed_pod = ssn.cluster.task(failed).key();
+                Some(Why::NoFit(ours.into()))
+            }
+            other => Some(other.clone()),
+        }
+    }
+}
+
+/// Debug builds check every answer from a like gang against a real attempt (which fails and rolls back
+/// when the answer is right).
+#[cfg(debug_assertions)]
+fn check_like_failure(ssn: &mut Session<'_>, g: usize, why: &Why) {
+    let placements = ssn.stats.placements;
+    let attempt = try_allocate(ssn, g);
+    ssn.stats.placements = placements;
+    assert_eq!(
+        attempt.as_ref().err(),
+        Some(why),
+        "a like gang's reason differs from an attempt's"
+    );
 }
 
 fn gang_version(ssn: &Session<'_>, g: usize) -> u64 {
@@ -229,7 +370,7 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<Progress, Why> {
             if let Some(t) = failure.failed_task {
                 fill_free(ssn, t, &mut failure);
             }
-            return Err(Why::NoFit(failure));
+            return Err(Why::NoFit(failure.into()));
         }
     };
     let placed = tasks;

@@ -201,6 +201,9 @@ pub struct SessionStats {
     pub gangs_tried: u64,
     /// Gangs skipped because nothing changed since they last failed.
     pub gangs_skipped_unchanged: u64,
+    /// Of the gangs tried, those answered by a like gang's failure earlier in the cycle (same shape,
+    /// nothing placed since).
+    pub gangs_like_a_failed_one: u64,
     /// Placements attempted (pods).
     pub placements: u64,
     /// Gangs left waiting with a reason at the end of the cycle.

@@ -11,15 +11,14 @@
 //! which only costs a new attempt.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::ids::GroupId;
+use super::ids::{GroupId, IdMap};
 
 /// Gangs that did not fit, by root PodGroup, each valid while its capacity epoch and version hold.
 #[derive(Clone, Debug, Default)]
 pub struct NoFitMemo {
-    by_root: HashMap<GroupId, NoFit>,
+    by_root: IdMap<GroupId, NoFit>,
 }
 
 /// One gang that did not fit.

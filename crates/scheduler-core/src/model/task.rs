@@ -252,7 +252,13 @@ impl Task {
     /// `namespace/name`.
     #[must_use]
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        // Built directly: a waiting pod's key is made on every failed attempt, and `format!` costs
+        // several times this.
+        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
+        key.push_str(&self.namespace);
+        key.push('/');
+        key.push_str(&self.name);
+        key
     }
 }
 

@@ -29,9 +29,10 @@ pub struct JobQueues {
     /// found at: siblings compare only their own accounting and candidates, so a subtree where neither
     /// changed still has the same best, and a pop re-compares only along the path that changed.
     best_under: PerQueue<(Seen, Pick)>,
-    /// Each queue's order key with its best gang, at the (fairness version, fronts version) it was
-    /// computed at.
-    keys: PerQueue<(Seen, Option<OrderKey>)>,
+    /// Each queue's order key with the request of its best gang, at the fairness version and for the
+    /// request it was computed for: a key reads only the queue's accounting and the request, so a new
+    /// front gang asking the same (a backlog of like jobs) keeps it.
+    keys: PerQueue<(u64, Resources, Option<OrderKey>)>,
     /// The top-level queues without problems, listed at the first pop.
     roots: Option<Vec<QueueId>>,
     /// Tests compare against the uncached order.
@@ -231,6 +232,8 @@ impl JobQueues {
     /// The best (leaf, gang) among the subtrees of `queues`.
     fn best(&mut self, ssn: &Session<'_>, queues: &[QueueId]) -> Pick {
         let mut best: Option<(QueueId, (QueueId, usize), Option<OrderKey>)> = None;
+        // A key is only read to compare siblings: an only child needs none.
+        let alone = queues.len() == 1;
         for q in queues {
             let candidate = if ssn.cluster.queue(*q).is_leaf() {
                 self.leaves.get(q).and_then(|l| l.front()).map(|g| (*q, *g))
@@ -238,6 +241,9 @@ impl JobQueues {
                 self.best_under(ssn, *q)
             };
             let Some(candidate) = candidate else { continue };
+            if alone {
+                return Some(candidate);
+            }
             let key = self.order_key(ssn, *q, candidate.1);
             best = match best {
                 None => Some((*q, candidate, key)),
@@ -265,24 +271,24 @@ impl JobQueues {
         best.map(|(_, c, _)| c)
     }
 
-    /// The order key of queue `q` represented by `gang` (its best), reused while neither the queue's
-    /// accounting nor the fronts under it changed (the same condition as `best_under`).
+    /// The order key of queue `q` represented by `gang` (its best), reused while the queue's accounting
+    /// and the request it is computed for stay the same.
     fn order_key(&mut self, ssn: &Session<'_>, q: QueueId, gang: usize) -> Option<OrderKey> {
-        let seen = (ssn.fairness.version(q), self.fronts.get(&q).copied().unwrap_or(0));
+        let version = ssn.fairness.version(q);
+        let request = self.requests.get(&gang).copied().unwrap_or(Resources::ZERO);
         #[cfg(test)]
         let cached = !self.uncached;
         #[cfg(not(test))]
         let cached = true;
         if cached
-            && let Some((at, key)) = self.keys.get(&q)
-            && *at == seen
+            && let Some((at, asked, key)) = self.keys.get(&q)
+            && *at == version
+            && *asked == request
         {
             return *key;
         }
-        let empty = Resources::ZERO;
-        let request = self.requests.get(&gang).unwrap_or(&empty);
-        let key = ssn.fairness.order_key(q, request);
-        self.keys.insert(q, (seen, key));
+        let key = ssn.fairness.order_key(q, &request);
+        self.keys.insert(q, (version, request, key));
         key
     }
 }

@@ -13,7 +13,7 @@ use crate::model::{GroupProblem, Resources};
 pub use crate::fairshare::CapacityViolation as QueueGate;
 
 /// A summary of how the nodes answered for one pod that fit nowhere.
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct FitFailure {
     /// Pods the gang needed in this attempt.
     pub pods_needed: u32,
@@ -57,8 +57,9 @@ pub enum Why {
         /// Free now in the cluster.
         free: Box<Resources>,
     },
-    /// Some pod fits nowhere.
-    NoFit(Box<FitFailure>),
+    /// Some pod fits nowhere. Shared: a waiting gang's reason is kept across cycles (the no-fit memo,
+    /// the last report) and compared each cycle, which a shared one makes a pointer comparison.
+    NoFit(Arc<FitFailure>),
     /// `scheduleTimeoutSeconds` passed.
     TimedOut {
         /// The timeout.
@@ -265,7 +266,7 @@ mod tests {
             topology: None,
         };
         assert_eq!(
-            Why::NoFit(Box::new(f)).message(&names),
+            Why::NoFit(Arc::new(f)).message(&names),
             "8 pods need 8 nvidia.com/gpu, 6 free on 3 nodes: room for 6 of 8 (gang scheduling places all or none). \
              Pod ml/train-6 fits 0/3 nodes: 3 insufficient nvidia.com/gpu."
         );
@@ -296,7 +297,7 @@ mod tests {
             ..FitFailure::default()
         };
         assert_eq!(
-            Why::NoFit(Box::new(f)).message(&names),
+            Why::NoFit(Arc::new(f)).message(&names),
             "Pod ns/web-2 fits 0/6 nodes: 3 pod anti-affinity, 1 topology spread (zone) would exceed maxSkew, \
              2 host port 8080/TCP in use."
         );
@@ -318,7 +319,7 @@ mod tests {
             nodes_with_free: 0,
             ..FitFailure::default()
         };
-        let m = Why::NoFit(Box::new(f)).message(&names);
+        let m = Why::NoFit(Arc::new(f)).message(&names);
         assert!(m.contains("3 node selector zone=b does not match"), "{m}");
         assert!(m.contains("1 insufficient nvidia.com/gpu"), "{m}");
     }
