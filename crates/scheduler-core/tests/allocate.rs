@@ -375,3 +375,25 @@ fn a_placement_between_like_gangs_makes_the_later_one_try_again() {
         assert_eq!(s.count("big-b", TaskStatus::Running), 0);
     }
 }
+
+/// A like gang in another queue is stopped by its own queue's rule first, as its own attempt would be.
+#[test]
+fn a_like_gang_of_a_capped_queue_is_told_its_queue_rule() {
+    let mut s = sim();
+    s.queue("capped", Some("default-parent-queue"), 0.0, 2.0, 1.0);
+    s.nodes("gpu", 1, 8);
+    s.gang(GangSpec::new("running", "q", 1).gpus(5).running_on(&["gpu-0"]));
+    s.gang(GangSpec::new("in-q", "q", 1).gpus(4).created(10));
+    s.gang(GangSpec::new("in-capped", "capped", 1).gpus(4).created(11));
+    let stats = s.round().stats.clone();
+    assert_eq!(stats.gangs_like_a_failed_one, 1);
+    let capped = s.status("in-capped").expect("a status");
+    let reasons: Vec<String> = capped
+        .conditions
+        .iter()
+        .filter_map(|c| c.reason.clone())
+        .collect();
+    assert!(reasons.iter().any(|r| r == "OverLimit"), "{reasons:?}");
+    let why = s.why("in-q").expect("a reason");
+    assert!(why.contains("ns/in-q-0"), "{why}");
+}

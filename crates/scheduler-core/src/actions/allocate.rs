@@ -72,9 +72,14 @@ pub fn allocate(ssn: &mut Session<'_>) {
             continue;
         }
         ssn.stats.gangs_tried += 1;
-        let shape = AttemptShape::of(ssn, g);
-        if let Some((shape, tasks)) = &shape
-            && let Some(why) = like_failures.answer(ssn, shape, tasks)
+        // Shaped only once some gang failed (a cluster with room places most gangs at their first try).
+        let shape = if like_failures.is_empty() {
+            None
+        } else {
+            AttemptShape::of(ssn, g)
+        };
+        if let Some(shape) = &shape
+            && let Some(why) = like_failures.answer(ssn, g, shape)
         {
             ssn.stats.gangs_like_a_failed_one += 1;
             #[cfg(debug_assertions)]
@@ -98,7 +103,8 @@ pub fn allocate(ssn: &mut Session<'_>) {
                 }
             }
             Err(why) => {
-                if let Some((shape, _)) = shape {
+                // The attempt rolled back: the gang's shape is what it was before it.
+                if let Some(shape) = shape.or_else(|| AttemptShape::of(ssn, g)) {
                     like_failures.record(shape, &why);
                 }
                 ssn.cluster
@@ -110,22 +116,24 @@ pub fn allocate(ssn: &mut Session<'_>) {
     }
 }
 
-/// What an attempt of a plain gang reads: its queue (the queue rules), whether it is preemptible, how
-/// many pods it places now and the one shape they share. A plain gang has one PodGroup without
-/// sub-groups, topology or `minResources`, and only pending pods of its own that ask alike and whose
-/// place depends on nothing but the nodes (no claims, no rules about other pods and none of theirs
-/// about it, no reservation or chosen device), so its attempt reads nothing of the gang but this.
+/// What the placement of a plain gang's pods reads: whether it is preemptible, its pods and minimum
+/// (so the pods it places now) and the one shape they share (its queue's rules are checked before, per
+/// gang). A plain gang has
+/// one PodGroup without sub-groups, topology or `minResources`, and only pending pods of its own that
+/// ask alike and whose place depends on nothing but the nodes (no claims, no rules about other pods and
+/// none of theirs about it, no reservation or chosen device).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct AttemptShape {
-    queue: crate::model::QueueId,
     preemptible: bool,
     pods: usize,
+    min: u32,
+    max: Option<u32>,
     pod: (Resources, GpuRequest, crate::model::constraints::ConstraintsId),
 }
 
 impl AttemptShape {
-    /// The shape of gang `g`'s next attempt with the pods it would place, if it is plain.
-    fn of(ssn: &Session<'_>, g: usize) -> Option<(Self, Vec<TaskId>)> {
+    /// The shape of gang `g`'s next attempt, if it is plain.
+    fn of(ssn: &Session<'_>, g: usize) -> Option<Self> {
         let gang = &ssn.gangs[g];
         let cluster = &*ssn.cluster;
         if gang.nodes.len() != 1
@@ -154,18 +162,17 @@ impl AttemptShape {
             }
             pod = Some(shape);
         }
-        let queue = gang.queue?;
-        let tasks = gang.tasks_to_allocate(cluster, &|a, b| task_order(cluster, a, b));
-        if tasks.is_empty() || gang.is_satisfied(cluster) {
+        if gang.is_satisfied(cluster) {
             return None;
         }
-        let shape = Self {
-            queue,
+        let leaf = &gang.nodes[0];
+        Some(Self {
             preemptible: gang.preemptible,
-            pods: tasks.len(),
+            pods: leaf.tasks.len(),
+            min: leaf.min,
+            max: leaf.max,
             pod: pod?,
-        };
-        Some((shape, tasks))
+        })
     }
 }
 
@@ -175,47 +182,53 @@ impl AttemptShape {
 /// capacity frees up.
 #[derive(Default)]
 struct LikeFailures {
-    /// Attempts that placed something so far.
-    placed: u64,
-    /// Per shape, the reason and the count of placing attempts when it was found.
-    by_shape: HashMap<AttemptShape, (u64, Why), std::hash::BuildHasherDefault<crate::model::ids::WordHasher>>,
+    /// Per shape, the reason found since the last placement.
+    by_shape: HashMap<AttemptShape, Why, std::hash::BuildHasherDefault<crate::model::ids::WordHasher>>,
 }
 
 impl LikeFailures {
+    /// Whether no like gang's reason is known yet.
+    fn is_empty(&self) -> bool {
+        self.by_shape.is_empty()
+    }
+
     /// Something was placed (or reserved): every reason so far may be out of date.
     fn placed(&mut self) {
-        self.placed += 1;
+        self.by_shape.clear();
     }
 
-    /// Records why a gang of `shape` failed, if the reason carries over to a like gang.
+    /// Records why a gang of `shape` failed, if its pods found no place (a queue rule is the gang's own).
     fn record(&mut self, shape: AttemptShape, why: &Why) {
-        let carries = match why {
-            Why::NoFit(f) => f.failed_task.is_some() && f.topology.is_none(),
-            Why::Queue(_) => true,
-            _ => false,
-        };
-        if carries {
-            self.by_shape.insert(shape, (self.placed, why.clone()));
+        if let Why::NoFit(f) = why
+            && f.failed_task.is_some()
+            && f.topology.is_none()
+        {
+            self.by_shape.insert(shape, why.clone());
         }
     }
 
-    /// Why a gang of `shape` placing `tasks` fails, if a like gang failed since the last placement: the
-    /// same reason, naming this gang's pod.
-    fn answer(&self, ssn: &Session<'_>, shape: &AttemptShape, tasks: &[TaskId]) -> Option<Why> {
-        let (at, why) = self.by_shape.get(shape)?;
-        if *at != self.placed {
+    /// Why gang `g` of `shape` fails, if a like gang's pods found no place since the last placement:
+    /// its own queue's rule if one stops it (checked first, as an attempt does), else the same reason,
+    /// naming its own pod.
+    fn answer(&self, ssn: &Session<'_>, g: usize, shape: &AttemptShape) -> Option<Why> {
+        let Why::NoFit(f) = self.by_shape.get(shape)? else {
             return None;
+        };
+        let cluster = &*ssn.cluster;
+        let tasks = ssn.gangs[g].tasks_to_allocate(cluster, &|a, b| task_order(cluster, a, b));
+        let failed = *tasks.get(usize::try_from(f.pods_placed).ok()?)?;
+        let queue = ssn.gangs[g].queue?;
+        let mut request = Resources::ZERO;
+        for t in &tasks {
+            request.add(&ssn.share_request(*t));
         }
-        match why {
-            Why::NoFit(f) => {
-                let failed = *tasks.get(usize::try_from(f.pods_placed).ok()?)?;
-                let mut ours = FitFailure::clone(f);
-                ours.failed_task = Some(failed);
-                ours.failed_pod = ssn.cluster.task(failed).key();
-                Some(Why::NoFit(ours.into()))
-            }
-            other => Some(other.clone()),
+        if let Err(gate) = ssn.fairness.gate(ssn.cluster, queue, &request, shape.preemptible) {
+            return Some(Why::Queue(gate));
         }
+        let mut ours = FitFailure::clone(f);
+        ours.failed_task = Some(failed);
+        ours.failed_pod = ssn.cluster.task(failed).key();
+        Some(Why::NoFit(ours.into()))
     }
 }
 
