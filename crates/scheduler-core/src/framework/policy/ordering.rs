@@ -32,12 +32,22 @@ pub struct JobQueues {
     /// Each queue's order key with the request of its best gang, at the fairness version and for the
     /// request it was computed for: a key reads only the queue's accounting and the request, so a new
     /// front gang asking the same (a backlog of like jobs) keeps it.
-    keys: PerQueue<(u64, Resources, Option<OrderKey>)>,
+    keys: PerQueue<KeyAt>,
     /// The top-level queues without problems, listed at the first pop.
     roots: Option<Vec<QueueId>>,
     /// Tests compare against the uncached order.
     #[cfg(test)]
     uncached: bool,
+}
+
+/// A queue's order key, with what it was computed from: the queue's fairness version and the request
+/// of the gang it was computed with (that gang is kept too, to skip comparing requests while it stays).
+#[derive(Clone, Debug)]
+struct KeyAt {
+    version: u64,
+    gang: usize,
+    request: Resources,
+    key: Option<OrderKey>,
 }
 
 /// Values per queue, in a vector by the queue's arena index (looked up on every comparison of a pop).
@@ -53,6 +63,10 @@ impl<T> Default for PerQueue<T> {
 impl<T> PerQueue<T> {
     fn get(&self, q: &QueueId) -> Option<&T> {
         self.0.get(q.index()).and_then(Option::as_ref)
+    }
+
+    fn get_mut(&mut self, q: &QueueId) -> Option<&mut T> {
+        self.0.get_mut(q.index()).and_then(Option::as_mut)
     }
 
     fn insert(&mut self, q: QueueId, value: T) {
@@ -155,6 +169,17 @@ impl JobQueues {
         };
         self.requests.insert(gang, pending_request(ssn, gang));
         self.front_changed(ssn, queue);
+        // Its request changed: keys computed with it hold only if the new request is the same.
+        let mut next = Some(queue);
+        for _ in 0..=ssn.cluster.queues.len() {
+            let Some(q) = next else { break };
+            if let Some(at) = self.keys.get_mut(&q)
+                && at.gang == gang
+            {
+                at.gang = usize::MAX;
+            }
+            next = ssn.cluster.queues.get(q.0).and_then(|queue| queue.parent);
+        }
         let key = job_key(ssn, gang);
         let leaf = self.leaves.entry(queue).or_default();
         let pos = leaf
@@ -275,20 +300,36 @@ impl JobQueues {
     /// and the request it is computed for stay the same.
     fn order_key(&mut self, ssn: &Session<'_>, q: QueueId, gang: usize) -> Option<OrderKey> {
         let version = ssn.fairness.version(q);
-        let request = self.requests.get(&gang).copied().unwrap_or(Resources::ZERO);
         #[cfg(test)]
         let cached = !self.uncached;
         #[cfg(not(test))]
         let cached = true;
         if cached
-            && let Some((at, asked, key)) = self.keys.get(&q)
-            && *at == version
-            && *asked == request
+            && let Some(at) = self.keys.get(&q)
+            && at.version == version
+            && at.gang == gang
         {
-            return *key;
+            return at.key;
+        }
+        let request = self.requests.get(&gang).copied().unwrap_or(Resources::ZERO);
+        if cached
+            && let Some(at) = self.keys.get_mut(&q)
+            && at.version == version
+            && at.request == request
+        {
+            at.gang = gang;
+            return at.key;
         }
         let key = ssn.fairness.order_key(q, &request);
-        self.keys.insert(q, (version, request, key));
+        self.keys.insert(
+            q,
+            KeyAt {
+                version,
+                gang,
+                request,
+                key,
+            },
+        );
         key
     }
 }
