@@ -118,10 +118,9 @@ pub fn allocate(ssn: &mut Session<'_>) {
 
 /// What the placement of a plain gang's pods reads: whether it is preemptible, its pods and minimum
 /// (so the pods it places now) and the one shape they share (its queue's rules are checked before, per
-/// gang). A plain gang has
-/// one PodGroup without sub-groups, topology or `minResources`, and only pending pods of its own that
-/// ask alike and whose place depends on nothing but the nodes (no claims, no rules about other pods and
-/// none of theirs about it, no reservation or chosen device).
+/// gang). A plain gang has one PodGroup without sub-groups, topology or `minResources`, and only
+/// pending pods of its own that ask alike and whose place depends on nothing but the nodes (no claims,
+/// no rules about other pods and none of theirs about it, no reservation or chosen device).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct AttemptShape {
     preemptible: bool,

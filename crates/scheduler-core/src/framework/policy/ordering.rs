@@ -29,9 +29,8 @@ pub struct JobQueues {
     /// found at: siblings compare only their own accounting and candidates, so a subtree where neither
     /// changed still has the same best, and a pop re-compares only along the path that changed.
     best_under: PerQueue<(Seen, Pick)>,
-    /// Each queue's order key with the request of its best gang, at the fairness version and for the
-    /// request it was computed for: a key reads only the queue's accounting and the request, so a new
-    /// front gang asking the same (a backlog of like jobs) keeps it.
+    /// Each queue's order key with what it was computed from: a key reads only the queue's accounting
+    /// and its best gang's request, so a new front gang asking the same (a backlog of like jobs) keeps it.
     keys: PerQueue<KeyAt>,
     /// The top-level queues without problems, listed at the first pop.
     roots: Option<Vec<QueueId>>,
