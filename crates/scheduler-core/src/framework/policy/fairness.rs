@@ -29,6 +29,8 @@ pub struct Fairness {
     /// Per model queue, bumped whenever the accounting of the queue or a queue under it changes, so
     /// orderings computed from a subtree can be reused while it stays the same.
     versions: Vec<u64>,
+    /// Allocation changes so far in this session, in any queue.
+    changes: u64,
     scratch: RefCell<ReclaimScratch>,
 }
 
@@ -180,6 +182,7 @@ impl Fairness {
         Self {
             tree,
             versions: vec![0; ids.len()],
+            changes: 0,
             ids,
             scratch: RefCell::new(ReclaimScratch::default()),
         }
@@ -230,6 +233,7 @@ impl Fairness {
         sign: i64,
     ) {
         let Some(q) = self.id(queue) else { return };
+        self.changes += 1;
         if sign > 0 {
             self.tree.allocate(q, share, preemptibility(preemptible));
         } else {
@@ -244,6 +248,13 @@ impl Fairness {
             }
             next = cluster.queues.get(id.0).and_then(|q| q.parent);
         }
+    }
+
+    /// Allocation changes so far in this session, in any queue: while it stays, every queue's order
+    /// is as it was.
+    #[must_use]
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// Changes under `queue` so far in this session (see `versions`).

@@ -34,6 +34,10 @@ pub struct JobQueues {
     keys: PerQueue<KeyAt>,
     /// The top-level queues without problems, listed at the first pop.
     roots: Option<Vec<QueueId>>,
+    /// What the last pop took: while no accounting changed and nothing was put back, a leaf whose next
+    /// gang asks the same as the one taken is still the best (every comparison reads only accounting
+    /// and requests), so a run of like gangs is popped without comparing queues.
+    last: Option<LastPop>,
     /// Tests compare against the uncached order.
     #[cfg(test)]
     uncached: bool,
@@ -47,6 +51,14 @@ struct KeyAt {
     gang: usize,
     request: Resources,
     key: Option<OrderKey>,
+}
+
+/// The leaf a pop took from, the request of the gang it took and the session's allocation changes then.
+#[derive(Clone, Copy, Debug)]
+struct LastPop {
+    leaf: QueueId,
+    request: Resources,
+    fairness: u64,
 }
 
 /// Values per queue, in a vector by the queue's arena index (looked up on every comparison of a pop).
@@ -166,6 +178,7 @@ impl JobQueues {
         let Some(queue) = ssn.gangs[gang].queue else {
             return;
         };
+        self.last = None;
         self.requests.insert(gang, pending_request(ssn, gang));
         self.front_changed(ssn, queue);
         // Its request changed: keys computed with it hold only if the new request is the same.
@@ -193,6 +206,9 @@ impl JobQueues {
 
     /// Takes the next gang.
     pub fn pop(&mut self, ssn: &Session<'_>) -> Option<usize> {
+        if let Some(gang) = self.pop_like_last(ssn) {
+            return Some(gang);
+        }
         // The model's queues do not change during a session: list the roots once.
         let roots = match self.roots.take() {
             Some(roots) => roots,
@@ -207,11 +223,38 @@ impl JobQueues {
         let best = self.best(ssn, &roots);
         self.roots = Some(roots);
         let leaf = best?.0;
+        self.take_front(ssn, leaf)
+    }
+
+    /// The next gang of the last pop's leaf, if it is still the best (see `last`).
+    fn pop_like_last(&mut self, ssn: &Session<'_>) -> Option<usize> {
+        #[cfg(test)]
+        if self.uncached {
+            return None;
+        }
+        let last = self.last.take()?;
+        let front = *self.leaves.get(&last.leaf)?.front()?;
+        if ssn.fairness.changes() != last.fairness || self.requests.get(&front) != Some(&last.request) {
+            return None;
+        }
+        self.take_front(ssn, last.leaf)
+    }
+
+    /// Takes a leaf's front gang, remembering what was taken.
+    fn take_front(&mut self, ssn: &Session<'_>, leaf: QueueId) -> Option<usize> {
         self.front_changed(ssn, leaf);
         let gang = self.leaves.get_mut(&leaf)?.pop_front();
         if self.leaves.get(&leaf).is_some_and(VecDeque::is_empty) {
             self.leaves.remove(&leaf);
         }
+        self.last = gang.and_then(|g| {
+            let request = *self.requests.get(&g)?;
+            Some(LastPop {
+                leaf,
+                request,
+                fairness: ssn.fairness.changes(),
+            })
+        });
         gang
     }
 
