@@ -22,14 +22,15 @@ pub fn stale_gangs(ssn: &mut Session<'_>) {
                 .iter()
                 .any(|t| cluster.task(*t).status == TaskStatus::Succeeded)
         });
-        let active: Vec<TaskId> = gang
+        // Counted, not listed: this runs over every gang each cycle.
+        let active = gang
             .tasks()
             .filter(|t| {
                 let s = cluster.task(*t).status;
                 s.is_active_allocated() || s == TaskStatus::Releasing
             })
-            .collect();
-        let stale = !any_succeeded && !active.is_empty() && !gang.is_satisfied(cluster);
+            .count();
+        let stale = !any_succeeded && active > 0 && !gang.is_satisfied(cluster);
         let since = cluster.group(root).stale_since;
         match (stale, since) {
             (false, Some(_)) => ssn.set_stale_since(root, None),
@@ -39,7 +40,7 @@ pub fn stale_gangs(ssn: &mut Session<'_>) {
                 ssn.wake_at(ssn.now.saturating_add(grace));
             }
             (true, Some(t)) if ssn.now - t >= grace => {
-                let running = u32::try_from(active.len()).unwrap_or(u32::MAX);
+                let running = u32::try_from(active).unwrap_or(u32::MAX);
                 let needed = gang.required_pods(0);
                 let name = cluster.group(root).key.to_string();
                 let victims: Vec<TaskId> = gang
