@@ -72,13 +72,10 @@ pub fn allocate(ssn: &mut Session<'_>) {
             continue;
         }
         ssn.stats.gangs_tried += 1;
-        // Shaped only once some gang failed (a cluster with room places most gangs at their first try).
-        let shape = if like_failures.is_empty() {
-            None
-        } else {
-            AttemptShape::of(ssn, g)
-        };
-        if let Some(shape) = &shape
+        // Shaped only once some gang failed (a cluster with room places most gangs at their first try);
+        // `None` while not shaped yet, `Some(None)` for a gang that is not plain.
+        let shape = (!like_failures.is_empty()).then(|| AttemptShape::of(ssn, g));
+        if let Some(Some(shape)) = &shape
             && let Some(why) = like_failures.answer(ssn, g, shape)
         {
             ssn.stats.gangs_like_a_failed_one += 1;
@@ -104,7 +101,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
             }
             Err(why) => {
                 // The attempt rolled back: the gang's shape is what it was before it.
-                if let Some(shape) = shape.or_else(|| AttemptShape::of(ssn, g)) {
+                if let Some(shape) = shape.unwrap_or_else(|| AttemptShape::of(ssn, g)) {
                     like_failures.record(shape, &why);
                 }
                 ssn.cluster
