@@ -178,16 +178,124 @@ pub fn positive_count(what: &'static str, annotation: &str) -> Result<u32, Quant
 /// Formats milli-units as the shortest exact quantity: 500 → `500m`, 2000 → `2`.
 #[must_use]
 pub fn format_milli(milli: i64) -> String {
+    let mut text = String::with_capacity(8);
+    push_milli(&mut text, milli);
+    text
+}
+
+/// Appends milli-units as [`format_milli`] formats them.
+pub fn push_milli(text: &mut String, milli: i64) {
     if milli % 1000 == 0 {
-        (milli / 1000).to_string()
+        push_integer(text, milli / 1000);
     } else {
-        format!("{milli}m")
+        push_integer(text, milli);
+        text.push('m');
+    }
+}
+
+/// Formats milli-units as a decimal number: 500 → `0.5`, 2000 → `2`, 1250 → `1.25`.
+#[must_use]
+pub fn format_decimal_milli(milli: i64) -> String {
+    let mut text = String::with_capacity(8);
+    push_decimal_milli(&mut text, milli);
+    text
+}
+
+/// Appends milli-units as [`format_decimal_milli`] formats them.
+pub fn push_decimal_milli(text: &mut String, milli: i64) {
+    if milli < 0 {
+        text.push('-');
+    }
+    let magnitude = milli.unsigned_abs();
+    push_unsigned(text, magnitude / 1000);
+    let mut frac = magnitude % 1000;
+    if frac != 0 {
+        text.push('.');
+        // Leading zeros of the fraction (1005 → `1.005`), then its digits without trailing zeros.
+        for scale in [100, 10] {
+            if frac < scale {
+                text.push('0');
+            } else {
+                break;
+            }
+        }
+        while frac.is_multiple_of(10) {
+            frac /= 10;
+        }
+        push_unsigned(text, frac);
+    }
+}
+
+/// Appends an integer in decimal. Quantities are formatted by the thousand in every status a cycle
+/// decides; this skips the formatting machinery.
+pub fn push_integer(text: &mut String, value: i64) {
+    if value < 0 {
+        text.push('-');
+    }
+    push_unsigned(text, value.unsigned_abs());
+}
+
+fn push_unsigned(text: &mut String, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // The remainder is below 10.
+        #[allow(clippy::cast_possible_truncation)]
+        let digit = (value % 10) as u8;
+        digits[at] = b'0' + digit;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    for d in &digits[at..] {
+        text.push(char::from(*d));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_milli_units_as_the_formatting_machinery_would() {
+        for milli in [
+            0,
+            1,
+            5,
+            10,
+            100,
+            999,
+            1000,
+            1005,
+            1050,
+            1250,
+            1500,
+            2000,
+            123_456_789,
+            -1,
+            -1500,
+            -2000,
+            i64::MAX,
+            i64::MIN,
+        ] {
+            let expected = if milli % 1000 == 0 {
+                (milli / 1000).to_string()
+            } else {
+                format!("{milli}m")
+            };
+            assert_eq!(format_milli(milli), expected, "{milli}");
+            let sign = if milli < 0 { "-" } else { "" };
+            let (whole, frac) = (milli.unsigned_abs() / 1000, milli.unsigned_abs() % 1000);
+            let expected = if frac == 0 {
+                format!("{sign}{whole}")
+            } else {
+                format!("{sign}{whole}.{}", format!("{frac:03}").trim_end_matches('0'))
+            };
+            assert_eq!(format_decimal_milli(milli), expected, "{milli}");
+        }
+    }
 
     #[test]
     fn reads_cpu_memory_and_gpu_quantities() {

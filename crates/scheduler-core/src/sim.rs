@@ -14,6 +14,7 @@ use crate::cycle::{self, CycleResult};
 use crate::framework::decisions::Decisions;
 use crate::model::constraints::{Constraints, Taint, TaintEffect, Toleration};
 use crate::model::group::{GroupKind, SubGroupDecl};
+use crate::model::group_status::SeenStatus;
 use crate::model::pod_rules::{
     HOSTNAME_KEY, Inclusion, LabelSelector, Labels, NamespaceScope, PodTerm, RulesSpec, SelectorRequirement,
     Spread,
@@ -643,7 +644,7 @@ impl Sim {
         for s in &d.group_statuses {
             if let Some(g) = self.cluster.group_id(&s.key) {
                 let mut group = self.cluster.group(g).clone();
-                group.observed.status = Some(s.status.clone());
+                group.observed.status = Some(SeenStatus::Decided(s.status.clone()));
                 group.observed.fingerprint = s.fingerprint;
                 self.cluster.apply_group(group);
             }
@@ -746,7 +747,7 @@ impl Sim {
     #[must_use]
     pub fn status(&self, gang: &str) -> Option<api::PodGroupStatus> {
         let (_, g) = self.cluster.groups.iter().find(|(_, g)| &*g.key.name == gang)?;
-        g.observed.status.as_deref().cloned()
+        g.observed.status.as_ref().map(SeenStatus::render)
     }
 
     /// The message of the gang's Unschedulable condition.

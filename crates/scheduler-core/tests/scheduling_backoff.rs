@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use kai_scheduler_core::framework::report::status::status_fingerprint;
+use kai_scheduler_core::model::group_status::SeenStatus;
 use kai_scheduler_core::model::{GroupKey, GroupKind, TaskStatus};
 use kai_scheduler_core::sim::{GangSpec, Sim};
 
@@ -37,10 +38,11 @@ fn reason(s: &Sim, name: &str) -> Option<String> {
     s.cluster
         .group_id(&key(name))
         .map(|g| s.cluster.group(g))
-        .and_then(|g| g.observed.status.as_deref())
-        .and_then(|st| st.scheduling_conditions.first())
-        .and_then(|c| c.reasons.first())
-        .and_then(|r| r.reason.clone())
+        .and_then(|g| g.observed.status.as_ref())
+        .map(SeenStatus::render)
+        .and_then(|st| st.scheduling_conditions.first().cloned())
+        .and_then(|c| c.reasons.first().cloned())
+        .and_then(|r| r.reason)
 }
 
 #[test]
@@ -89,11 +91,16 @@ fn removing_the_pool_record_lets_the_gang_be_tried_again() {
     // A user (or a controller moving it) clears the scheduling conditions.
     let id = s.cluster.group_id(&key("once")).expect("group");
     let mut group = s.cluster.group(id).clone();
-    let mut status = group.observed.status.as_deref().cloned().expect("status");
+    let mut status = group
+        .observed
+        .status
+        .as_ref()
+        .map(SeenStatus::render)
+        .expect("status");
     status.scheduling_conditions.clear();
     // As the watch would bring it: someone else's status, with its fingerprint.
     group.observed.fingerprint = status_fingerprint(&status);
-    group.observed.status = Some(Arc::new(status));
+    group.observed.status = Some(SeenStatus::Api(Arc::new(status)));
     s.cluster.apply_group(group);
     s.rounds(2);
     assert_eq!(s.count("once", TaskStatus::Running), 1);
@@ -125,7 +132,7 @@ fn the_record_names_the_served_pool_and_another_pool_tries_again() {
     let id = pool_b.cluster.group_id(&key("once")).expect("group");
     let mut group = pool_b.cluster.group(id).clone();
     group.observed.fingerprint = status_fingerprint(&status);
-    group.observed.status = Some(Arc::new(status));
+    group.observed.status = Some(SeenStatus::Api(Arc::new(status)));
     assert!(group.backed_off_on("pool-a") && !group.backed_off_on("pool-b"));
     pool_b.cluster.apply_group(group);
     pool_b.rounds(2);
@@ -138,12 +145,17 @@ fn the_last_record_by_transition_id_decides() {
     s.round();
     let id = s.cluster.group_id(&key("once")).expect("group");
     let mut group = s.cluster.group(id).clone();
-    let mut status = group.observed.status.as_deref().cloned().expect("status");
+    let mut status = group
+        .observed
+        .status
+        .as_ref()
+        .map(SeenStatus::render)
+        .expect("status");
     let mut other = status.scheduling_conditions[0].clone();
     other.node_pool = Some("elsewhere".into());
     other.transition_id = Some("7".into());
     status.scheduling_conditions.push(other);
-    group.observed.status = Some(Arc::new(status));
+    group.observed.status = Some(SeenStatus::Api(Arc::new(status)));
     assert!(
         !group.backed_off_on("default"),
         "the last record (id 7) is about another pool"

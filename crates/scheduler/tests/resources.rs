@@ -73,7 +73,7 @@ fn why(d: &Decisions, group: &str) -> String {
         .iter()
         .find(|s| &*s.key.name == group)
         .unwrap_or_else(|| panic!("a status for {group}: {d:?}"))
-        .status;
+        .render();
     status
         .conditions
         .iter()

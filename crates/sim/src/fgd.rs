@@ -26,6 +26,7 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use scheduler_core::config::{ActionKind, Config, PlacementStrategy};
 use scheduler_core::cycle;
+use scheduler_core::model::group_status::SeenStatus;
 use scheduler_core::model::pod_rules::{Labels, RulesSpec};
 use scheduler_core::model::{
     ApiView, Cluster, Group, GroupKey, GroupKind, Node, NodeId, PodUpdate, TaskStatus,
@@ -610,7 +611,7 @@ fn offer(
         for s in &result.decisions.group_statuses {
             if let Some(g) = cluster.group_id(&s.key) {
                 let mut group = cluster.group(g).clone();
-                group.observed.status = Some(s.status.clone());
+                group.observed.status = Some(SeenStatus::Decided(s.status.clone()));
                 group.observed.fingerprint = s.fingerprint;
                 cluster.apply_group(group);
             }

@@ -133,14 +133,34 @@ pub struct Event {
 }
 
 /// The status a gang should have; written only when it differs from what was last written.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct GroupStatus {
     /// Gang.
     pub key: GroupKey,
-    /// The full status to apply (shared with the model's observed status).
-    pub status: std::sync::Arc<api::PodGroupStatus>,
+    /// The full status to apply (shared with the model's observed status), rendered as the API object
+    /// where it is written.
+    pub status: std::sync::Arc<crate::model::group_status::DecidedStatus>,
     /// Fingerprint to remember once written.
     pub fingerprint: u64,
+}
+
+impl GroupStatus {
+    /// The status as the API object.
+    #[must_use]
+    pub fn render(&self) -> api::PodGroupStatus {
+        self.status.render()
+    }
+}
+
+/// Shows the status as it is written.
+impl std::fmt::Debug for GroupStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupStatus")
+            .field("key", &self.key)
+            .field("status", &self.render())
+            .field("fingerprint", &self.fingerprint)
+            .finish()
+    }
 }
 
 /// Scheduler-owned annotations on a gang.

@@ -239,7 +239,7 @@ impl std::fmt::Display for GroupProblem {
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct ObservedStatus {
     /// The status as last seen (or as last written, until the write is seen).
-    pub status: Option<Arc<api::PodGroupStatus>>,
+    pub status: Option<super::group_status::SeenStatus>,
     /// Fingerprint of that status, timestamps excluded.
     pub fingerprint: u64,
     /// Fingerprint of the last Unschedulable event emitted (in memory only).
@@ -397,22 +397,11 @@ impl Group {
         if !self.scheduling_backoff {
             return false;
         }
-        let Some(status) = &self.observed.status else {
-            return false;
-        };
-        let id = |c: &api::podgroup::SchedulingCondition| {
-            c.transition_id
-                .as_deref()
-                .and_then(|t| t.parse::<i64>().ok())
-                .unwrap_or(-1)
-        };
-        let mut last: Option<&api::podgroup::SchedulingCondition> = None;
-        for c in &status.scheduling_conditions {
-            if last.is_none_or(|l| id(c) > id(l)) {
-                last = Some(c);
-            }
-        }
-        last.is_some_and(|c| c.node_pool.as_deref().unwrap_or("") == node_pool)
+        self.observed
+            .status
+            .as_ref()
+            .and_then(super::group_status::SeenStatus::last_scheduling_pool)
+            .is_some_and(|pool| pool == node_pool)
     }
 
     /// The first problem that stops scheduling, if any.

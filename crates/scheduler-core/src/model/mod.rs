@@ -6,6 +6,7 @@
 pub mod cluster;
 pub mod constraints;
 pub mod group;
+pub mod group_status;
 pub mod ids;
 pub mod no_fit_memo;
 pub mod node;

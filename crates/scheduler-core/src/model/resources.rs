@@ -315,17 +315,7 @@ fn counts_bytes(name: &str) -> bool {
 }
 
 /// Milli-units as a decimal number: 500 → `0.5`, 2000 → `2`, 1250 → `1.25`.
-#[must_use]
-pub fn format_decimal_milli(milli: i64) -> String {
-    let sign = if milli < 0 { "-" } else { "" };
-    let (whole, frac) = (milli.abs() / 1000, milli.abs() % 1000);
-    if frac == 0 {
-        format!("{sign}{whole}")
-    } else {
-        let digits = format!("{frac:03}");
-        format!("{sign}{whole}.{}", digits.trim_end_matches('0'))
-    }
-}
+pub use api::quantity::format_decimal_milli;
 
 /// Bytes in the largest binary unit that divides them exactly (`8Gi`, `1536Mi`, `100`).
 #[must_use]

@@ -22,13 +22,15 @@ impl Applier {
             return;
         }
         let params = PatchParams::apply(api::keys::FIELD_MANAGER_SCHEDULER).force();
+        // Rendered here, at the write: a status replaced before its turn never is.
+        let status = s.render();
         let result = match s.key.kind {
             GroupKind::Kai => {
                 let api: Api<api::PodGroup> = Api::namespaced(self.client.clone(), &s.key.namespace);
                 let patch = json!({
                     "apiVersion": "scheduling.run.ai/v2alpha2",
                     "kind": "PodGroup",
-                    "status": &*s.status,
+                    "status": &status,
                 });
                 api.patch_status(&s.key.name, &params, &Patch::Apply(&patch))
                     .await
@@ -39,7 +41,7 @@ impl Applier {
                 let patch = json!({
                     "apiVersion": "scheduling.volcano.sh/v1beta1",
                     "kind": "PodGroup",
-                    "status": volcano_status(&s.status),
+                    "status": volcano_status(&status),
                 });
                 api.patch_status(&s.key.name, &params, &Patch::Apply(&patch))
                     .await

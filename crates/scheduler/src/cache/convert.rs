@@ -830,7 +830,9 @@ pub fn pod_group(pg: &api::PodGroup, default_queue: &str) -> Group {
     }
     if let Some(status) = &pg.status {
         group.observed.fingerprint = scheduler_core::framework::report::status::status_fingerprint(status);
-        group.observed.status = Some(std::sync::Arc::new(status.clone()));
+        group.observed.status = Some(scheduler_core::model::group_status::SeenStatus::Api(
+            std::sync::Arc::new(status.clone()),
+        ));
     }
     group.problems.sort();
     group.problems.dedup();
@@ -1482,7 +1484,7 @@ spec:
             .iter()
             .find(|s| &*s.key.name == "vg")
             .expect("a status for the gang")
-            .status;
+            .render();
         let invalid = status
             .conditions
             .iter()

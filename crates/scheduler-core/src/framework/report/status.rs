@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
-use api::podgroup::{PodGroupCondition, SchedulingCondition, UnschedulableExplanation};
-use api::{PodGroupPhase, PodGroupStatus};
+use std::sync::Arc;
+
+use api::PodGroupPhase;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::framework::decisions::{
@@ -13,6 +14,7 @@ use crate::framework::decisions::{
 };
 use crate::framework::report::explain::Why;
 use crate::framework::{GangOutcome, Session};
+use crate::model::group_status::{DecidedCondition, DecidedStatus, PoolCondition, SeenStatus, SlotNames};
 use crate::model::ids::WordHasher;
 use crate::model::resources::{GPU, PODS};
 use crate::model::{Cluster, Group, GroupId, GroupKind, Millis, Resources, TaskStatus};
@@ -58,29 +60,7 @@ pub fn rfc3339(ms: Millis) -> String {
     )
 }
 
-/// Fingerprint of a status, timestamps and transition ids excluded.
-#[must_use]
-pub fn status_fingerprint(s: &PodGroupStatus) -> u64 {
-    let mut h = WordHasher::default();
-    s.phase.map(PodGroupPhase::as_str).hash(&mut h);
-    (s.running, s.succeeded, s.failed, s.pending).hash(&mut h);
-    for c in &s.conditions {
-        (&c.type_, &c.status, &c.reason, &c.message).hash(&mut h);
-    }
-    for c in &s.scheduling_conditions {
-        // The pool too: `schedulingBackoff` reads it, so a record moved to another pool is news.
-        (&c.type_, &c.node_pool, &c.reason, &c.message, &c.status).hash(&mut h);
-        for r in &c.reasons {
-            (&r.reason, &r.message).hash(&mut h);
-        }
-    }
-    if let Some(r) = &s.resources_status {
-        for (k, v) in r.allocated.iter().chain(r.requested.iter()) {
-            (k, &v.0).hash(&mut h);
-        }
-    }
-    h.finish()
-}
+pub use crate::model::group_status::status_fingerprint;
 
 fn fingerprint_str(s: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -158,39 +138,42 @@ pub fn phase(
 }
 
 fn quantities(cluster: &Cluster, r: &Resources) -> BTreeMap<String, Quantity> {
-    r.nonzero()
-        .filter(|(slot, _)| *slot != PODS)
-        .map(|(slot, v)| {
-            let q = match slot {
-                0 => api::quantity::format_milli(v),
-                GPU => crate::model::resources::format_decimal_milli(v),
-                _ => v.to_string(),
-            };
-            (cluster.names.name(slot).to_owned(), Quantity(q))
-        })
-        .collect()
+    // Inserted one by one: a status per group, and collecting sorts through a buffer first.
+    let mut map = BTreeMap::new();
+    for (slot, v) in r.nonzero().filter(|(slot, _)| *slot != PODS) {
+        let q = match slot {
+            0 => api::quantity::format_milli(v),
+            GPU => api::quantity::format_decimal_milli(v),
+            _ => {
+                let mut text = String::with_capacity(12);
+                api::quantity::push_integer(&mut text, v);
+                text
+            }
+        };
+        map.insert(cluster.names.name(slot).to_owned(), Quantity(q));
+    }
+    map
 }
 
 fn condition(
-    previous: Option<&PodGroupStatus>,
-    type_: &str,
-    status: &str,
-    reason: &str,
+    previous: Option<&SeenStatus>,
+    type_: &'static str,
+    status: bool,
+    reason: &'static str,
     message: String,
-    stamp: &str,
-) -> PodGroupCondition {
-    let old = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == type_));
-    let time = match old {
-        Some(o) if o.status == status => o.last_transition_time.clone(),
-        _ => Some(stamp.to_owned()),
+    stamp: &Arc<str>,
+) -> DecidedCondition {
+    let text = if status { "True" } else { "False" };
+    let last_transition_time = match previous.and_then(|p| p.condition(type_)) {
+        Some((old, time)) if old == text => time.map(Arc::from),
+        _ => Some(Arc::clone(stamp)),
     };
-    PodGroupCondition {
-        type_: type_.to_owned(),
-        status: status.to_owned(),
-        transition_id: None,
-        last_transition_time: time,
-        reason: Some(reason.to_owned()),
-        message: Some(message),
+    DecidedCondition {
+        type_,
+        status,
+        reason,
+        message,
+        last_transition_time,
     }
 }
 
@@ -255,9 +238,13 @@ pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     let now = ssn.now;
     let group_ids: Vec<GroupId> = ssn.cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
     // Every new transition of this cycle carries the same time: format it once.
-    let stamp = rfc3339(now);
+    let stamp: Arc<str> = Arc::from(rfc3339(now));
+    let names: SlotNames = (0..ssn.cluster.names.len())
+        .map(|slot| Arc::from(ssn.cluster.names.name(slot)))
+        .collect();
+    let shared = Shared { now, stamp, names };
     for id in group_ids {
-        report_group(ssn, id, now, &stamp, decisions);
+        report_group(ssn, id, &shared, decisions);
     }
     report_queues(ssn, decisions);
     report_pods_without_gang(ssn, decisions);
@@ -371,7 +358,17 @@ fn filling_and_young(ssn: &Session<'_>, id: GroupId, gang_index: Option<usize>, 
     true
 }
 
-fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, decisions: &mut Decisions) {
+/// What every group's report of a cycle shares.
+struct Shared {
+    now: Millis,
+    /// `now` in RFC 3339.
+    stamp: Arc<str>,
+    names: SlotNames,
+}
+
+fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &Shared, decisions: &mut Decisions) {
+    let Shared { now, stamp, names } = shared;
+    let now = *now;
     let gang_index = ssn.gang_of.get(&id).copied();
     if filling_and_young(ssn, id, gang_index, now) {
         return;
@@ -438,14 +435,6 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
         .and_then(|g| ssn.outcomes.get(&g))
         .unwrap_or(&no_outcome);
     let phase = phase(c, group.min_member, satisfied, group.timed_out, has_children);
-    let mut status = PodGroupStatus {
-        phase: Some(phase),
-        running: Some(i32::try_from(c.running).unwrap_or(i32::MAX)),
-        succeeded: Some(i32::try_from(c.succeeded).unwrap_or(i32::MAX)),
-        failed: Some(i32::try_from(c.failed).unwrap_or(i32::MAX)),
-        pending: Some(i32::try_from(c.pending + c.pipelined).unwrap_or(i32::MAX)),
-        ..PodGroupStatus::default()
-    };
     // Resources: allocated (placed pods) and requested (placed + waiting).
     let mut allocated = Resources::ZERO;
     let mut requested = Resources::ZERO;
@@ -459,38 +448,22 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
             requested.add(&share);
         }
     }
-    status.resources_status = Some(api::podgroup::PodGroupResourcesStatus {
-        allocated: quantities(cluster, &allocated),
-        allocated_non_preemptible: if group.preemptible {
-            BTreeMap::new()
-        } else {
-            quantities(cluster, &allocated)
-        },
-        requested: quantities(cluster, &requested),
-    });
-    let prev = group.observed.status.as_deref();
+    let prev = group.observed.status.as_ref();
     let scheduled = matches!(
         phase,
         PodGroupPhase::Scheduled | PodGroupPhase::Running | PodGroupPhase::Finished
     );
-    status.conditions.push(condition(
+    let mut conditions = Vec::with_capacity(2);
+    conditions.push(condition(
         prev,
         condition::SCHEDULED,
-        if scheduled { "True" } else { "False" },
+        scheduled,
         if scheduled { "Scheduled" } else { "NotScheduled" },
-        if scheduled {
-            format!(
-                "{} of minMember {} pods placed",
-                c.running + c.bound + c.succeeded,
-                group.min_member
-            )
-        } else {
-            format!(
-                "{} of minMember {} pods placed",
-                c.running + c.bound,
-                group.min_member
-            )
-        },
+        format!(
+            "{} of minMember {} pods placed",
+            c.running + c.bound + if scheduled { c.succeeded } else { 0 },
+            group.min_member
+        ),
         stamp,
     ));
     for p in &group.problems {
@@ -499,85 +472,88 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
         } else {
             condition::WARNING
         };
-        if status.conditions.iter().any(|c| c.type_ == type_) {
+        if conditions.iter().any(|c| c.type_ == type_) {
             continue;
         }
-        status
-            .conditions
-            .push(condition(prev, type_, "True", p.reason(), p.to_string(), stamp));
+        conditions.push(condition(prev, type_, true, p.reason(), p.to_string(), stamp));
     }
     // Why it waits: the outcome of this cycle (root) or of its gang (child groups).
     let waiting = !scheduled && (c.pending + c.pipelined > 0 || gang_waiting);
     let whys: Vec<&Why> = outcome.why.iter().collect();
     let message = whys.first().map(|w| w.message(&cluster.names));
+    let mut pool = None;
     if waiting && let (Some(why), Some(message)) = (whys.first(), message.as_ref()) {
-        status.conditions.push(condition(
+        conditions.push(condition(
             prev,
             condition::UNSCHEDULABLE,
-            "True",
+            true,
             why.reason(),
             message.clone(),
             stamp,
         ));
         if c.running + c.bound == 0 {
-            let pool = cluster.node_pool_name();
+            let pool_name = cluster.node_pool_name();
             // KAI names the pool in the message of a gang that backs off per pool.
             let pool_message = if group.scheduling_backoff {
-                format!("Node-Pool '{pool}': {message}")
+                format!("Node-Pool '{pool_name}': {message}")
             } else {
                 message.clone()
             };
             let last_transition_time = prev
-                .and_then(|p| p.scheduling_conditions.first())
-                .filter(|s| s.message.as_ref() == Some(&pool_message))
-                .and_then(|s| s.last_transition_time.clone())
-                .or_else(|| Some(stamp.to_owned()));
-            status.scheduling_conditions.push(SchedulingCondition {
-                type_: "UnschedulableOnNodePool".to_owned(),
-                node_pool: Some(pool.to_owned()),
-                reason: Some("Unschedulable".to_owned()),
-                message: Some(pool_message),
+                .and_then(SeenStatus::first_scheduling_condition)
+                .filter(|(m, _)| *m == Some(pool_message.as_str()))
+                .and_then(|(_, time)| time.map(Arc::from))
+                .or_else(|| Some(Arc::clone(stamp)));
+            pool = Some(PoolCondition {
+                node_pool: Arc::from(pool_name),
+                message: pool_message,
                 reasons: whys
                     .iter()
                     .enumerate()
-                    .map(|(i, w)| UnschedulableExplanation {
-                        reason: Some(w.reason().to_owned()),
+                    .map(|(i, w)| {
                         // The first one's message is the condition's, made above.
-                        message: Some(if i == 0 {
+                        let text = if i == 0 {
                             message.clone()
                         } else {
                             w.message(&cluster.names)
-                        }),
-                        details: None,
+                        };
+                        (w.reason(), text)
                     })
                     .collect(),
-                transition_id: Some("0".to_owned()),
                 last_transition_time,
-                status: Some("True".to_owned()),
             });
         }
     }
     if group.timed_out {
         let secs = group.schedule_timeout_secs.unwrap_or_default();
-        status.conditions.push(condition(
+        conditions.push(condition(
             prev,
             condition::TIMED_OUT,
-            "True",
+            true,
             "ScheduleTimeout",
             format!("not placed within scheduleTimeoutSeconds ({secs}s); still retried, and placed if room appears"),
             stamp,
         ));
     }
-    // Conditions other components own (the podgrouper's warnings) are kept as they are: the status
-    // is written whole, and on servers that treat the list as atomic it would otherwise drop them.
-    if let Some(p) = prev {
-        for c in &p.conditions {
-            if !condition::OURS.contains(&c.type_.as_str()) {
-                status.conditions.push(c.clone());
-            }
-        }
-    }
-    let fingerprint = status_fingerprint(&status);
+    let status = DecidedStatus {
+        phase,
+        running: i32::try_from(c.running).unwrap_or(i32::MAX),
+        succeeded: i32::try_from(c.succeeded).unwrap_or(i32::MAX),
+        failed: i32::try_from(c.failed).unwrap_or(i32::MAX),
+        pending: i32::try_from(c.pending + c.pipelined).unwrap_or(i32::MAX),
+        conditions,
+        pool,
+        // Conditions other components own (the podgrouper's warnings) are kept as they are: the status
+        // is written whole, and on servers that treat the list as atomic it would otherwise drop them.
+        foreign: prev
+            .map(|p| p.conditions_not_in(&condition::OURS))
+            .unwrap_or_default(),
+        allocated,
+        requested,
+        non_preemptible: !group.preemptible,
+        names: Arc::clone(names),
+    };
+    let fingerprint = status.fingerprint();
     let key = group.key.clone();
     let uid = group.uid.clone();
     let volcano = key.kind == GroupKind::Volcano;
@@ -591,11 +567,13 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
     if let Some(placed_by) = outcome.placed_by
         && is_root
     {
-        let nodes: std::collections::BTreeSet<String> = ssn.gangs[gang_index.unwrap_or_default()]
+        let mut nodes: Vec<&str> = ssn.gangs[gang_index.unwrap_or_default()]
             .tasks()
-            .filter_map(|t| cluster.task(t).node.map(|n| cluster.node(n).name.to_string()))
+            .filter_map(|t| cluster.task(t).node.map(|n| &*cluster.node(n).name))
             .collect();
-        let nodes: Vec<String> = nodes.into_iter().collect();
+        let pods = nodes.len();
+        nodes.sort_unstable();
+        nodes.dedup();
         let how = if phase == PodGroupPhase::PreScheduling {
             "reserved (waiting for evictions)"
         } else {
@@ -606,12 +584,8 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
             type_: EventType::Normal,
             reason: api::keys::EVENT_POD_GROUP_SCHEDULED,
             message: format!(
-                "gang {how} by {}: {} pods on {} node{}: {}",
+                "gang {how} by {}: {pods} pods on {} node{}: {}",
                 placed_by.as_str(),
-                ssn.gangs[gang_index.unwrap_or_default()]
-                    .tasks()
-                    .filter(|t| cluster.task(*t).node.is_some())
-                    .count(),
                 nodes.len(),
                 if nodes.len() == 1 { "" } else { "s" },
                 nodes.join(", ")
@@ -675,11 +649,11 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
         stale_since: group.stale_since,
     });
     let changed = fingerprint != group.observed.fingerprint;
-    // One status, shared by the decision and the model (it is large, and a full cycle writes many).
-    let status = std::sync::Arc::new(status);
+    // One status, shared by the decision and the model.
+    let status = Arc::new(status);
     let status_update = changed.then(|| GroupStatus {
         key: key.clone(),
-        status: std::sync::Arc::clone(&status),
+        status: Arc::clone(&status),
         fingerprint,
     });
     // Remember what is being written so the next cycle does not write it again before the echo.
@@ -691,7 +665,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, now: Millis, stamp: &str, de
     }
     if let Some(update) = status_update {
         group.observed.fingerprint = fingerprint;
-        group.observed.status = Some(status);
+        group.observed.status = Some(SeenStatus::Decided(status));
         decisions.group_statuses.push(update);
     }
     if let Some(a) = annotations {
