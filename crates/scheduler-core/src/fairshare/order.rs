@@ -98,6 +98,19 @@ pub enum OrderStep {
     Age,
 }
 
+/// KAI's penalty factor for holding a resource with no allocatable share.
+const NO_SHARE_PENALTY: f64 = 1000.0;
+
+/// One slot's share of a dominant share: held over allocatable, or held times the penalty where the
+/// allocatable share is 0.
+fn weighted_share(held: f64, allocatable: f64) -> f64 {
+    if allocatable == 0.0 {
+        held * NO_SHARE_PENALTY
+    } else {
+        held / allocatable
+    }
+}
+
 /// `Less` when the left side was preferred by a boolean test that holds on the left only.
 fn prefer(left: bool, right: bool) -> Ordering {
     match (left, right) {
@@ -119,6 +132,14 @@ pub struct OrderKey {
     zero_share: bool,
     share_with_job: f64,
     share: f64,
+}
+
+#[cfg(test)]
+impl OrderKey {
+    /// Starved, zero share, dominant share with the job and without, for tests.
+    pub(crate) fn parts(&self) -> (bool, bool, f64, f64) {
+        (self.starved, self.zero_share, self.share_with_job, self.share)
+    }
 }
 
 impl QueueTree {
@@ -191,17 +212,38 @@ impl QueueTree {
         (Ordering::Equal, OrderStep::Age)
     }
 
-    /// The key of a queue with its best pending job (allocate mode, no victims).
+    /// The key of a queue with its best pending job (allocate mode, no victims). One pass over the
+    /// tracked slots computes what [`Self::within_deserved_with`], [`Self::uses_zero_share`] and
+    /// [`Self::dominant_share`] (with and without the job) compute, with the same arithmetic in the
+    /// same order (`order_key_is_the_steps_it_stands_for` checks it); a pop computes keys by the
+    /// thousand.
     #[must_use]
     pub fn order_key(&self, q: QueueId, job: &Resources) -> OrderKey {
-        let zero = Resources::ZERO;
+        let node = &self.nodes[q.index()];
+        let allocated = &self.accounting.get(q).allocated;
+        let (mut starved, mut zero_share) = (true, false);
+        let (mut share_with_job, mut share) = (0.0f64, 0.0f64);
+        for slot in self.mask.iter() {
+            let allocatable = self.allocatable_share(q, slot);
+            let held = to_share(slot, allocated.0[slot]);
+            let held_with_job = to_share(slot, allocated.0[slot] + job.0[slot]);
+            starved &= cmp_quantity(held_with_job, node.deserved.0[slot]).is_le();
+            zero_share |= allocatable == 0.0 && held_with_job > 0.0;
+            let divisor = if allocatable == UNLIMITED {
+                self.total.0[slot]
+            } else {
+                allocatable
+            };
+            share_with_job = share_with_job.max(weighted_share(held_with_job, divisor));
+            share = share.max(weighted_share(held, divisor));
+        }
         OrderKey {
             queue: q,
             over_utilized: self.is_over_utilized(q),
-            starved: self.within_deserved_with(q, job),
-            zero_share: self.uses_zero_share(q, job),
-            share_with_job: self.dominant_share(q, job, &zero),
-            share: self.dominant_share(q, &zero, &zero),
+            starved,
+            zero_share,
+            share_with_job,
+            share,
         }
     }
 
@@ -290,7 +332,7 @@ impl QueueTree {
     }
 
     /// Step 4: holds (with the job) something on a slot whose allocatable share is 0.
-    fn uses_zero_share(&self, q: QueueId, job: &Resources) -> bool {
+    pub(crate) fn uses_zero_share(&self, q: QueueId, job: &Resources) -> bool {
         let allocated = &self.accounting.get(q).allocated;
         self.mask.iter().any(|slot| {
             self.allocatable_share(q, slot) == 0.0 && to_share(slot, allocated.0[slot] + job.0[slot]) > 0.0
@@ -300,8 +342,6 @@ impl QueueTree {
     /// KAI `GetDominantResourceShare` of `allocated + plus - minus`.
     #[must_use]
     pub fn dominant_share(&self, q: QueueId, plus: &Resources, minus: &Resources) -> f64 {
-        /// KAI's penalty factor for holding a resource with no allocatable share.
-        const NO_SHARE_PENALTY: f64 = 1000.0;
         let allocated = &self.accounting.get(q).allocated;
         let mut dominant = 0.0f64;
         for slot in self.mask.iter() {
@@ -310,12 +350,7 @@ impl QueueTree {
                 allocatable = self.total.0[slot];
             }
             let held = to_share(slot, allocated.0[slot] + plus.0[slot] - minus.0[slot]);
-            let value = if allocatable == 0.0 {
-                held * NO_SHARE_PENALTY
-            } else {
-                held / allocatable
-            };
-            dominant = dominant.max(value);
+            dominant = dominant.max(weighted_share(held, allocatable));
         }
         dominant
     }

@@ -509,3 +509,35 @@ fn unlimited_allocatable_share_uses_the_cluster_total() {
         0.5
     );
 }
+
+#[test]
+fn order_key_is_the_steps_it_stands_for() {
+    // The key's one pass over the slots gives, bit for bit, what each step computes on its own:
+    // queues within and over deserved, with a limit, unlimited deserved or limit, no share at all.
+    let mut tree = build(vec![
+        gpu_queue("within", None, 4.0, 1.0),
+        gpu_queue("over", None, 1.0, 1.0),
+        QueueSpec::new("capped").with_resource(GPU, 2.0, 3.0, 1.0),
+        gpu_queue("free", None, UNLIMITED, 1.0),
+        QueueSpec::new("limited").with_resource(GPU, UNLIMITED, 2.0, 1.0),
+        gpu_queue("none", None, 0.0, 0.0),
+    ]);
+    let names = ["within", "over", "capped", "free", "limited", "none"];
+    for (i, name) in names.iter().enumerate() {
+        let q = id(&tree, name);
+        tree.record_running(q, &gpus(i as f64 * 0.75), Preemptibility::Preemptible);
+    }
+    tree.divide(&gpus(9.0));
+    for name in names {
+        let q = id(&tree, name);
+        for job in [0.0, 0.5, 1.0, 3.0, 12.0] {
+            let job = gpus(job);
+            let (starved, zero_share, with_job, without) = tree.order_key(q, &job).parts();
+            assert_eq!(starved, tree.within_deserved_with(q, &job), "{name}");
+            assert_eq!(zero_share, tree.uses_zero_share(q, &job), "{name}");
+            let zero = Resources::ZERO;
+            assert_eq!(with_job.to_bits(), tree.dominant_share(q, &job, &zero).to_bits(), "{name}");
+            assert_eq!(without.to_bits(), tree.dominant_share(q, &zero, &zero).to_bits(), "{name}");
+        }
+    }
+}

@@ -7,33 +7,31 @@ use std::collections::VecDeque;
 
 use crate::fairshare::OrderKey;
 use crate::framework::Session;
-use crate::model::{GroupKey, IdMap, QueueId, Resources, TaskStatus};
+use crate::model::{GroupKey, QueueId, Resources, TaskStatus};
 
-/// A leaf queue and its front gang: the next gang to try under some queue.
-type Pick = Option<(QueueId, usize)>;
+/// A leaf queue (dense index) and its front gang: the next gang to try under some queue.
+type Pick = Option<(u32, usize)>;
 
 /// (fairness version, fronts version) of a queue when its best was found.
 type Seen = (u64, u64);
 
-/// Gangs by queue, in order.
+/// No dense index (a queue the order does not hold).
+const NONE: u32 = u32::MAX;
+
+/// Gangs by queue, in order. The queue tree is copied into dense vectors when the order is made (a
+/// pop visits every sibling on its path, so each visit is an index, not a map lookup).
 #[derive(Clone, Debug, Default)]
 pub struct JobQueues {
-    leaves: IdMap<QueueId, VecDeque<usize>>,
-    /// What each gang asks for next (used to compare queues).
-    requests: IdMap<usize, Resources>,
+    /// Every model queue, in arena order.
+    nodes: Vec<QueueNode>,
+    /// The top-level queues without problems, as dense indexes, in arena order.
+    roots: Vec<u32>,
+    /// What each gang asks for next (used to compare queues), by gang index.
+    requests: Vec<Resources>,
+    /// Gangs queued.
+    queued: usize,
     /// Reverse order (victim selection): worst gangs of the most over-served queues first.
     reverse: bool,
-    /// Per queue, bumped when the front gang of a leaf under it changes (pop, push).
-    fronts: PerQueue<u64>,
-    /// The best (leaf, gang) under each inner queue, with the (fairness version, fronts version) it was
-    /// found at: siblings compare only their own accounting and candidates, so a subtree where neither
-    /// changed still has the same best, and a pop re-compares only along the path that changed.
-    best_under: PerQueue<(Seen, Pick)>,
-    /// Each queue's order key with what it was computed from: a key reads only the queue's accounting
-    /// and its best gang's request, so a new front gang asking the same (a backlog of like jobs) keeps it.
-    keys: PerQueue<KeyAt>,
-    /// The top-level queues without problems, listed at the first pop.
-    roots: Option<Vec<QueueId>>,
     /// What the last pop took: while no accounting changed and nothing was put back, a leaf whose next
     /// gang asks the same as the one taken is still the best (every comparison reads only accounting
     /// and requests), so a run of like gangs is popped without comparing queues.
@@ -41,6 +39,27 @@ pub struct JobQueues {
     /// Tests compare against the uncached order.
     #[cfg(test)]
     uncached: bool,
+}
+
+/// One queue of the order.
+#[derive(Clone, Debug)]
+struct QueueNode {
+    queue: QueueId,
+    /// The model queue's children, as dense indexes, in the model's order (none: a leaf).
+    children: Vec<u32>,
+    /// The parent's dense index.
+    parent: u32,
+    /// The gangs of this queue, in job order (only a leaf's are ever taken).
+    gangs: VecDeque<usize>,
+    /// Bumped when the front gang of a leaf under it changes (pop, push).
+    fronts: u64,
+    /// The best (leaf, gang) under it, with the (fairness version, fronts version) it was found at:
+    /// siblings compare only their own accounting and candidates, so a subtree where neither changed
+    /// still has the same best, and a pop re-compares only along the path that changed.
+    best_under: Option<(Seen, Pick)>,
+    /// Its order key with what it was computed from: a key reads only the queue's accounting and its
+    /// best gang's request, so a new front gang asking the same (a backlog of like jobs) keeps it.
+    key: Option<KeyAt>,
 }
 
 /// A queue's order key, with what it was computed from: the queue's fairness version and the request
@@ -56,36 +75,9 @@ struct KeyAt {
 /// The leaf a pop took from, the request of the gang it took and the session's allocation changes then.
 #[derive(Clone, Copy, Debug)]
 struct LastPop {
-    leaf: QueueId,
+    leaf: u32,
     request: Resources,
     fairness: u64,
-}
-
-/// Values per queue, in a vector by the queue's arena index (looked up on every comparison of a pop).
-#[derive(Clone, Debug)]
-struct PerQueue<T>(Vec<Option<T>>);
-
-impl<T> Default for PerQueue<T> {
-    fn default() -> Self {
-        Self(Vec::new())
-    }
-}
-
-impl<T> PerQueue<T> {
-    fn get(&self, q: &QueueId) -> Option<&T> {
-        self.0.get(q.index()).and_then(Option::as_ref)
-    }
-
-    fn get_mut(&mut self, q: &QueueId) -> Option<&mut T> {
-        self.0.get_mut(q.index()).and_then(Option::as_mut)
-    }
-
-    fn insert(&mut self, q: QueueId, value: T) {
-        if self.0.len() <= q.index() {
-            self.0.resize_with(q.index() + 1, || None);
-        }
-        self.0[q.index()] = Some(value);
-    }
 }
 
 /// KAI's job order inside a queue: higher priority, then gangs below their minimum before those at it
@@ -153,55 +145,105 @@ impl JobQueues {
     /// Queues the given gangs (those with a resolved queue).
     #[must_use]
     pub fn new(ssn: &Session<'_>, gangs: impl Iterator<Item = usize>, reverse: bool) -> Self {
+        let cluster = &*ssn.cluster;
+        let mut dense = Vec::new();
+        for (i, (arena, _)) in cluster.queues.iter().enumerate() {
+            let arena = QueueId(arena).index();
+            if dense.len() <= arena {
+                dense.resize(arena + 1, NONE);
+            }
+            dense[arena] = u32::try_from(i).unwrap_or(NONE);
+        }
+        let dense_of = |q: QueueId| dense.get(q.index()).copied().unwrap_or(NONE);
+        let nodes: Vec<QueueNode> = cluster
+            .queues
+            .iter()
+            .map(|(arena, q)| QueueNode {
+                queue: QueueId(arena),
+                children: q.children.iter().map(|c| dense_of(*c)).filter(|c| *c != NONE).collect(),
+                parent: q.parent.map_or(NONE, dense_of),
+                gangs: VecDeque::new(),
+                fronts: 0,
+                best_under: None,
+                key: None,
+            })
+            .collect();
+        let roots = cluster
+            .queues
+            .iter()
+            .filter(|(_, q)| q.parent.is_none() && q.problems.is_empty())
+            .map(|(arena, _)| dense_of(QueueId(arena)))
+            .collect();
         let mut q = Self {
+            nodes,
+            roots,
+            requests: vec![Resources::ZERO; ssn.gangs.len()],
             reverse,
             ..Self::default()
         };
         let mut keyed: Vec<((i32, u8, i64, SlashJoined), usize)> = gangs
-            .filter(|g| ssn.gangs[*g].queue.is_some())
-            .map(|g| (job_key(ssn, g), g))
+            .filter_map(|g| {
+                let queue = dense_of(ssn.gangs[g].queue?);
+                (queue != NONE).then(|| (job_key(ssn, g), g))
+            })
             .collect();
         keyed.sort();
         if reverse {
             keyed.reverse();
         }
         for (_, g) in keyed {
-            let queue = ssn.gangs[g].queue.expect("invariant: filtered on queue");
-            q.requests.insert(g, pending_request(ssn, g));
-            q.leaves.entry(queue).or_default().push_back(g);
+            let Some(queue) = ssn.gangs[g].queue.map(dense_of) else {
+                continue;
+            };
+            q.requests[g] = pending_request(ssn, g);
+            q.nodes[queue as usize].gangs.push_back(g);
+            q.queued += 1;
         }
         q
     }
 
+    /// The dense index of a gang's queue, if the order holds it.
+    fn queue_of(&self, ssn: &Session<'_>, gang: usize) -> Option<u32> {
+        let queue = ssn.gangs.get(gang)?.queue?;
+        self.nodes
+            .iter()
+            .position(|n| n.queue == queue)
+            .and_then(|i| u32::try_from(i).ok())
+    }
+
     /// Puts a gang back (elastic growth) in its place.
     pub fn push(&mut self, ssn: &Session<'_>, gang: usize) {
-        let Some(queue) = ssn.gangs[gang].queue else {
+        let Some(queue) = self.queue_of(ssn, gang) else {
             return;
         };
         self.last = None;
-        self.requests.insert(gang, pending_request(ssn, gang));
-        self.front_changed(ssn, queue);
+        if let Some(r) = self.requests.get_mut(gang) {
+            *r = pending_request(ssn, gang);
+        }
+        self.front_changed(queue);
         // Its request changed: keys computed with it hold only if the new request is the same.
-        let mut next = Some(queue);
-        for _ in 0..=ssn.cluster.queues.len() {
-            let Some(q) = next else { break };
-            if let Some(at) = self.keys.get_mut(&q)
+        let mut next = queue;
+        for _ in 0..=self.nodes.len() {
+            let Some(node) = self.nodes.get_mut(next as usize) else { break };
+            if let Some(at) = &mut node.key
                 && at.gang == gang
             {
                 at.gang = usize::MAX;
             }
-            next = ssn.cluster.queues.get(q.0).and_then(|queue| queue.parent);
+            next = node.parent;
         }
         let key = job_key(ssn, gang);
-        let leaf = self.leaves.entry(queue).or_default();
+        let reverse = self.reverse;
+        let leaf = &mut self.nodes[queue as usize].gangs;
         let pos = leaf
             .iter()
             .position(|g| {
                 let k = job_key(ssn, *g);
-                if self.reverse { k < key } else { k > key }
+                if reverse { k < key } else { k > key }
             })
             .unwrap_or(leaf.len());
         leaf.insert(pos, gang);
+        self.queued += 1;
     }
 
     /// Takes the next gang.
@@ -209,19 +251,9 @@ impl JobQueues {
         if let Some(gang) = self.pop_like_last(ssn) {
             return Some(gang);
         }
-        // The model's queues do not change during a session: list the roots once.
-        let roots = match self.roots.take() {
-            Some(roots) => roots,
-            None => ssn
-                .cluster
-                .queues
-                .iter()
-                .filter(|(_, q)| q.parent.is_none() && q.problems.is_empty())
-                .map(|(i, _)| QueueId(i))
-                .collect(),
-        };
+        let roots = std::mem::take(&mut self.roots);
         let best = self.best(ssn, &roots);
-        self.roots = Some(roots);
+        self.roots = roots;
         let leaf = best?.0;
         self.take_front(ssn, leaf)
     }
@@ -233,22 +265,22 @@ impl JobQueues {
             return None;
         }
         let last = self.last.take()?;
-        let front = *self.leaves.get(&last.leaf)?.front()?;
-        if ssn.fairness.changes() != last.fairness || self.requests.get(&front) != Some(&last.request) {
+        let front = *self.nodes.get(last.leaf as usize)?.gangs.front()?;
+        if ssn.fairness.changes() != last.fairness || self.requests.get(front) != Some(&last.request) {
             return None;
         }
         self.take_front(ssn, last.leaf)
     }
 
     /// Takes a leaf's front gang, remembering what was taken.
-    fn take_front(&mut self, ssn: &Session<'_>, leaf: QueueId) -> Option<usize> {
-        self.front_changed(ssn, leaf);
-        let gang = self.leaves.get_mut(&leaf)?.pop_front();
-        if self.leaves.get(&leaf).is_some_and(VecDeque::is_empty) {
-            self.leaves.remove(&leaf);
+    fn take_front(&mut self, ssn: &Session<'_>, leaf: u32) -> Option<usize> {
+        self.front_changed(leaf);
+        let gang = self.nodes.get_mut(leaf as usize)?.gangs.pop_front();
+        if gang.is_some() {
+            self.queued -= 1;
         }
         self.last = gang.and_then(|g| {
-            let request = *self.requests.get(&g)?;
+            let request = *self.requests.get(g)?;
             Some(LastPop {
                 leaf,
                 request,
@@ -261,74 +293,80 @@ impl JobQueues {
     /// True when no gang is queued.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.leaves.is_empty()
+        self.queued == 0
     }
 
     /// A leaf's front gang changes: the cached bests of it and its ancestors are stale.
-    fn front_changed(&mut self, ssn: &Session<'_>, leaf: QueueId) {
-        let mut next = Some(leaf);
+    fn front_changed(&mut self, leaf: u32) {
+        let mut next = leaf;
         // Bounded: a parent cycle is a reported queue problem.
-        for _ in 0..=ssn.cluster.queues.len() {
-            let Some(q) = next else { break };
-            let v = self.fronts.get(&q).copied().unwrap_or(0);
-            self.fronts.insert(q, v + 1);
-            next = ssn.cluster.queues.get(q.0).and_then(|queue| queue.parent);
+        for _ in 0..=self.nodes.len() {
+            let Some(node) = self.nodes.get_mut(next as usize) else { break };
+            node.fronts += 1;
+            next = node.parent;
         }
     }
 
     /// The best (leaf, gang) under an inner queue, reused while nothing under it changed.
-    fn best_under(&mut self, ssn: &Session<'_>, inner: QueueId) -> Pick {
+    fn best_under(&mut self, ssn: &Session<'_>, inner: u32) -> Pick {
+        let node = &mut self.nodes[inner as usize];
+        let children = std::mem::take(&mut node.children);
         #[cfg(test)]
         if self.uncached {
-            return self.best(ssn, &ssn.cluster.queue(inner).children);
+            let best = self.best(ssn, &children);
+            self.nodes[inner as usize].children = children;
+            return best;
         }
-        let key = (
-            ssn.fairness.version(inner),
-            self.fronts.get(&inner).copied().unwrap_or(0),
-        );
-        if let Some((at, best)) = self.best_under.get(&inner)
-            && *at == key
-        {
-            return *best;
-        }
-        let best = self.best(ssn, &ssn.cluster.queue(inner).children);
-        self.best_under.insert(inner, (key, best));
+        let node = &self.nodes[inner as usize];
+        let seen = (ssn.fairness.version(node.queue), node.fronts);
+        let best = match node.best_under {
+            Some((at, best)) if at == seen => best,
+            _ => {
+                let best = self.best(ssn, &children);
+                self.nodes[inner as usize].best_under = Some((seen, best));
+                best
+            }
+        };
+        self.nodes[inner as usize].children = children;
         best
     }
 
     /// The best (leaf, gang) among the subtrees of `queues`.
-    fn best(&mut self, ssn: &Session<'_>, queues: &[QueueId]) -> Pick {
-        let mut best: Option<(QueueId, (QueueId, usize), Option<OrderKey>)> = None;
+    fn best(&mut self, ssn: &Session<'_>, queues: &[u32]) -> Pick {
+        let mut best: Option<(u32, (u32, usize), Option<OrderKey>)> = None;
         // A key is only read to compare siblings: an only child needs none.
         let alone = queues.len() == 1;
-        for q in queues {
-            let candidate = if ssn.cluster.queue(*q).is_leaf() {
-                self.leaves.get(q).and_then(|l| l.front()).map(|g| (*q, *g))
+        for &q in queues {
+            let node = &self.nodes[q as usize];
+            let candidate = if node.children.is_empty() {
+                node.gangs.front().map(|g| (q, *g))
             } else {
-                self.best_under(ssn, *q)
+                self.best_under(ssn, q)
             };
             let Some(candidate) = candidate else { continue };
             if alone {
                 return Some(candidate);
             }
-            let key = self.order_key(ssn, *q, candidate.1);
+            let key = self.order_key(ssn, q, candidate.1);
             best = match best {
-                None => Some((*q, candidate, key)),
+                None => Some((q, candidate, key)),
                 Some((bq, bc, bkey)) => {
-                    let mut ord = ssn.fairness.compare_keys(*q, key.as_ref(), bq, bkey.as_ref());
+                    let (queue, best_queue) = (self.nodes[q as usize].queue, self.nodes[bq as usize].queue);
+                    let mut ord = ssn
+                        .fairness
+                        .compare_keys(queue, key.as_ref(), best_queue, bkey.as_ref());
                     // Tests compare the keys with the pairwise comparison they stand for.
                     #[cfg(test)]
                     if self.uncached {
-                        let empty = Resources::ZERO;
-                        let a_req = self.requests.get(&candidate.1).unwrap_or(&empty);
-                        let b_req = self.requests.get(&bc.1).unwrap_or(&empty);
-                        ord = ssn.fairness.compare(ssn.cluster, *q, a_req, bq, b_req);
+                        let a_req = &self.requests[candidate.1];
+                        let b_req = &self.requests[bc.1];
+                        ord = ssn.fairness.compare(ssn.cluster, queue, a_req, best_queue, b_req);
                     }
                     if self.reverse {
                         ord = ord.reverse();
                     }
                     if ord == Ordering::Less {
-                        Some((*q, candidate, key))
+                        Some((q, candidate, key))
                     } else {
                         Some((bq, bc, bkey))
                     }
@@ -340,38 +378,36 @@ impl JobQueues {
 
     /// The order key of queue `q` represented by `gang` (its best), reused while the queue's accounting
     /// and the request it is computed for stay the same.
-    fn order_key(&mut self, ssn: &Session<'_>, q: QueueId, gang: usize) -> Option<OrderKey> {
-        let version = ssn.fairness.version(q);
+    fn order_key(&mut self, ssn: &Session<'_>, q: u32, gang: usize) -> Option<OrderKey> {
         #[cfg(test)]
         let cached = !self.uncached;
         #[cfg(not(test))]
         let cached = true;
+        let node = &mut self.nodes[q as usize];
+        let version = ssn.fairness.version(node.queue);
         if cached
-            && let Some(at) = self.keys.get(&q)
+            && let Some(at) = &node.key
             && at.version == version
             && at.gang == gang
         {
             return at.key;
         }
-        let request = self.requests.get(&gang).copied().unwrap_or(Resources::ZERO);
+        let request = self.requests.get(gang).copied().unwrap_or(Resources::ZERO);
         if cached
-            && let Some(at) = self.keys.get_mut(&q)
+            && let Some(at) = &mut node.key
             && at.version == version
             && at.request == request
         {
             at.gang = gang;
             return at.key;
         }
-        let key = ssn.fairness.order_key(q, &request);
-        self.keys.insert(
-            q,
-            KeyAt {
-                version,
-                gang,
-                request,
-                key,
-            },
-        );
+        let key = ssn.fairness.order_key(node.queue, &request);
+        node.key = Some(KeyAt {
+            version,
+            gang,
+            request,
+            key,
+        });
         key
     }
 }
@@ -425,12 +461,7 @@ mod tests {
                 && let Some(q) = ssn.gangs[target].queue
             {
                 // Large enough to move the queue across its fair share and reorder the queues.
-                let request = cached
-                    .requests
-                    .get(&g)
-                    .copied()
-                    .unwrap_or(Resources::ZERO)
-                    .times(40);
+                let request = cached.requests[g].times(40);
                 let sign = if target == g { 1 } else { -1 };
                 let cluster = &*ssn.cluster;
                 ssn.fairness.change(cluster, q, &request, true, sign);
