@@ -26,8 +26,30 @@ const POOL_CONDITION_TYPE: &str = "UnschedulableOnNodePool";
 /// Reason of the per-pool scheduling condition.
 const POOL_CONDITION_REASON: &str = "Unschedulable";
 
-/// Slot names of a cycle's statuses, shared by all of them (rendering quantities needs them).
-pub type SlotNames = Arc<[Arc<str>]>;
+/// Slot names of a cycle's statuses, shared by all of them (rendering quantities needs them), with the
+/// slots in name order (the API map's order), sorted once per cycle rather than once per status.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SlotNames {
+    /// By slot; slots beyond it are named `unknown`.
+    names: Vec<Arc<str>>,
+    /// Every slot, in name order.
+    by_name: Vec<usize>,
+}
+
+impl SlotNames {
+    /// The names of the first slots (the model's resource names).
+    #[must_use]
+    pub fn new(names: Vec<Arc<str>>) -> Arc<Self> {
+        let mut by_name: Vec<usize> = (0..MAX_RESOURCES).collect();
+        let name = |slot: usize| names.get(slot).map_or("unknown", |n| &**n);
+        by_name.sort_by(|a, b| name(*a).cmp(name(*b)));
+        Arc::new(Self { names, by_name })
+    }
+
+    fn name(&self, slot: usize) -> &str {
+        self.names.get(slot).map_or("unknown", |n| &**n)
+    }
+}
 
 /// A status as a cycle decided it.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,7 +77,7 @@ pub struct DecidedStatus {
     /// Whether the allocation counts as non-preemptible too.
     pub non_preemptible: bool,
     /// Names of the resource slots.
-    pub names: SlotNames,
+    pub names: Arc<SlotNames>,
 }
 
 /// A condition the scheduler owns.
@@ -67,8 +89,8 @@ pub struct DecidedCondition {
     pub status: bool,
     /// CamelCase reason.
     pub reason: &'static str,
-    /// Message.
-    pub message: String,
+    /// Message (shared: many groups of a cycle say the same).
+    pub message: Arc<str>,
     /// Last transition (RFC 3339).
     pub last_transition_time: Option<Arc<str>>,
 }
@@ -98,7 +120,7 @@ impl DecidedCondition {
             transition_id: None,
             last_transition_time: self.last_transition_time.as_deref().map(str::to_owned),
             reason: Some(self.reason.to_owned()),
-            message: Some(self.message.clone()),
+            message: Some(self.message.to_string()),
         }
     }
 }
@@ -166,7 +188,7 @@ impl DecidedStatus {
         )
             .hash(&mut h);
         for c in &self.conditions {
-            (c.type_, c.status_text(), Some(c.reason), Some(c.message.as_str())).hash(&mut h);
+            (c.type_, c.status_text(), Some(c.reason), Some(&*c.message)).hash(&mut h);
         }
         for c in &self.foreign {
             (&c.type_, &c.status, &c.reason, &c.message).hash(&mut h);
@@ -184,12 +206,20 @@ impl DecidedStatus {
                 (Some(*reason), Some(message.as_str())).hash(&mut h);
             }
         }
-        let mut text = String::with_capacity(24);
+        let mut text = String::new();
         for r in [&self.allocated, &self.requested] {
+            0xa11c_u16.hash(&mut h);
             for (name, slot, v) in self.named(r).iter().flatten() {
-                text.clear();
-                push_quantity(&mut text, *slot, *v);
-                (*name, text.as_str()).hash(&mut h);
+                name.hash(&mut h);
+                match canonical_milli(*slot, *v) {
+                    Some(milli) => milli.hash(&mut h),
+                    None => {
+                        // Out of range in milli-units: the text is fingerprinted, as the API side does.
+                        text.clear();
+                        push_quantity(&mut text, *slot, *v);
+                        text.as_str().hash(&mut h);
+                    }
+                }
             }
         }
         h.finish()
@@ -221,13 +251,23 @@ impl DecidedStatus {
     fn named<'a>(&'a self, r: &Resources) -> [Option<(&'a str, usize, i64)>; MAX_RESOURCES] {
         let mut named = [None; MAX_RESOURCES];
         let mut len = 0;
-        for (slot, v) in r.nonzero().filter(|(slot, _)| *slot != PODS) {
-            let name = self.names.get(slot).map_or("unknown", |n| &**n);
-            named[len] = Some((name, slot, v));
-            len += 1;
+        for &slot in &self.names.by_name {
+            let v = r.0[slot];
+            if v != 0 && slot != PODS {
+                named[len] = Some((self.names.name(slot), slot, v));
+                len += 1;
+            }
         }
-        named[..len].sort_unstable_by(|a, b| a.map(|a| a.0).cmp(&b.map(|b| b.0)));
         named
+    }
+}
+
+/// A status quantity in milli-units, as [`api::quantity::milli_value`] reads its text back: CPU and GPUs
+/// are counted in milli-units already, every other slot in units. `None` where that overflows.
+fn canonical_milli(slot: usize, v: i64) -> Option<i64> {
+    match slot {
+        0 | GPU => Some(v),
+        _ => v.checked_mul(1000),
     }
 }
 
@@ -347,8 +387,16 @@ pub fn status_fingerprint(s: &PodGroupStatus) -> u64 {
         }
     }
     if let Some(r) = &s.resources_status {
-        for (k, v) in r.allocated.iter().chain(r.requested.iter()) {
-            (k, &v.0).hash(&mut h);
+        for map in [&r.allocated, &r.requested] {
+            0xa11c_u16.hash(&mut h);
+            for (k, v) in map {
+                k.as_str().hash(&mut h);
+                // By value, not text: the decided side fingerprints numbers without writing them out.
+                match api::quantity::milli_value(&v.0) {
+                    Ok(milli) => milli.hash(&mut h),
+                    Err(_) => v.0.as_str().hash(&mut h),
+                }
+            }
         }
     }
     h.finish()
@@ -359,11 +407,13 @@ mod tests {
     use super::*;
     use crate::model::resources::{CPU, MEMORY};
 
-    fn names() -> SlotNames {
-        ["cpu", "memory", "nvidia.com/gpu", "pods", "example.com/fpga"]
-            .iter()
-            .map(|n| Arc::from(*n))
-            .collect()
+    fn names() -> Arc<SlotNames> {
+        SlotNames::new(
+            ["cpu", "memory", "nvidia.com/gpu", "pods", "example.com/fpga"]
+                .iter()
+                .map(|n| Arc::from(*n))
+                .collect(),
+        )
     }
 
     fn resources(values: &[(usize, i64)]) -> Resources {
@@ -379,7 +429,7 @@ mod tests {
             type_,
             status,
             reason: "Because",
-            message: format!("{type_} is {status}"),
+            message: Arc::from(format!("{type_} is {status}")),
             last_transition_time: time.map(Arc::from),
         }
     }
@@ -451,6 +501,27 @@ mod tests {
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(distinct.len(), 4, "every other difference is");
+    }
+
+    #[test]
+    fn quantities_are_fingerprinted_by_value() {
+        let mut s = statuses()[3].clone();
+        // Beyond milli-units in an i64: the text is fingerprinted on both sides.
+        s.allocated = resources(&[(MEMORY, i64::MAX), (4, i64::MAX / 10)]);
+        assert_eq!(s.fingerprint(), status_fingerprint(&s.render()));
+        // Another writer's spelling of the same amounts reads as the same status; another amount does not.
+        let mut api = s.render();
+        let requested = &mut api.resources_status.as_mut().expect("resources").requested;
+        requested.insert("cpu".to_owned(), Quantity("2000m".to_owned()));
+        requested.insert("nvidia.com/gpu".to_owned(), Quantity("3005m".to_owned()));
+        assert_eq!(s.fingerprint(), status_fingerprint(&api));
+        let requested = &mut api.resources_status.as_mut().expect("resources").requested;
+        requested.insert("cpu".to_owned(), Quantity("2001m".to_owned()));
+        assert_ne!(s.fingerprint(), status_fingerprint(&api));
+        // A quantity moved from requested to allocated is a change.
+        let mut moved = statuses()[3].clone();
+        std::mem::swap(&mut moved.allocated, &mut moved.requested);
+        assert_ne!(moved.fingerprint(), statuses()[3].fingerprint());
     }
 
     #[test]

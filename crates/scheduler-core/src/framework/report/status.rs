@@ -1,8 +1,8 @@
 //! Turns a session's outcomes into the statuses, conditions and events users read, writing only what
 //! changed since it was last written.
 
-use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use std::sync::Arc;
 
@@ -160,7 +160,7 @@ fn condition(
     type_: &'static str,
     status: bool,
     reason: &'static str,
-    message: String,
+    message: impl Into<Arc<str>>,
     stamp: &Arc<str>,
 ) -> DecidedCondition {
     let text = if status { "True" } else { "False" };
@@ -172,7 +172,7 @@ fn condition(
         type_,
         status,
         reason,
-        message,
+        message: message.into(),
         last_transition_time,
     }
 }
@@ -239,12 +239,19 @@ pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     let group_ids: Vec<GroupId> = ssn.cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
     // Every new transition of this cycle carries the same time: format it once.
     let stamp: Arc<str> = Arc::from(rfc3339(now));
-    let names: SlotNames = (0..ssn.cluster.names.len())
-        .map(|slot| Arc::from(ssn.cluster.names.name(slot)))
-        .collect();
-    let shared = Shared { now, stamp, names };
+    let names = SlotNames::new(
+        (0..ssn.cluster.names.len())
+            .map(|slot| Arc::from(ssn.cluster.names.name(slot)))
+            .collect(),
+    );
+    let mut shared = Shared {
+        now,
+        stamp,
+        names,
+        placed_messages: HashMap::default(),
+    };
     for id in group_ids {
-        report_group(ssn, id, &shared, decisions);
+        report_group(ssn, id, &mut shared, decisions);
     }
     report_queues(ssn, decisions);
     report_pods_without_gang(ssn, decisions);
@@ -363,12 +370,25 @@ struct Shared {
     now: Millis,
     /// `now` in RFC 3339.
     stamp: Arc<str>,
-    names: SlotNames,
+    names: Arc<SlotNames>,
+    /// The `Scheduled` condition's messages made so far, by (pods placed, minMember): most groups of a
+    /// cycle say the same, and share one text.
+    placed_messages: HashMap<(u32, u32), Arc<str>, BuildHasherDefault<WordHasher>>,
 }
 
-fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &Shared, decisions: &mut Decisions) {
-    let Shared { now, stamp, names } = shared;
-    let now = *now;
+impl Shared {
+    /// "N of minMember M pods placed".
+    fn placed_message(&mut self, placed: u32, min: u32) -> Arc<str> {
+        Arc::clone(
+            self.placed_messages
+                .entry((placed, min))
+                .or_insert_with(|| Arc::from(format!("{placed} of minMember {min} pods placed"))),
+        )
+    }
+}
+
+fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisions: &mut Decisions) {
+    let now = shared.now;
     let gang_index = ssn.gang_of.get(&id).copied();
     if filling_and_young(ssn, id, gang_index, now) {
         return;
@@ -459,12 +479,11 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &Shared, decisions: 
         condition::SCHEDULED,
         scheduled,
         if scheduled { "Scheduled" } else { "NotScheduled" },
-        format!(
-            "{} of minMember {} pods placed",
+        shared.placed_message(
             c.running + c.bound + if scheduled { c.succeeded } else { 0 },
-            group.min_member
+            group.min_member,
         ),
-        stamp,
+        &shared.stamp,
     ));
     for p in &group.problems {
         let type_ = if p.is_blocking() {
@@ -475,7 +494,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &Shared, decisions: 
         if conditions.iter().any(|c| c.type_ == type_) {
             continue;
         }
-        conditions.push(condition(prev, type_, true, p.reason(), p.to_string(), stamp));
+        conditions.push(condition(prev, type_, true, p.reason(), p.to_string(), &shared.stamp));
     }
     // Why it waits: the outcome of this cycle (root) or of its gang (child groups).
     let waiting = !scheduled && (c.pending + c.pipelined > 0 || gang_waiting);
@@ -488,8 +507,8 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &Shared, decisions: 
             condition::UNSCHEDULABLE,
             true,
             why.reason(),
-            message.clone(),
-            stamp,
+            message.as_str(),
+            &shared.stamp,
         ));
         if c.running + c.bound == 0 {
             let pool_name = cluster.node_pool_name();
@@ -503,7 +522,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &Shared, decisions: 
                 .and_then(SeenStatus::first_scheduling_condition)
                 .filter(|(m, _)| *m == Some(pool_message.as_str()))
                 .and_then(|(_, time)| time.map(Arc::from))
-                .or_else(|| Some(Arc::clone(stamp)));
+                .or_else(|| Some(Arc::clone(&shared.stamp)));
             pool = Some(PoolCondition {
                 node_pool: Arc::from(pool_name),
                 message: pool_message,
@@ -532,7 +551,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &Shared, decisions: 
             true,
             "ScheduleTimeout",
             format!("not placed within scheduleTimeoutSeconds ({secs}s); still retried, and placed if room appears"),
-            stamp,
+            &shared.stamp,
         ));
     }
     let status = DecidedStatus {
@@ -551,7 +570,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &Shared, decisions: 
         allocated,
         requested,
         non_preemptible: !group.preemptible,
-        names: Arc::clone(names),
+        names: Arc::clone(&shared.names),
     };
     let fingerprint = status.fingerprint();
     let key = group.key.clone();
@@ -579,17 +598,29 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &Shared, decisions: 
         } else {
             "placed"
         };
+        // "gang placed by allocate: 8 pods on 2 nodes: a, b", written out without the formatting
+        // machinery (an event per gang placed, tens of thousands in a full cycle).
+        let mut message = String::with_capacity(64 + nodes.iter().map(|n| n.len() + 2).sum::<usize>());
+        message.push_str("gang ");
+        message.push_str(how);
+        message.push_str(" by ");
+        message.push_str(placed_by.as_str());
+        message.push_str(": ");
+        api::quantity::push_integer(&mut message, i64::try_from(pods).unwrap_or(i64::MAX));
+        message.push_str(" pods on ");
+        api::quantity::push_integer(&mut message, i64::try_from(nodes.len()).unwrap_or(i64::MAX));
+        message.push_str(if nodes.len() == 1 { " node: " } else { " nodes: " });
+        for (i, node) in nodes.iter().enumerate() {
+            if i > 0 {
+                message.push_str(", ");
+            }
+            message.push_str(node);
+        }
         decisions.events.push(Event {
             object: object.clone(),
             type_: EventType::Normal,
             reason: api::keys::EVENT_POD_GROUP_SCHEDULED,
-            message: format!(
-                "gang {how} by {}: {pods} pods on {} node{}: {}",
-                placed_by.as_str(),
-                nodes.len(),
-                if nodes.len() == 1 { "" } else { "s" },
-                nodes.join(", ")
-            ),
+            message,
         });
     }
     let event_print = if waiting {
