@@ -154,7 +154,9 @@ fn print_row(r: &Row) {
     );
 }
 
-/// Times `runs` cycles over copies of `base` and returns the median row.
+/// Times `runs` cycles over copies of `base` and returns the median row. Each run's results and model
+/// are dropped before the next run starts, as a scheduler drops a cycle's decisions once applied and
+/// keeps one model: the next cycle reuses that memory instead of faulting in fresh pages.
 fn measure(
     label: &'static str,
     base: &Cluster,
@@ -167,22 +169,25 @@ fn measure(
     if !selected(label) {
         return None;
     }
-    let mut times: Vec<(Duration, CycleResult, Cluster)> =
-        (0..runs.max(1)).map(|_| timed_cycle(base, config, now)).collect();
-    times.sort_by_key(|(t, _, _)| *t);
-    let (t, r, after) = times.swap_remove(times.len() / 2);
-    Some(Row {
-        label,
-        nodes: spec.nodes,
-        gang: spec.gang_size,
-        pods,
-        cycle_ms: ms(t),
-        split: phases(t, &r),
-        binds: r.decisions.binds.len(),
-        evictions: r.decisions.evictions.len(),
-        waiting: r.stats.gangs_waiting,
-        fragmented: sim::fragmented_gpus(&after),
-    })
+    let mut rows: Vec<Row> = (0..runs.max(1))
+        .map(|_| {
+            let (t, r, after) = timed_cycle(base, config, now);
+            Row {
+                label,
+                nodes: spec.nodes,
+                gang: spec.gang_size,
+                pods,
+                cycle_ms: ms(t),
+                split: phases(t, &r),
+                binds: r.decisions.binds.len(),
+                evictions: r.decisions.evictions.len(),
+                waiting: r.stats.gangs_waiting,
+                fragmented: sim::fragmented_gpus(&after),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| a.cycle_ms.total_cmp(&b.cycle_ms));
+    Some(rows.swap_remove(rows.len() / 2))
 }
 
 fn main() {
