@@ -132,8 +132,9 @@ impl Fairness {
         // An amount with a negative part (no request has one) is recorded on its own, in gang order,
         // and then so is everything else.
         let per_gang = usage.iter().any(|u| !u.unsummable.is_empty());
-        let mut by_queue: std::collections::BTreeMap<fairshare::QueueId, QueueSums> =
-            std::collections::BTreeMap::new();
+        // By the tree's queue index (recorded below in index order, as a map ordered by id would).
+        let mut by_queue: Vec<(Option<fairshare::QueueId>, QueueSums)> = Vec::new();
+        by_queue.resize_with(tree.len(), || (None, QueueSums::default()));
         for (gang, usage) in gangs.iter().zip(usage) {
             let Some(q) = gang.queue.and_then(|q| ids[q.index()]) else {
                 continue;
@@ -155,7 +156,10 @@ impl Fairness {
                 }
                 continue;
             }
-            let sums = by_queue.entry(q).or_default();
+            let Some((id, sums)) = by_queue.get_mut(q.index()) else {
+                continue;
+            };
+            *id = Some(q);
             if let Some(running) = &usage.running {
                 let sum = match pre {
                     Preemptibility::Preemptible => &mut sums.running_preemptible,
@@ -168,6 +172,7 @@ impl Fairness {
             }
         }
         for (q, sums) in by_queue {
+            let Some(q) = q else { continue };
             if let Some(r) = &sums.running_preemptible {
                 tree.record_running(q, r, Preemptibility::Preemptible);
             }
