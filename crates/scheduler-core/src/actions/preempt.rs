@@ -17,7 +17,7 @@ pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
         .outcomes
         .iter()
         .filter(|(_, o)| !o.placed() && matches!(o.why.first(), Some(Why::NoFit(_))))
-        .map(|(g, _)| *g)
+        .map(|(g, _)| g)
         .filter(|g| {
             !ssn.gangs[*g].tasks().any(|t| {
                 let task = ssn.cluster.task(t);

@@ -19,7 +19,7 @@ use super::report::status::{self, ReportStamp};
 use super::reservations;
 use crate::config::{ActionKind, Config, PlacementStrategy};
 use crate::model::{
-    Assumed, Cluster, GroupId, IdMap, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId,
+    Assumed, Cluster, DenseMap, GroupId, IdMap, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId,
 };
 
 /// The share of arrivals the `fragmentation` strategy's shape mix covers (FGD's "typical pods": the
@@ -37,15 +37,19 @@ pub(crate) struct Carry {
     /// The PodGroup hierarchy the gangs were built under (any change drops every carried gang).
     children: ChildIndex,
     /// By root PodGroup.
-    gangs: IdMap<GroupId, CarriedGang>,
+    gangs: DenseMap<GroupId, CarriedGang>,
     /// By PodGroup: the model when its report inputs were last fingerprinted (`status::report`).
-    reports: IdMap<GroupId, ReportStamp>,
+    reports: DenseMap<GroupId, ReportStamp>,
     /// The node index, with the node arena's clock it was last brought up to date at (the next
     /// session updates the nodes stamped since: `NodeIndex::reopen`).
     index: Option<(Room, u64)>,
     /// The node index's static eligibility answers, with the nodes' facts version they hold for
     /// (`Cluster::node_facts_version`).
     eligibility: Option<(Eligibility, u64)>,
+    /// The clocks every carried gang was built or checked at (the same for all).
+    built: Option<BuiltAt>,
+    /// Where the last status report left off (`status::report`).
+    report: Option<status::ReportCarry>,
 }
 
 /// A gang as a session built it.
@@ -54,6 +58,9 @@ struct CarriedGang {
     gang: Arc<Gang>,
     usage: GangUsage,
     built: BuiltAt,
+    /// Some pod's share is read through its node's devices (never carried, see
+    /// [`pods_unchanged_since`]).
+    reads_devices: bool,
 }
 
 /// The group and task arenas' clocks a carried gang is checked against: every gang of a session held
@@ -92,6 +99,42 @@ pub(crate) fn pods_unchanged_since(cluster: &Cluster, group: &crate::model::Grou
                 .get(t.0)
                 .is_some_and(|task| !matches!(task.gpu, crate::model::GpuRequest::Memory { .. }))
     })
+}
+
+/// Whether some pod of the gang has a share read through its node's devices (a `gpu-memory` request).
+fn reads_devices(cluster: &Cluster, gang: &Gang) -> bool {
+    gang.groups.iter().any(|g| {
+        cluster.groups.get(g.0).is_some_and(|group| {
+            group.tasks.iter().any(|t| {
+                cluster
+                    .tasks
+                    .get(t.0)
+                    .is_some_and(|task| matches!(task.gpu, crate::model::GpuRequest::Memory { .. }))
+            })
+        })
+    })
+}
+
+/// PodGroups changed since `at` (by the change logs): stamped themselves, or holding a pod stamped
+/// since. A pod that left its group stamped that group when it left. `None` when a log no longer
+/// reaches back that far.
+pub(crate) fn groups_changed_since(cluster: &Cluster, groups: u64, tasks: u64) -> Option<Vec<bool>> {
+    let changed_groups = cluster.groups.changed_since(groups)?;
+    let changed_tasks = cluster.tasks.changed_since(tasks)?;
+    let mut changed = vec![false; cluster.groups.capacity()];
+    for g in changed_groups {
+        if let Some(c) = changed.get_mut(*g as usize) {
+            *c = true;
+        }
+    }
+    for t in changed_tasks {
+        if let Some(g) = cluster.tasks.get(*t).and_then(|task| task.group)
+            && let Some(c) = changed.get_mut(g.index())
+        {
+            *c = true;
+        }
+    }
+    Some(changed)
 }
 
 impl Carry {
@@ -163,13 +206,13 @@ pub struct Session<'c> {
     /// session).
     pub gangs: Vec<Arc<Gang>>,
     /// Gang index by every PodGroup in it.
-    pub gang_of: IdMap<GroupId, usize>,
+    pub gang_of: DenseMap<GroupId, usize>,
     /// PodGroup hierarchy.
     pub children: ChildIndex,
     /// Gang indexes by queue, ascending (gangs without a queue are not listed).
     gangs_by_queue: IdMap<QueueId, Vec<usize>>,
     /// Outcomes by gang index.
-    pub outcomes: IdMap<usize, GangOutcome>,
+    pub outcomes: DenseMap<usize, GangOutcome>,
     journal: Vec<Op>,
     /// Assumed placement of each touched task at the start of the cycle.
     touched: IdMap<TaskId, Assumed>,
@@ -184,9 +227,13 @@ pub struct Session<'c> {
     deadline: std::cell::Cell<Option<Millis>>,
     /// When each group's report inputs were last fingerprinted (see [`Carry::reports`]; left for the
     /// next session).
-    pub(crate) reports: IdMap<GroupId, ReportStamp>,
+    pub(crate) reports: DenseMap<GroupId, ReportStamp>,
     /// For each gang, what its pods counted against its queue at open (kept for the carry).
     usage: Vec<GangUsage>,
+    /// For each gang, whether a pod's share is read through its node's devices (kept for the carry).
+    reads_devices: Vec<bool>,
+    /// Where the last status report left off, taken by this session's report, which leaves its own.
+    pub(crate) report_carry: Option<status::ReportCarry>,
     /// The task arena's clock when the session opened.
     tasks_at_open: u64,
     /// The node arena's clock when the node index was last up to date with every node (at open; any
@@ -248,22 +295,59 @@ impl<'c> Session<'c> {
         let same_hierarchy = last.children == children;
         let tasks_at_open = cluster.tasks.clock();
         let mut gangs_carried = 0;
-        let (gangs, usage): (Vec<Arc<Gang>>, Vec<GangUsage>) = roots
-            .iter()
-            .map(|r| match last.gangs.get(r) {
-                Some(c) if same_hierarchy && c.holds(cluster) => {
+        // What changed since the carried gangs were built, from the change logs, so that a gang is
+        // checked by its PodGroups alone rather than pod by pod (`None`: check each, `CarriedGang::holds`).
+        let changed = last
+            .built
+            .filter(|_| same_hierarchy)
+            .and_then(|at| groups_changed_since(cluster, at.groups, at.tasks));
+        let mut gangs = Vec::with_capacity(roots.len());
+        let mut usage = Vec::with_capacity(roots.len());
+        let mut reads = Vec::with_capacity(roots.len());
+        for r in &roots {
+            let carried = last.gangs.get(r).filter(|c| {
+                same_hierarchy
+                    && match &changed {
+                        Some(changed) => {
+                            let holds = !c.reads_devices
+                                && c.gang
+                                    .groups
+                                    .iter()
+                                    .all(|g| !changed.get(g.index()).copied().unwrap_or(true));
+                            debug_assert!(
+                                !holds || c.holds(cluster),
+                                "the change logs missed a change to {r:?}"
+                            );
+                            holds
+                        }
+                        None => c.holds(cluster),
+                    }
+            });
+            match carried {
+                Some(c) => {
                     gangs_carried += 1;
-                    (Arc::clone(&c.gang), c.usage.clone())
+                    gangs.push(Arc::clone(&c.gang));
+                    usage.push(c.usage.clone());
+                    reads.push(c.reads_devices);
                 }
-                _ => {
+                None => {
                     let gang = Gang::build(cluster, &children, *r);
-                    let usage = GangUsage::of(cluster, &gang);
-                    (Arc::new(gang), usage)
+                    usage.push(GangUsage::of(cluster, &gang));
+                    reads.push(reads_devices(cluster, &gang));
+                    gangs.push(Arc::new(gang));
                 }
-            })
-            .unzip();
+            }
+        }
+        let report_carry = if same_hierarchy {
+            Arc::get_mut(&mut last)
+                .and_then(|own| own.report.take())
+                .or_else(|| last.report.clone())
+        } else {
+            None
+        };
         drop(last);
-        let mut gang_of = IdMap::default();
+        let mut gang_of = DenseMap::with_slots(cluster.groups.capacity());
+        let gangs_len = gangs.len();
         let mut gangs_by_queue: IdMap<QueueId, Vec<usize>> = IdMap::default();
         for (i, g) in gangs.iter().enumerate() {
             for group in &g.groups {
@@ -310,7 +394,7 @@ impl<'c> Session<'c> {
             gang_of,
             children,
             gangs_by_queue,
-            outcomes: IdMap::default(),
+            outcomes: DenseMap::with_slots(gangs_len),
             journal: Vec::new(),
             touched: IdMap::default(),
             evictions: IdMap::default(),
@@ -321,6 +405,8 @@ impl<'c> Session<'c> {
             deadline: std::cell::Cell::new(None),
             reports,
             usage,
+            reads_devices: reads,
+            report_carry,
             tasks_at_open,
             nodes_synced,
         }
@@ -331,6 +417,12 @@ impl<'c> Session<'c> {
     pub fn wake_at(&self, at: Millis) {
         let earliest = self.deadline.get().map_or(at, |d| d.min(at));
         self.deadline.set(Some(earliest));
+    }
+
+    /// Whether a pod of gang `g` has a share read through its node's devices.
+    #[must_use]
+    pub(crate) fn gang_reads_devices(&self, g: usize) -> bool {
+        self.reads_devices.get(g).copied().unwrap_or(true)
     }
 
     /// The gangs of a queue, by ascending index (the same order as `0..gangs.len()` filtered on the
@@ -496,12 +588,12 @@ impl<'c> Session<'c> {
 
     /// Record why a gang is not placed.
     pub fn explain(&mut self, gang: usize, why: Why) {
-        self.outcomes.entry(gang).or_default().why.push(why);
+        self.outcomes.get_or_default(gang).why.push(why);
     }
 
     /// Record that a gang was placed by an action.
     pub fn mark_placed(&mut self, gang: usize, action: ActionKind) {
-        let o = self.outcomes.entry(gang).or_default();
+        let o = self.outcomes.get_or_default(gang);
         o.placed_by = Some(action);
         o.why.clear();
     }
@@ -603,6 +695,7 @@ impl Session<'_> {
     fn leave_carry(&mut self) {
         let gangs = std::mem::take(&mut self.gangs);
         let usage = std::mem::take(&mut self.usage);
+        let reads = std::mem::take(&mut self.reads_devices);
         // Every gang of this session held when it opened (built then, or carried and checked).
         let built = BuiltAt {
             groups: self.cluster.groups.clock(),
@@ -610,11 +703,21 @@ impl Session<'_> {
         };
         let carry = Carry {
             children: std::mem::take(&mut self.children),
-            gangs: gangs
-                .into_iter()
-                .zip(usage)
-                .map(|(gang, usage)| (gang.root, CarriedGang { gang, usage, built }))
-                .collect(),
+            gangs: {
+                let mut carried = DenseMap::with_slots(self.cluster.groups.capacity());
+                for ((gang, usage), reads_devices) in gangs.into_iter().zip(usage).zip(reads) {
+                    carried.insert(
+                        gang.root,
+                        CarriedGang {
+                            gang,
+                            usage,
+                            built,
+                            reads_devices,
+                        },
+                    );
+                }
+                carried
+            },
             reports: {
                 // Groups deleted since their last report leave no entry behind (a long-running
                 // scheduler sees millions of PodGroups come and go).
@@ -622,6 +725,8 @@ impl Session<'_> {
                 reports.retain(|id, _| self.cluster.groups.get(id.0).is_some());
                 reports
             },
+            built: Some(built),
+            report: self.report_carry.take(),
             index: Some((self.index.take_room(), self.nodes_synced)),
             eligibility: Some((
                 std::mem::take(&mut self.index.eligibility),
@@ -670,6 +775,11 @@ mod tests {
         sim.round();
         let carry = carry_of(&sim);
         assert_eq!(carry.gangs.len(), 2);
-        assert_eq!(carry.reports.len(), 2, "{:?}", carry.reports.keys());
+        assert_eq!(
+            carry.reports.len(),
+            2,
+            "{:?}",
+            carry.reports.keys().collect::<Vec<_>>()
+        );
     }
 }

@@ -41,6 +41,11 @@ id!(
 /// not been changed since (nor has a new object taken it), so work derived from it then still holds.
 /// Values are reached mutably only through [`Arena::get_mut`], so no change escapes the stamps, but
 /// for the one named exception ([`Arena::get_mut_unstamped`]).
+///
+/// The arena also keeps a log of the slots it stamped, in stamp order, so that what changed since a
+/// clock is found without visiting every slot ([`Arena::changed_since`]). The log holds at least the
+/// last [`MIN_LOG`] stamps and at most twice the larger of that and the slot count; a clock older than
+/// what it still holds gets `None`, and the caller looks at every slot instead.
 #[derive(Clone, Debug)]
 pub struct Arena<T> {
     slots: Vec<Option<T>>,
@@ -48,7 +53,13 @@ pub struct Arena<T> {
     clock: u64,
     free: Vec<u32>,
     len: usize,
+    /// Slots stamped, in order: `log[k]` at clock `log_start + k + 1`.
+    log: Vec<u32>,
+    log_start: u64,
 }
+
+/// The fewest stamps the change log holds (see [`Arena`]).
+pub const MIN_LOG: usize = 4096;
 
 impl<T> Default for Arena<T> {
     fn default() -> Self {
@@ -58,6 +69,8 @@ impl<T> Default for Arena<T> {
             clock: 0,
             free: Vec::new(),
             len: 0,
+            log: Vec::new(),
+            log_start: 0,
         }
     }
 }
@@ -68,6 +81,23 @@ impl<T> Arena<T> {
         if let Some(stamp) = self.stamps.get_mut(i) {
             *stamp = self.clock;
         }
+        self.log
+            .push(u32::try_from(i).expect("invariant: fewer than 2^32 objects"));
+        if self.log.len() > 2 * MIN_LOG.max(self.slots.len()) {
+            // Keep the newer half: older clocks fall back to a full look.
+            let drop = self.log.len() / 2;
+            self.log.drain(..drop);
+            self.log_start += drop as u64;
+        }
+    }
+
+    /// The slots stamped after clock `since`, in stamp order, a slot once per stamp (so possibly more
+    /// than once); `None` when the log no longer reaches back to `since` (look at every slot's
+    /// [`Arena::stamp`] instead).
+    #[must_use]
+    pub fn changed_since(&self, since: u64) -> Option<&[u32]> {
+        let from = usize::try_from(since.checked_sub(self.log_start)?).ok()?;
+        self.log.get(from..)
     }
 
     /// Inserts and returns the slot index.
@@ -186,6 +216,193 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
+/// A key of a [`DenseMap`]: an arena id or an index.
+pub trait DenseKey: Copy {
+    /// The slot.
+    fn slot(self) -> usize;
+    /// The key of a slot.
+    fn of_slot(slot: usize) -> Self;
+}
+
+macro_rules! dense_key {
+    ($($name:ident),*) => {
+        $(impl DenseKey for $name {
+            fn slot(self) -> usize {
+                self.index()
+            }
+
+            fn of_slot(slot: usize) -> Self {
+                Self(u32::try_from(slot).expect("invariant: arena slots fit in u32"))
+            }
+        })*
+    };
+}
+
+dense_key!(NodeId, TaskId, GroupId, QueueId);
+
+impl DenseKey for usize {
+    fn slot(self) -> usize {
+        self
+    }
+
+    fn of_slot(slot: usize) -> Self {
+        slot
+    }
+}
+
+/// A map keyed by arena ids or indexes, held as a vector by slot: for the maps a cycle fills for
+/// every gang or group (tens of thousands), where hashing each key costs more than the vector's
+/// empty slots. Iterates in slot order.
+#[derive(Clone, Debug)]
+pub struct DenseMap<K, V> {
+    slots: Vec<Option<V>>,
+    len: usize,
+    key: std::marker::PhantomData<K>,
+}
+
+impl<K, V> Default for DenseMap<K, V> {
+    fn default() -> Self {
+        Self {
+            slots: Vec::new(),
+            len: 0,
+            key: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K: DenseKey, V> DenseMap<K, V> {
+    /// An empty map with room for keys below `slots`.
+    #[must_use]
+    pub fn with_slots(slots: usize) -> Self {
+        let mut map = Self::default();
+        map.slots.resize_with(slots, || None);
+        map
+    }
+
+    /// The value of a key.
+    #[must_use]
+    pub fn get(&self, key: &K) -> Option<&V> {
+        self.slots.get(key.slot()).and_then(Option::as_ref)
+    }
+
+    /// The value of a key, mutably.
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.slots.get_mut(key.slot()).and_then(Option::as_mut)
+    }
+
+    /// Whether the key has a value.
+    #[must_use]
+    pub fn contains_key(&self, key: &K) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Sets a key's value, returning the old one.
+    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        let slot = key.slot();
+        if self.slots.len() <= slot {
+            self.slots.resize_with(slot + 1, || None);
+        }
+        let old = self.slots[slot].replace(value);
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
+    }
+
+    /// Removes a key's value.
+    pub fn remove(&mut self, key: &K) -> Option<V> {
+        let old = self.slots.get_mut(key.slot()).and_then(Option::take);
+        if old.is_some() {
+            self.len -= 1;
+        }
+        old
+    }
+
+    /// The key's value, made with `make` if it has none.
+    pub fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> &mut V {
+        let slot = key.slot();
+        if self.slots.len() <= slot {
+            self.slots.resize_with(slot + 1, || None);
+        }
+        let entry = &mut self.slots[slot];
+        if entry.is_none() {
+            self.len += 1;
+        }
+        entry.get_or_insert_with(make)
+    }
+
+    /// Keys and values, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = (K, &V)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.as_ref().map(|v| (K::of_slot(i), v)))
+    }
+
+    /// Keys with a value, in slot order.
+    pub fn keys(&self) -> impl Iterator<Item = K> + '_ {
+        self.iter().map(|(k, _)| k)
+    }
+
+    /// Values, in slot order.
+    pub fn values(&self) -> impl Iterator<Item = &V> + '_ {
+        self.slots.iter().flatten()
+    }
+
+    /// Keys with a value.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no key has a value.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<K: DenseKey, V> DenseMap<K, V> {
+    /// Keeps only the entries `keep` accepts.
+    pub fn retain(&mut self, mut keep: impl FnMut(K, &mut V) -> bool) {
+        for (i, entry) in self.slots.iter_mut().enumerate() {
+            if let Some(v) = entry
+                && !keep(K::of_slot(i), v)
+            {
+                *entry = None;
+                self.len -= 1;
+            }
+        }
+    }
+}
+
+impl<K: DenseKey, V> FromIterator<(K, V)> for DenseMap<K, V> {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        let mut map = Self::default();
+        for (k, v) in iter {
+            map.insert(k, v);
+        }
+        map
+    }
+}
+
+impl<K: DenseKey, V: Default> DenseMap<K, V> {
+    /// The key's value, the default if it has none.
+    pub fn get_or_default(&mut self, key: K) -> &mut V {
+        self.get_or_insert_with(key, V::default)
+    }
+}
+
+impl<K: DenseKey, V: PartialEq> PartialEq for DenseMap<K, V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len
+            && self
+                .iter()
+                .zip(other.iter())
+                .all(|((a, x), (b, y))| a.slot() == b.slot() && x == y)
+    }
+}
+
 /// A `HashMap` keyed by ids or indexes, hashed with [`IdHasher`].
 pub type IdMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
 
@@ -254,6 +471,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_dense_map_behaves_as_a_map_in_slot_order() {
+        let mut map: DenseMap<GroupId, &str> = DenseMap::with_slots(2);
+        assert!(map.is_empty());
+        assert_eq!(map.insert(GroupId(5), "five"), None);
+        assert_eq!(map.insert(GroupId(1), "one"), None);
+        assert_eq!(map.insert(GroupId(5), "FIVE"), Some("five"));
+        assert_eq!(map.len(), 2);
+        assert_eq!(map.get(&GroupId(5)), Some(&"FIVE"));
+        assert_eq!(map.get(&GroupId(9)), None);
+        assert!(map.contains_key(&GroupId(1)) && !map.contains_key(&GroupId(0)));
+        let keys: Vec<u32> = map.iter().map(|(k, _)| k.0).collect();
+        assert_eq!(keys, vec![1, 5]);
+        assert_eq!(map.remove(&GroupId(1)), Some("one"));
+        assert_eq!(map.remove(&GroupId(1)), None);
+        assert_eq!(map.len(), 1);
+        *map.get_or_insert_with(GroupId(7), || "seven") = "SEVEN";
+        assert_eq!(map.values().copied().collect::<Vec<_>>(), vec!["FIVE", "SEVEN"]);
+        let mut counts: DenseMap<usize, u32> = DenseMap::default();
+        *counts.get_or_default(3) += 2;
+        *counts.get_or_default(3) += 1;
+        assert_eq!(counts.get(&3), Some(&3));
+        let mut evens: DenseMap<usize, usize> = (0..6).map(|i| (i, i)).collect();
+        evens.retain(|k, _| k % 2 == 0);
+        assert_eq!(evens.iter().map(|(k, _)| k).collect::<Vec<_>>(), vec![0, 2, 4]);
+        assert_eq!(evens.len(), 3);
+        assert_eq!(counts, {
+            let mut other = DenseMap::with_slots(10);
+            other.insert(3, 3);
+            other
+        });
+    }
+
+    #[test]
     fn inserts_removals_and_every_mutable_access_stamp_their_slot() {
         let mut arena: Arena<u32> = Arena::default();
         let a = arena.insert(1);
@@ -281,5 +531,36 @@ mod tests {
         assert!(arena.stamp(c) > seen);
         // A slot never used reads as changed.
         assert_eq!(arena.stamp(99), u64::MAX);
+    }
+
+    #[test]
+    fn the_change_log_names_what_changed_since_a_clock_while_it_reaches_back() {
+        let mut arena: Arena<u32> = Arena::default();
+        let a = arena.insert(1);
+        let seen = arena.clock();
+        assert_eq!(arena.changed_since(seen), Some(&[][..]));
+        let b = arena.insert(2);
+        let _ = arena.get_mut(a);
+        let _ = arena.get_mut_unstamped(b);
+        assert_eq!(arena.changed_since(seen), Some(&[b, a][..]));
+        assert_eq!(arena.changed_since(0), Some(&[a, b, a][..]));
+        // Every slot the log names since a clock is exactly every slot stamped after it.
+        for _ in 0..3 * MIN_LOG {
+            let _ = arena.get_mut(b);
+        }
+        assert_eq!(arena.changed_since(0), None, "the oldest stamps are dropped");
+        let seen = arena.clock();
+        let _ = arena.get_mut(a);
+        let _ = arena.remove(b);
+        assert_eq!(arena.changed_since(seen), Some(&[a, b][..]));
+        assert_eq!(
+            arena.changed_since(arena.clock() + 1),
+            None,
+            "a clock from the future"
+        );
+        for slot in [a, b] {
+            let named = arena.changed_since(seen).is_some_and(|c| c.contains(&slot));
+            assert_eq!(named, arena.stamp(slot) > seen);
+        }
     }
 }

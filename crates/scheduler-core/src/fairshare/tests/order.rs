@@ -536,8 +536,16 @@ fn order_key_is_the_steps_it_stands_for() {
             assert_eq!(starved, tree.within_deserved_with(q, &job), "{name}");
             assert_eq!(zero_share, tree.uses_zero_share(q, &job), "{name}");
             let zero = Resources::ZERO;
-            assert_eq!(with_job.to_bits(), tree.dominant_share(q, &job, &zero).to_bits(), "{name}");
-            assert_eq!(without.to_bits(), tree.dominant_share(q, &zero, &zero).to_bits(), "{name}");
+            assert_eq!(
+                with_job.to_bits(),
+                tree.dominant_share(q, &job, &zero).to_bits(),
+                "{name}"
+            );
+            assert_eq!(
+                without.to_bits(),
+                tree.dominant_share(q, &zero, &zero).to_bits(),
+                "{name}"
+            );
         }
     }
 }

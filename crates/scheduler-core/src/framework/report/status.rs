@@ -222,7 +222,7 @@ pub fn timeouts(ssn: &mut Session<'_>) {
                 .get(&g)
                 .and_then(|o| o.why.first())
                 .map_or_else(|| "no room".to_owned(), |w| w.message(&ssn.cluster.names));
-            ssn.outcomes.entry(g).or_default().why.insert(
+            ssn.outcomes.get_or_default(g).why.insert(
                 0,
                 Why::TimedOut {
                     after_secs: timeout,
@@ -236,7 +236,6 @@ pub fn timeouts(ssn: &mut Session<'_>) {
 /// Fills `decisions` with what changed: gang statuses, annotations, pod conditions, events, queue statuses.
 pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     let now = ssn.now;
-    let group_ids: Vec<GroupId> = ssn.cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
     // Every new transition of this cycle carries the same time: format it once.
     let stamp: Arc<str> = Arc::from(rfc3339(now));
     let names = SlotNames::new(
@@ -250,11 +249,175 @@ pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         names,
         placed_messages: HashMap::default(),
     };
-    for id in group_ids {
-        report_group(ssn, id, &mut shared, decisions);
+    let echoed = ssn.cluster.echoed.take();
+    let last = ssn.report_carry.take();
+    let visit = last.and_then(|last| to_visit(ssn, &last, echoed?));
+    let mut revisit = Vec::new();
+    match &visit {
+        Some(visit) => {
+            #[cfg(debug_assertions)]
+            check_unvisited_would_be_skipped(ssn, visit);
+            for (i, _) in visit.iter().enumerate().filter(|(_, v)| **v) {
+                let id = GroupId(u32::try_from(i).expect("invariant: group slots fit in u32"));
+                if ssn.cluster.groups.get(id.0).is_some() {
+                    report_group(ssn, id, &mut shared, decisions);
+                    note_revisit(ssn, id, &mut revisit);
+                }
+            }
+        }
+        None => {
+            let group_ids: Vec<GroupId> = ssn.cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
+            for id in group_ids {
+                report_group(ssn, id, &mut shared, decisions);
+                note_revisit(ssn, id, &mut revisit);
+            }
+        }
     }
+    ssn.report_carry = Some(ReportCarry {
+        groups: ssn.cluster.groups.clock(),
+        tasks: ssn.cluster.tasks.clock(),
+        revisit,
+    });
     report_queues(ssn, decisions);
     report_pods_without_gang(ssn, decisions);
+}
+
+/// Where a status report left off, for the next one: the group and task arenas' clocks at its end, and
+/// the groups it must look at again whatever changes (see [`note_revisit`]). A group not among them
+/// and unchanged since (by the change logs), whose gang has no outcome in the next cycle, would be
+/// skipped by its report stamp: the next report does not look at it at all.
+#[derive(Clone, Debug)]
+pub(crate) struct ReportCarry {
+    groups: u64,
+    tasks: u64,
+    revisit: Vec<GroupId>,
+}
+
+/// Whether a group's next report must look at it even if nothing it reads changes: it has no report
+/// stamp (placed in this cycle, still filling, backed off), it was told why it waits (its next cycle's
+/// reason must be compared), or a pod's share is read through its node's devices.
+fn note_revisit(ssn: &Session<'_>, id: GroupId, revisit: &mut Vec<GroupId>) {
+    let Some(group) = ssn.cluster.groups.get(id.0) else {
+        return;
+    };
+    let waits = group
+        .report_why
+        .as_ref()
+        .and_then(|w| w.downcast_ref::<Vec<Why>>())
+        .is_none_or(|w| !w.is_empty());
+    let reads_devices = ssn.gang_of.get(&id).is_some_and(|g| ssn.gang_reads_devices(*g));
+    if waits || reads_devices || !ssn.reports.contains_key(&id) {
+        revisit.push(id);
+    }
+}
+
+/// The groups this report looks at, by slot, when the last report's carry and the change logs tell
+/// what changed since: the groups it asked to see again, those changed since (with every group of
+/// their gang, whose derived state they change), those of gangs with an outcome in this cycle, and
+/// those updated without a stamp. `None`: look at every group.
+fn to_visit(ssn: &Session<'_>, last: &ReportCarry, echoed: Vec<GroupId>) -> Option<Vec<bool>> {
+    let cluster = &*ssn.cluster;
+    let changed = crate::framework::session::groups_changed_since(cluster, last.groups, last.tasks)?;
+    let mut visit = vec![false; cluster.groups.capacity()];
+    let mark_gang_of = |id: GroupId, visit: &mut Vec<bool>| match ssn.gang_of.get(&id) {
+        Some(g) => {
+            for group in &ssn.gangs[*g].groups {
+                if let Some(v) = visit.get_mut(group.index()) {
+                    *v = true;
+                }
+            }
+        }
+        None => {
+            if let Some(v) = visit.get_mut(id.index()) {
+                *v = true;
+            }
+        }
+    };
+    for (i, _) in changed.iter().enumerate().filter(|(_, c)| **c) {
+        mark_gang_of(GroupId(u32::try_from(i).ok()?), &mut visit);
+    }
+    for (g, outcome) in ssn.outcomes.iter() {
+        if outcome.placed() || !outcome.why.is_empty() {
+            for group in &ssn.gangs[g].groups {
+                if let Some(v) = visit.get_mut(group.index()) {
+                    *v = true;
+                }
+            }
+        }
+    }
+    for id in last.revisit.iter().chain(echoed.iter()) {
+        if let Some(v) = visit.get_mut(id.index()) {
+            *v = true;
+        }
+    }
+    Some(visit)
+}
+
+/// Debug builds (every test): each group the report does not look at would have been skipped by its
+/// report stamp had it looked.
+#[cfg(debug_assertions)]
+fn check_unvisited_would_be_skipped(ssn: &Session<'_>, visit: &[bool]) {
+    let cluster = &*ssn.cluster;
+    for (i, group) in cluster.groups.iter() {
+        if visit.get(i as usize).copied().unwrap_or(false) {
+            continue;
+        }
+        let id = GroupId(i);
+        let gang_index = ssn.gang_of.get(&id).copied();
+        let outcome = gang_index.and_then(|g| ssn.outcomes.get(&g));
+        assert!(
+            outcome.is_none_or(|o| !o.placed() && o.why.is_empty()),
+            "{:?}: its gang has an outcome but the report skips it",
+            group.key
+        );
+        let derived = derived(ssn, id, gang_index);
+        let why_empty = group
+            .report_why
+            .as_ref()
+            .and_then(|w| w.downcast_ref::<Vec<Why>>())
+            .is_some_and(Vec::is_empty);
+        assert!(
+            group.report_inputs != 0
+                && why_empty
+                && ssn
+                    .reports
+                    .get(&id)
+                    .is_some_and(|stamp| stamp.holds(cluster, id, derived)),
+            "{:?}: the report skips it but its stamp does not hold",
+            group.key
+        );
+    }
+}
+
+/// What a group's report reads from its gang.
+fn derived(ssn: &Session<'_>, id: GroupId, gang_index: Option<usize>) -> Derived {
+    let cluster = &*ssn.cluster;
+    let (satisfied, is_root, has_children) = match gang_index {
+        Some(g) => {
+            let gang = &ssn.gangs[g];
+            let node = gang.nodes.iter().position(|n| n.group == id).unwrap_or(0);
+            (
+                gang.satisfied(cluster, node),
+                gang.root == id,
+                gang.nodes[node]
+                    .children
+                    .iter()
+                    .any(|c| gang.nodes[*c].group != id),
+            )
+        }
+        None => (false, true, false),
+    };
+    let gang_waiting = is_root
+        && gang_index.is_some_and(|g| {
+            !ssn.gangs[g].is_satisfied(cluster) && ssn.gangs[g].pending(cluster).next().is_some()
+        });
+    Derived {
+        gang: gang_index.is_some(),
+        satisfied,
+        is_root,
+        has_children,
+        gang_waiting,
+    }
 }
 
 /// How long a pod may wait for its PodGroup before it is told why (the podgrouper usually creates it
@@ -396,21 +559,6 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
     let cluster = &*ssn.cluster;
     let group = cluster.group(id);
     let c = counts(cluster, group);
-    let (satisfied, is_root, has_children) = match gang_index {
-        Some(g) => {
-            let gang = &ssn.gangs[g];
-            let node = gang.nodes.iter().position(|n| n.group == id).unwrap_or(0);
-            (
-                gang.satisfied(cluster, node),
-                gang.root == id,
-                gang.nodes[node]
-                    .children
-                    .iter()
-                    .any(|c| gang.nodes[*c].group != id),
-            )
-        }
-        None => (false, true, false),
-    };
     let no_outcome = GangOutcome::default();
     let outcome = gang_index
         .and_then(|g| ssn.outcomes.get(&g))
@@ -424,17 +572,14 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
     {
         return;
     }
-    let gang_waiting = is_root
-        && gang_index.is_some_and(|g| {
-            !ssn.gangs[g].is_satisfied(cluster) && ssn.gangs[g].pending(cluster).next().is_some()
-        });
-    let derived = Derived {
-        gang: gang_index.is_some(),
+    let derived = derived(ssn, id, gang_index);
+    let Derived {
         satisfied,
         is_root,
         has_children,
         gang_waiting,
-    };
+        ..
+    } = derived;
     // Nothing it reads changed since its last report, which left the model as that report wanted:
     // the same report again would write, emit and mark nothing. A gang placed in this cycle always
     // reports (its event and start annotation are news even when the rest is the same).
@@ -494,7 +639,14 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
         if conditions.iter().any(|c| c.type_ == type_) {
             continue;
         }
-        conditions.push(condition(prev, type_, true, p.reason(), p.to_string(), &shared.stamp));
+        conditions.push(condition(
+            prev,
+            type_,
+            true,
+            p.reason(),
+            p.to_string(),
+            &shared.stamp,
+        ));
     }
     // Why it waits: the outcome of this cycle (root) or of its gang (child groups).
     let waiting = !scheduled && (c.pending + c.pipelined > 0 || gang_waiting);

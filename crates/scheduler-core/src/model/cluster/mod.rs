@@ -163,6 +163,40 @@ pub struct Cluster {
     /// Each entry holds only while the arena stamps of what it came from are unchanged; dropping it
     /// costs the next cycle time, never a different decision.
     pub session_carry: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// PodGroups whose status, start or stale time an update changed without a stamp (someone else's
+    /// status, or a time we did not write: see [`Cluster::apply_group`]) since the last status report
+    /// took them; that report looks at them even where no stamp says they changed.
+    pub echoed: Echoed,
+}
+
+/// PodGroups changed without a stamp (see [`Cluster::echoed`]), or, once more were noted than there
+/// are PodGroups (a replica that follows and runs no cycle), the mark that any may have.
+#[derive(Clone, Debug, Default)]
+pub struct Echoed {
+    groups: Vec<GroupId>,
+    overflowed: bool,
+}
+
+impl Echoed {
+    /// Notes a group (bounded: past `limit` entries only the overflow is remembered).
+    pub fn note(&mut self, id: GroupId, limit: usize) {
+        if self.overflowed {
+            return;
+        }
+        if self.groups.len() >= limit.max(1024) {
+            self.groups = Vec::new();
+            self.overflowed = true;
+        } else {
+            self.groups.push(id);
+        }
+    }
+
+    /// The groups noted since the last take, or `None` when there were too many to list.
+    pub fn take(&mut self) -> Option<Vec<GroupId>> {
+        let overflowed = std::mem::take(&mut self.overflowed);
+        let groups = std::mem::take(&mut self.groups);
+        (!overflowed).then_some(groups)
+    }
 }
 
 impl Cluster {

@@ -490,6 +490,8 @@ impl Cluster {
                 old.stale_since = group.stale_since;
                 if changed {
                     self.epochs.changed();
+                    let limit = self.groups.capacity();
+                    self.echoed.note(id, limit);
                 }
                 return;
             }
