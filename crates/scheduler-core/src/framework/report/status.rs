@@ -1047,19 +1047,49 @@ fn report_queues(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         }
         let cluster = &*ssn.cluster;
         let queue = cluster.queue(id);
+        let (allocated, requested) = (ssn.fairness.allocated(id), ssn.fairness.requested(id));
+        let report = ssn.fairness.report(id);
+        let fair_share = report.as_ref().map(|r| r.fair_share.to_resources());
+        // Fingerprinted from the figures, not the text: most queues are unchanged in most cycles, and
+        // their statuses are made only when written. Pods are not reported, so not fingerprinted.
+        let fingerprint = {
+            let mut h = WordHasher::default();
+            let mut amounts = |r: &Resources| {
+                let mut r = *r;
+                r.0[PODS] = 0;
+                r.0.hash(&mut h);
+            };
+            amounts(&allocated);
+            amounts(&requested);
+            if let (Some(report), Some(fair_share)) = (&report, &fair_share) {
+                amounts(&report.allocated_non_preemptible);
+                amounts(fair_share);
+            }
+            report.is_some().hash(&mut h);
+            for c in &queue.children {
+                cluster.queue(*c).name.hash(&mut h);
+            }
+            for p in &queue.problems {
+                p.to_string().hash(&mut h);
+            }
+            h.finish()
+        };
+        if fingerprint == queue.observed_fingerprint {
+            continue;
+        }
         let mut status = api::QueueStatus {
             child_queues: queue
                 .children
                 .iter()
                 .map(|c| cluster.queue(*c).name.to_string())
                 .collect(),
-            allocated: quantities(cluster, &ssn.fairness.allocated(id)),
-            requested: quantities(cluster, &ssn.fairness.requested(id)),
+            allocated: quantities(cluster, &allocated),
+            requested: quantities(cluster, &requested),
             ..api::QueueStatus::default()
         };
-        if let Some(report) = ssn.fairness.report(id) {
+        if let (Some(report), Some(fair_share)) = (&report, &fair_share) {
             status.allocated_non_preemptible = quantities(cluster, &report.allocated_non_preemptible);
-            status.fair_share = quantities(cluster, &report.fair_share.to_resources());
+            status.fair_share = quantities(cluster, fair_share);
         }
         for p in &queue.problems {
             status.conditions.push(api::queue::QueueCondition {
@@ -1070,9 +1100,6 @@ fn report_queues(ssn: &mut Session<'_>, decisions: &mut Decisions) {
                 ..Default::default()
             });
         }
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        format!("{status:?}").hash(&mut h);
-        let fingerprint = h.finish();
         if fingerprint != queue.observed_fingerprint {
             let name = queue.name.clone();
             if let Some(q) = ssn.cluster.queues.get_mut(id.0) {
