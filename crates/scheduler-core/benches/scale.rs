@@ -49,6 +49,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// One timed cycle over a copy of `base`: (wall time, result, model after).
 fn timed_cycle(base: &Cluster, config: &Config, now: i64) -> (Duration, CycleResult, Cluster) {
     let mut cluster = base.clone();
+    // The copy shares the base's session carry; a scheduler owns its own (see `unshare_carry`).
+    kai_scheduler_core::framework::session::unshare_carry(&mut cluster);
     let started = Instant::now();
     let result = measured_cycle(&mut cluster, config, now);
     (started.elapsed(), result, cluster)

@@ -32,7 +32,7 @@ const MIX_COVERAGE: f64 = 0.95;
 /// used only while the arena stamps (`Arena::stamp`) of everything it was derived from are not above
 /// the clocks it recorded, so a carried entry is exactly what deriving it again would give; a churn
 /// cycle rebuilds only the gangs whose PodGroups or pods changed.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Carry {
     /// The PodGroup hierarchy the gangs were built under (any change drops every carried gang).
     children: ChildIndex,
@@ -53,7 +53,7 @@ pub(crate) struct Carry {
 }
 
 /// A gang as a session built it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct CarriedGang {
     gang: Arc<Gang>,
     usage: GangUsage,
@@ -135,6 +135,20 @@ pub(crate) fn groups_changed_since(cluster: &Cluster, groups: u64, tasks: u64) -
         }
     }
     Some(changed)
+}
+
+/// Gives `cluster` its own copy of the carry it shares with another copy of the model, if it shares
+/// one. A scheduler owns its model's carry alone, and the next session takes its parts without copying
+/// them; a benchmark that copies a model for each timed cycle calls this outside the timing, so the
+/// cycle does what it does in the scheduler.
+pub fn unshare_carry(cluster: &mut Cluster) {
+    let Some(carry) = cluster.session_carry.take() else {
+        return;
+    };
+    cluster.session_carry = Some(match Arc::downcast::<Carry>(carry) {
+        Ok(own) => Arc::new(Arc::unwrap_or_clone(own)),
+        Err(other) => other,
+    });
 }
 
 impl Carry {
