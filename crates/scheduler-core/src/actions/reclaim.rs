@@ -17,6 +17,24 @@ use crate::model::{QueueId, Resources, TaskId};
 /// Runs reclaim.
 pub fn reclaim(ssn: &mut Session<'_>) {
     let waiting = super::preempt::waiting_for_room(ssn);
+    if !some_queue_may_reclaim(ssn, &waiting) {
+        // Debug builds (every test) check the bound against each gang's own request.
+        #[cfg(debug_assertions)]
+        for &g in &waiting {
+            if let Some(queue) = ssn.gangs[g].queue
+                && !ssn.outcomes.get(&g).is_some_and(|o| o.placed())
+            {
+                let request = pending_request(ssn, g);
+                assert!(
+                    ssn.fairness
+                        .can_reclaim(queue, &request, ssn.gangs[g].preemptible)
+                        .is_err(),
+                    "gang {g} could reclaim though its queue's bound could not"
+                );
+            }
+        }
+        return;
+    }
     let mut order = JobQueues::new(ssn, waiting.into_iter(), false);
     while let Some(g) = order.pop(ssn) {
         ssn.attempt(g);
@@ -48,6 +66,42 @@ pub fn reclaim(ssn: &mut Session<'_>) {
             ssn.explain(g, Why::Pipelined);
         }
     }
+}
+
+/// Whether some waiting gang could pass its queue's `can_reclaim` check, judged per queue with a lower
+/// bound of every request its gangs could make: the smallest share, slot by slot, of a pod any of them
+/// could place (nothing, for a gang with no such pod). The check only fails more as a request grows
+/// (allocated + request against the fair share, and for non-preemptible work against the quota too, on
+/// every slot), and reads only the reclaimer's queue, whose accounting nothing changes until some
+/// gang passes it. So when no queue passes with its bound, every gang of the pass below would be
+/// refused, and the pass is skipped: on a cluster where every queue holds its fair share, a backlog
+/// costs one look per pod instead of an ordered pass that works out each gang's request.
+fn some_queue_may_reclaim(ssn: &Session<'_>, waiting: &[usize]) -> bool {
+    let cluster = &*ssn.cluster;
+    let mut least: BTreeMap<QueueId, Resources> = BTreeMap::new();
+    for &g in waiting {
+        let gang = &ssn.gangs[g];
+        let Some(queue) = gang.queue else { continue };
+        if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
+            continue;
+        }
+        let mut bound: Option<Resources> = None;
+        for t in gang.tasks() {
+            let task = cluster.task(t);
+            if task.ours && task.status == crate::model::TaskStatus::Pending && task.problem.is_none() {
+                let share = ssn.share_request(t);
+                bound = Some(bound.map_or(share, |b| b.least(&share)));
+            }
+        }
+        let bound = bound.unwrap_or(Resources::ZERO);
+        least
+            .entry(queue)
+            .and_modify(|b| *b = b.least(&bound))
+            .or_insert(bound);
+    }
+    least
+        .iter()
+        .any(|(queue, bound)| ssn.fairness.can_reclaim(*queue, bound, true).is_ok())
 }
 
 /// What the gang asks for in this attempt (its shortfall), in queue-share terms.

@@ -136,6 +136,16 @@ impl Resources {
         self.0.iter().all(|v| *v == 0)
     }
 
+    /// Slot by slot minimum.
+    #[must_use]
+    pub fn least(&self, other: &Self) -> Self {
+        let mut r = *self;
+        for (a, b) in r.0.iter_mut().zip(other.0.iter()) {
+            *a = (*a).min(*b);
+        }
+        r
+    }
+
     /// Slot by slot maximum.
     #[must_use]
     pub fn max(&self, other: &Self) -> Self {
