@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::decisions::{Bind, Decisions, Evict, EvictionCause};
 use super::gang::{self, ChildIndex, Gang};
 use super::policy::fairness::{self, Fairness, GangUsage};
-use super::policy::placement::{Eligibility, NodeIndex, PlacementPolicy, Room};
+use super::policy::placement::{Eligibility, NodeIndex, PlacementPolicy, Room, Summaries};
 use super::report::explain::Why;
 use super::report::status::{self, ReportStamp};
 use super::reservations;
@@ -46,10 +46,22 @@ pub(crate) struct Carry {
     /// The node index's static eligibility answers, with the nodes' facts version they hold for
     /// (`Cluster::node_facts_version`).
     eligibility: Option<(Eligibility, u64)>,
+    /// The node index's explanation summaries, with the nodes' facts version, the node slots and the
+    /// placement settings they hold for.
+    summaries: Option<CarriedSummaries>,
     /// The clocks every carried gang was built or checked at (the same for all).
     built: Option<BuiltAt>,
     /// Where the last status report left off (`status::report`).
     report: Option<status::ReportCarry>,
+}
+
+/// Explanation summaries as a session left them (see [`Carry::summaries`]).
+#[derive(Clone, Debug)]
+struct CarriedSummaries {
+    summaries: Summaries,
+    facts_version: u64,
+    node_slots: usize,
+    policy: PlacementPolicy,
 }
 
 /// A gang as a session built it.
@@ -298,13 +310,19 @@ impl<'c> Session<'c> {
             cluster.clear_assumed(t);
         }
         let mut last = Carry::take(cluster);
-        let (room, eligibility, reports) = match Arc::get_mut(&mut last) {
+        let (room, eligibility, reports, summaries) = match Arc::get_mut(&mut last) {
             Some(own) => (
                 own.index.take(),
                 own.eligibility.take(),
                 std::mem::take(&mut own.reports),
+                own.summaries.take(),
             ),
-            None => (last.index.clone(), last.eligibility.clone(), last.reports.clone()),
+            None => (
+                last.index.clone(),
+                last.eligibility.clone(),
+                last.reports.clone(),
+                last.summaries.clone(),
+            ),
         };
         let same_hierarchy = last.children == children;
         let tasks_at_open = cluster.tasks.clock();
@@ -380,8 +398,18 @@ impl<'c> Session<'c> {
             seed: plugins.nodeplacement.seed,
         };
         cluster.rules.start_session();
+        // Summaries hold while what their answers read holds: every node's static facts, the node
+        // slots (a summary has an answer per slot) and the settings; changed nodes are brought up to
+        // date as the index reopens.
+        let summaries = summaries
+            .filter(|c| {
+                c.facts_version == cluster.node_facts_version
+                    && c.node_slots == cluster.nodes.capacity()
+                    && c.policy == policy
+            })
+            .map(|c| c.summaries);
         let mut index = match room {
-            Some((room, since)) => NodeIndex::reopen(room, cluster, since),
+            Some((room, since)) => NodeIndex::reopen(room, summaries, cluster, since),
             None => NodeIndex::build(cluster),
         };
         let nodes_synced = cluster.nodes.clock();
@@ -741,6 +769,12 @@ impl Session<'_> {
             },
             built: Some(built),
             report: self.report_carry.take(),
+            summaries: Some(CarriedSummaries {
+                summaries: self.index.take_summaries(),
+                facts_version: self.cluster.node_facts_version,
+                node_slots: self.cluster.nodes.capacity(),
+                policy: self.policy,
+            }),
             index: Some((self.index.take_room(), self.nodes_synced)),
             eligibility: Some((
                 std::mem::take(&mut self.index.eligibility),

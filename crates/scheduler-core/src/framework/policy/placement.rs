@@ -68,7 +68,7 @@ pub enum NodeMiss {
 }
 
 /// Placement settings.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlacementPolicy {
     /// GPU pods.
     pub gpu: PlacementStrategy,
@@ -184,6 +184,8 @@ type Verdict = Option<NodeMiss>;
 struct MissSummary {
     /// Position in the change log this summary has caught up to.
     seen: usize,
+    /// Asked for in this session (only those are carried to the next).
+    asked: bool,
     /// Answer by node index (`None` for slots without a node).
     verdicts: Vec<Option<Verdict>>,
     /// Counts of the misses over all nodes (no zero entries).
@@ -196,6 +198,8 @@ struct MissSummary {
 #[derive(Clone, Debug, Default)]
 struct FreeSummary {
     seen: usize,
+    /// Asked for in this session (only those are carried to the next).
+    asked: bool,
     /// Free now (never negative) by node index, for admitted nodes.
     free: Vec<Option<Resources>>,
     total: Resources,
@@ -204,9 +208,12 @@ struct FreeSummary {
     with_free: [usize; MAX_RESOURCES],
 }
 
-/// Lazily maintained summaries over all nodes, for explanations.
+/// Lazily maintained summaries over all nodes, for explanations. Carried to the next session (see
+/// `framework::session::Carry`) with the nodes' facts version, the node slots and the placement
+/// settings they were computed under, and brought up to date there by the nodes changed since, as
+/// within a session: only the summaries a session asked for are carried.
 #[derive(Clone, Debug, Default)]
-struct Summaries {
+pub(crate) struct Summaries {
     /// Nodes whose accounting changed, in order (only recorded once a summary exists).
     changes: Vec<NodeId>,
     misses: HashMap<Shape, MissSummary>,
@@ -224,6 +231,16 @@ impl Summaries {
         nodes.sort_unstable();
         nodes.dedup();
         nodes
+    }
+
+    /// The summaries this session asked for, to carry to the next one.
+    fn asked(mut self) -> Self {
+        self.misses.retain(|_, m| std::mem::take(&mut m.asked));
+        self.free.retain(|_, f| std::mem::take(&mut f.asked));
+        if !self.active() {
+            self.changes.clear();
+        }
+        self
     }
 
     /// Drops the log once every summary has caught up with it.
@@ -281,6 +298,12 @@ impl NodeIndex {
         index
     }
 
+    /// Takes the explanation summaries this session asked for out (for the next session:
+    /// [`Self::reopen`]).
+    pub(crate) fn take_summaries(&mut self) -> Summaries {
+        std::mem::take(&mut self.summaries).asked()
+    }
+
     /// Takes the free-capacity indexes out (for the next session: [`Self::reopen`]).
     #[must_use]
     pub fn take_room(&mut self) -> Room {
@@ -292,10 +315,11 @@ impl NodeIndex {
     /// same as [`Self::build`] gives, for a fraction of its cost when few nodes changed. Everything
     /// else starts afresh, as in a built index.
     #[must_use]
-    pub fn reopen(room: Room, cluster: &Cluster, since: u64) -> Self {
+    pub(crate) fn reopen(room: Room, summaries: Option<Summaries>, cluster: &Cluster, since: u64) -> Self {
         let mut index = Self {
             room,
             rules: RuleLookups::new(cluster),
+            summaries: summaries.unwrap_or_default(),
             ..Self::default()
         };
         for i in 0..cluster.nodes.capacity() {
@@ -571,6 +595,7 @@ impl NodeIndex {
         let summary = match self.summaries.misses.entry(shape) {
             std::collections::hash_map::Entry::Occupied(e) => {
                 let summary = e.into_mut();
+                summary.asked = true;
                 let mut changed = log[summary.seen.min(log.len())..].to_vec();
                 changed.sort_unstable();
                 changed.dedup();
@@ -595,6 +620,7 @@ impl NodeIndex {
             std::collections::hash_map::Entry::Vacant(e) => {
                 let mut summary = MissSummary {
                     seen: log.len(),
+                    asked: true,
                     verdicts: vec![None; cluster.nodes.capacity()],
                     ..MissSummary::default()
                 };
@@ -665,6 +691,7 @@ impl NodeIndex {
         let summary = self.summaries.free.entry(constraints).or_insert_with(|| {
             let mut s = FreeSummary {
                 seen: end,
+                asked: true,
                 free: vec![None; cluster.nodes.capacity()],
                 ..FreeSummary::default()
             };
@@ -678,6 +705,7 @@ impl NodeIndex {
             }
             s
         });
+        summary.asked = true;
         for n in changed.unwrap_or_default() {
             let Some(slot) = summary.free.get(n.index()).copied() else {
                 continue;
@@ -1246,12 +1274,12 @@ mod tests {
         s.cluster.apply_node(cordoned);
         s.cluster.remove_node("n-1");
         s.node("late", 32_000, 128, 8);
-        let reopened = NodeIndex::reopen(index.take_room(), &s.cluster, since);
+        let reopened = NodeIndex::reopen(index.take_room(), None, &s.cluster, since);
         assert_eq!(reopened.room, NodeIndex::build(&s.cluster).room);
         // Not vacuous: the changes moved the index.
         assert_ne!(
             reopened.room,
-            NodeIndex::reopen(Room::default(), &s.cluster, u64::MAX).room
+            NodeIndex::reopen(Room::default(), None, &s.cluster, u64::MAX).room
         );
     }
 }
