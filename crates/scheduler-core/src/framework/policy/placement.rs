@@ -184,8 +184,8 @@ type Verdict = Option<NodeMiss>;
 struct MissSummary {
     /// Position in the change log this summary has caught up to.
     seen: usize,
-    /// Asked for in this session (only those are carried to the next).
-    asked: bool,
+    /// Sessions since it was last asked for (see [`Summaries::asked`]).
+    idle: u32,
     /// Answer by node index (`None` for slots without a node).
     verdicts: Vec<Option<Verdict>>,
     /// Counts of the misses over all nodes (no zero entries).
@@ -198,8 +198,8 @@ struct MissSummary {
 #[derive(Clone, Debug, Default)]
 struct FreeSummary {
     seen: usize,
-    /// Asked for in this session (only those are carried to the next).
-    asked: bool,
+    /// Sessions since it was last asked for (see [`Summaries::asked`]).
+    idle: u32,
     /// Free now (never negative) by node index, for admitted nodes.
     free: Vec<Option<Resources>>,
     total: Resources,
@@ -208,10 +208,14 @@ struct FreeSummary {
     with_free: [usize; MAX_RESOURCES],
 }
 
+/// How many sessions a summary nobody asks for is still carried (its catching up is lazy: meanwhile it
+/// costs only the log of changed nodes).
+const SUMMARY_IDLE_SESSIONS: u32 = 16;
+
 /// Lazily maintained summaries over all nodes, for explanations. Carried to the next session (see
 /// `framework::session::Carry`) with the nodes' facts version, the node slots and the placement
 /// settings they were computed under, and brought up to date there by the nodes changed since, as
-/// within a session: only the summaries a session asked for are carried.
+/// within a session: only those asked for in the last [`SUMMARY_IDLE_SESSIONS`] sessions are carried.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Summaries {
     /// Nodes whose accounting changed, in order (only recorded once a summary exists).
@@ -233,14 +237,40 @@ impl Summaries {
         nodes
     }
 
-    /// The summaries this session asked for, to carry to the next one.
+    /// The summaries asked for in the last [`SUMMARY_IDLE_SESSIONS`] sessions, to carry to the next
+    /// one (a cycle whose waiting gangs are all answered by their no-fit memo asks for none, and the
+    /// next refusal should not pay a scan of every node for that).
     fn asked(mut self) -> Self {
-        self.misses.retain(|_, m| std::mem::take(&mut m.asked));
-        self.free.retain(|_, f| std::mem::take(&mut f.asked));
+        let keep = |idle: &mut u32| {
+            *idle += 1;
+            *idle <= SUMMARY_IDLE_SESSIONS
+        };
+        self.misses.retain(|_, m| keep(&mut m.idle));
+        self.free.retain(|_, f| keep(&mut f.idle));
         if !self.active() {
             self.changes.clear();
         }
         self
+    }
+
+    /// Drops a summary that more node changes than half its node slots have passed by: answering them
+    /// again one by one (after sorting the log) costs more than a new summary's scan.
+    fn drop_if_stale(&mut self, shape: Option<&Shape>, constraints: Option<ConstraintsId>) {
+        let end = self.changes.len();
+        let stale = |seen: usize, slots: usize| end.saturating_sub(seen) > slots / 2;
+        if let Some(shape) = shape
+            && self
+                .misses
+                .get(shape)
+                .is_some_and(|m| stale(m.seen, m.verdicts.len()))
+        {
+            self.misses.remove(shape);
+        }
+        if let Some(c) = constraints
+            && self.free.get(&c).is_some_and(|f| stale(f.seen, f.free.len()))
+        {
+            self.free.remove(&c);
+        }
     }
 
     /// Drops the log once every summary has caught up with it.
@@ -591,11 +621,12 @@ impl NodeIndex {
         };
         let elig = &mut self.eligibility;
         let shape = (task.request, task.gpu, task.constraints);
+        self.summaries.drop_if_stale(Some(&shape), None);
         let log = &self.summaries.changes;
         let summary = match self.summaries.misses.entry(shape) {
             std::collections::hash_map::Entry::Occupied(e) => {
                 let summary = e.into_mut();
-                summary.asked = true;
+                summary.idle = 0;
                 let mut changed = log[summary.seen.min(log.len())..].to_vec();
                 changed.sort_unstable();
                 changed.dedup();
@@ -620,7 +651,7 @@ impl NodeIndex {
             std::collections::hash_map::Entry::Vacant(e) => {
                 let mut summary = MissSummary {
                     seen: log.len(),
-                    asked: true,
+                    idle: 0,
                     verdicts: vec![None; cluster.nodes.capacity()],
                     ..MissSummary::default()
                 };
@@ -681,6 +712,7 @@ impl NodeIndex {
                 }
             }
         };
+        self.summaries.drop_if_stale(None, Some(constraints));
         let elig = &mut self.eligibility;
         let changed = self
             .summaries
@@ -691,7 +723,7 @@ impl NodeIndex {
         let summary = self.summaries.free.entry(constraints).or_insert_with(|| {
             let mut s = FreeSummary {
                 seen: end,
-                asked: true,
+                idle: 0,
                 free: vec![None; cluster.nodes.capacity()],
                 ..FreeSummary::default()
             };
@@ -705,7 +737,7 @@ impl NodeIndex {
             }
             s
         });
-        summary.asked = true;
+        summary.idle = 0;
         for n in changed.unwrap_or_default() {
             let Some(slot) = summary.free.get(n.index()).copied() else {
                 continue;
