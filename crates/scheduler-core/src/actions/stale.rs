@@ -10,27 +10,19 @@ use crate::model::{TaskId, TaskStatus};
 pub fn stale_gangs(ssn: &mut Session<'_>) {
     let grace =
         i64::try_from(ssn.config.plugins.stalegangeviction.grace_period.as_millis()).unwrap_or(i64::MAX);
-    for g in 0..ssn.gangs.len() {
+    // A gang as the last session saw it, then found not stale (no stale time recorded), is not stale
+    // now: every input is the same.
+    let unchanged = ssn.unchanged_gangs();
+    for (g, unchanged) in unchanged.into_iter().enumerate() {
+        if unchanged && ssn.cluster.group(ssn.gangs[g].root).stale_since.is_none() {
+            debug_assert!(!running_below_minimum(ssn, g).0, "gang {g} skipped but stale");
+            continue;
+        }
         ssn.attempt(g);
+        let (stale, active) = running_below_minimum(ssn, g);
         let gang = &ssn.gangs[g];
         let cluster = &*ssn.cluster;
         let root = gang.root;
-        let any_succeeded = gang.groups.iter().any(|id| {
-            cluster
-                .group(*id)
-                .tasks
-                .iter()
-                .any(|t| cluster.task(*t).status == TaskStatus::Succeeded)
-        });
-        // Counted, not listed: this runs over every gang each cycle.
-        let active = gang
-            .tasks()
-            .filter(|t| {
-                let s = cluster.task(*t).status;
-                s.is_active_allocated() || s == TaskStatus::Releasing
-            })
-            .count();
-        let stale = !any_succeeded && active > 0 && !gang.is_satisfied(cluster);
         let since = cluster.group(root).stale_since;
         match (stale, since) {
             (false, Some(_)) => ssn.set_stale_since(root, None),
@@ -63,4 +55,30 @@ pub fn stale_gangs(ssn: &mut Session<'_>) {
             (true, Some(t)) => ssn.wake_at(t.saturating_add(grace)),
         }
     }
+}
+
+/// Whether gang `g` runs below its minimum (some pod active, none succeeded, not satisfied), and how
+/// many of its pods are active.
+fn running_below_minimum(ssn: &Session<'_>, g: usize) -> (bool, usize) {
+    let gang = &ssn.gangs[g];
+    let cluster = &*ssn.cluster;
+    let any_succeeded = gang.groups.iter().any(|id| {
+        cluster
+            .group(*id)
+            .tasks
+            .iter()
+            .any(|t| cluster.task(*t).status == TaskStatus::Succeeded)
+    });
+    // Counted, not listed: this runs over every gang each cycle.
+    let active = gang
+        .tasks()
+        .filter(|t| {
+            let s = cluster.task(*t).status;
+            s.is_active_allocated() || s == TaskStatus::Releasing
+        })
+        .count();
+    (
+        !any_succeeded && active > 0 && !gang.is_satisfied(cluster),
+        active,
+    )
 }

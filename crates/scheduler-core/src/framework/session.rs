@@ -258,6 +258,9 @@ pub struct Session<'c> {
     usage: Vec<GangUsage>,
     /// For each gang, whether a pod's share is read through its node's devices (kept for the carry).
     reads_devices: Vec<bool>,
+    /// For each gang, whether it was carried: none of its PodGroups or pods changed since the last
+    /// session opened.
+    carried: Vec<bool>,
     /// Where the last status report left off, taken by this session's report, which leaves its own.
     pub(crate) report_carry: Option<status::ReportCarry>,
     /// The task arena's clock when the session opened.
@@ -336,6 +339,7 @@ impl<'c> Session<'c> {
         let mut gangs = Vec::with_capacity(roots.len());
         let mut usage = Vec::with_capacity(roots.len());
         let mut reads = Vec::with_capacity(roots.len());
+        let mut carried_flags = Vec::with_capacity(roots.len());
         for r in &roots {
             let carried = last.gangs.get(r).filter(|c| {
                 same_hierarchy
@@ -358,11 +362,13 @@ impl<'c> Session<'c> {
             match carried {
                 Some(c) => {
                     gangs_carried += 1;
+                    carried_flags.push(true);
                     gangs.push(Arc::clone(&c.gang));
                     usage.push(c.usage.clone());
                     reads.push(c.reads_devices);
                 }
                 None => {
+                    carried_flags.push(false);
                     let gang = Gang::build(cluster, &children, *r);
                     usage.push(GangUsage::of(cluster, &gang));
                     reads.push(reads_devices(cluster, &gang));
@@ -448,6 +454,7 @@ impl<'c> Session<'c> {
             reports,
             usage,
             reads_devices: reads,
+            carried: carried_flags,
             report_carry,
             tasks_at_open,
             nodes_synced,
@@ -459,6 +466,33 @@ impl<'c> Session<'c> {
     pub fn wake_at(&self, at: Millis) {
         let earliest = self.deadline.get().map_or(at, |d| d.min(at));
         self.deadline.set(Some(earliest));
+    }
+
+    /// For each gang, whether it is as the last session saw it: carried (nothing of it changed since
+    /// that session opened) and none of its pods changed in this session so far. A pass over every
+    /// gang whose answer for such a gang is a function of what it read then (and found nothing to do)
+    /// may skip it. All `false` when the change log does not reach back to this session's opening.
+    #[must_use]
+    pub fn unchanged_gangs(&self) -> Vec<bool> {
+        let mut unchanged = self.carried.clone();
+        match self.cluster.tasks.changed_since(self.tasks_at_open) {
+            Some(changed) => {
+                for t in changed {
+                    if let Some(g) = self
+                        .cluster
+                        .tasks
+                        .get(*t)
+                        .and_then(|task| task.group)
+                        .and_then(|group| self.gang_of.get(&group))
+                        && let Some(u) = unchanged.get_mut(*g)
+                    {
+                        *u = false;
+                    }
+                }
+            }
+            None => unchanged.iter_mut().for_each(|u| *u = false),
+        }
+        unchanged
     }
 
     /// Whether a pod of gang `g` has a share read through its node's devices.

@@ -180,7 +180,18 @@ fn condition(
 /// Tracks how long each gang has waited and marks those past `scheduleTimeoutSeconds` as timed out.
 pub fn timeouts(ssn: &mut Session<'_>) {
     let now = ssn.now;
-    for g in 0..ssn.gangs.len() {
+    // A gang as the last session saw it, then found not waiting (no waiting time, not timed out), is
+    // not waiting now: every input is the same.
+    let unchanged = ssn.unchanged_gangs();
+    for (g, unchanged) in unchanged.into_iter().enumerate() {
+        let root = ssn.cluster.group(ssn.gangs[g].root);
+        if unchanged && root.waiting_since.is_none() && !root.timed_out {
+            debug_assert!(
+                ssn.gangs[g].is_satisfied(ssn.cluster) || ssn.gangs[g].pending(ssn.cluster).next().is_none(),
+                "gang {g} skipped but waiting"
+            );
+            continue;
+        }
         ssn.attempt(g);
         let root = ssn.gangs[g].root;
         let satisfied = ssn.gangs[g].is_satisfied(ssn.cluster);
