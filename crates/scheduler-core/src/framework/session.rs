@@ -49,6 +49,8 @@ pub(crate) struct Carry {
     /// The node index's explanation summaries, with the nodes' facts version, the node slots and the
     /// placement settings they hold for.
     summaries: Option<CarriedSummaries>,
+    /// What fair share last divided, with the capacity version and resource names count it holds for.
+    capacity: Option<(Resources, (u64, usize))>,
     /// The clocks every carried gang was built or checked at (the same for all).
     built: Option<BuiltAt>,
     /// Where the last status report left off (`status::report`).
@@ -263,6 +265,8 @@ pub struct Session<'c> {
     carried: Vec<bool>,
     /// Where the last status report left off, taken by this session's report, which leaves its own.
     pub(crate) report_carry: Option<status::ReportCarry>,
+    /// What fair share divided, and what it was computed for (left for the next session).
+    capacity: (Resources, (u64, usize)),
     /// The task arena's clock when the session opened.
     tasks_at_open: u64,
     /// The node arena's clock when the node index was last up to date with every node (at open; any
@@ -376,6 +380,7 @@ impl<'c> Session<'c> {
                 }
             }
         }
+        let last_capacity = last.capacity;
         let report_carry = if same_hierarchy {
             Arc::get_mut(&mut last)
                 .and_then(|own| own.report.take())
@@ -427,7 +432,22 @@ impl<'c> Session<'c> {
         if policy.gpu == PlacementStrategy::Fragmentation || policy.cpu == PlacementStrategy::Fragmentation {
             index.set_mix(cluster.shapes.mix(MIX_COVERAGE));
         }
-        let fairness = Fairness::open(cluster, &gangs, &usage, &plugins.proportion);
+        // What fair share divides: a pass over every node and pod, so taken from the last session while
+        // nothing it reads changed (`Cluster::capacity_version`, and the resource names, which say which
+        // slots are MIG profiles counted as GPUs).
+        let capacity_key = (cluster.capacity_version, cluster.names.len());
+        let capacity = match last_capacity {
+            Some((capacity, key)) if key == capacity_key => {
+                debug_assert_eq!(
+                    capacity,
+                    fairness::capacity(cluster),
+                    "capacity reused though changed"
+                );
+                capacity
+            }
+            _ => fairness::capacity(cluster),
+        };
+        let fairness = Fairness::open(cluster, &gangs, &usage, &plugins.proportion, &capacity);
         let epoch_at_open = cluster.epochs.capacity;
         Self {
             epoch_at_open,
@@ -456,6 +476,7 @@ impl<'c> Session<'c> {
             reads_devices: reads,
             carried: carried_flags,
             report_carry,
+            capacity: (capacity, capacity_key),
             tasks_at_open,
             nodes_synced,
         }
@@ -802,6 +823,7 @@ impl Session<'_> {
                 reports
             },
             built: Some(built),
+            capacity: Some(self.capacity),
             report: self.report_carry.take(),
             summaries: Some(CarriedSummaries {
                 summaries: self.index.take_summaries(),

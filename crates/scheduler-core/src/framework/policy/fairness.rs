@@ -101,6 +101,7 @@ impl Fairness {
         gangs: &[std::sync::Arc<Gang>],
         usage: &[GangUsage],
         args: &ProportionArgs,
+        capacity: &Resources,
     ) -> Self {
         let config = FairShareConfig {
             k_value: args.k_value,
@@ -183,7 +184,7 @@ impl Fairness {
                 tree.record_pending(q, p);
             }
         }
-        tree.divide(&capacity(cluster));
+        tree.divide(capacity);
         Self {
             tree,
             versions: vec![0; ids.len()],

@@ -131,6 +131,9 @@ pub struct Cluster {
     /// Bumped whenever a node comes or goes or changes what static predicates read (labels, taints,
     /// readiness, cordon): work derived from the nodes' static facts holds while it stays the same.
     pub node_facts_version: u64,
+    /// Bumped whenever what fair share divides may change: any node update or removal, and any change
+    /// to a pod another scheduler places (`framework::policy::fairness::capacity`).
+    pub capacity_version: u64,
     /// Reservation pods requested and not yet seen, by shared-GPU group, with when they were asked for.
     pub reservations_pending: HashMap<Arc<str>, Millis>,
     /// Which queues' statuses this scheduler writes. Queues are cluster-wide; a scheduler serving one node

@@ -142,6 +142,7 @@ impl Cluster {
     /// Adds or updates a node.
     pub fn apply_node(&mut self, update: NodeUpdate) {
         self.epochs.capacity_changed();
+        self.capacity_version += 1;
         if let Some(id) = self.node_id(&update.name) {
             let node = self
                 .nodes
@@ -197,6 +198,7 @@ impl Cluster {
         let Some(id) = self.node_index.remove(name) else {
             return;
         };
+        self.capacity_version += 1;
         let tasks = self.node(id).tasks.clone();
         for t in &tasks {
             self.contribute(*t, -1);
@@ -230,6 +232,9 @@ impl Cluster {
         let (rules, new_terms) = self.rules.acquire(update.rules);
         self.count_into_new_terms(&new_terms);
         let labels = self.labels.intern(update.labels);
+        if !update.ours || self.task_id(&update.uid).is_some_and(|id| !self.task(id).ours) {
+            self.capacity_version += 1;
+        }
         if let Some(id) = self.task_id(&update.uid) {
             let before = task_inputs(self.task(id));
             self.contribute(id, -1);
@@ -373,6 +378,9 @@ impl Cluster {
         let Some(id) = self.task_index.remove(uid) else {
             return;
         };
+        if !self.task(id).ours {
+            self.capacity_version += 1;
+        }
         self.contribute(id, -1);
         self.rules.release(self.task(id).rules);
         let task = self.task(id);
