@@ -198,8 +198,9 @@ impl Gang {
         let group = cluster.group(root);
         let mut gang = Self {
             root,
-            groups: Vec::new(),
-            nodes: Vec::new(),
+            // Most gangs are one PodGroup: room for it without a grow.
+            groups: Vec::with_capacity(1),
+            nodes: Vec::with_capacity(1),
             queue: group.queue,
             priority: group.priority,
             preemptible: group.preemptible,

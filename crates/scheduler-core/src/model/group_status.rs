@@ -101,9 +101,9 @@ pub struct PoolCondition {
     /// Node pool.
     pub node_pool: Arc<str>,
     /// Message (the first reason's, with the pool named when the gang backs off per pool).
-    pub message: String,
+    pub message: Arc<str>,
     /// Every reason, with its message.
-    pub reasons: Vec<(&'static str, String)>,
+    pub reasons: Vec<(&'static str, Arc<str>)>,
     /// Last transition (RFC 3339).
     pub last_transition_time: Option<Arc<str>>,
 }
@@ -139,13 +139,13 @@ impl DecidedStatus {
                 type_: POOL_CONDITION_TYPE.to_owned(),
                 node_pool: Some(p.node_pool.to_string()),
                 reason: Some(POOL_CONDITION_REASON.to_owned()),
-                message: Some(p.message.clone()),
+                message: Some(p.message.to_string()),
                 reasons: p
                     .reasons
                     .iter()
                     .map(|(reason, message)| UnschedulableExplanation {
                         reason: Some((*reason).to_owned()),
-                        message: Some(message.clone()),
+                        message: Some(message.to_string()),
                         details: None,
                     })
                     .collect(),
@@ -198,12 +198,12 @@ impl DecidedStatus {
                 POOL_CONDITION_TYPE,
                 Some(&*p.node_pool),
                 Some(POOL_CONDITION_REASON),
-                Some(p.message.as_str()),
+                Some(&*p.message),
                 Some("True"),
             )
                 .hash(&mut h);
             for (reason, message) in &p.reasons {
-                (Some(*reason), Some(message.as_str())).hash(&mut h);
+                (Some(*reason), Some(&**message)).hash(&mut h);
             }
         }
         let mut text = String::new();
@@ -325,7 +325,7 @@ impl SeenStatus {
             Self::Decided(s) => s
                 .pool
                 .as_ref()
-                .map(|p| (Some(p.message.as_str()), p.last_transition_time.as_deref())),
+                .map(|p| (Some(&*p.message), p.last_transition_time.as_deref())),
         }
     }
 
@@ -464,10 +464,10 @@ mod tests {
             .push(condition("Unschedulable", true, Some("2026-01-01T00:00:01Z")));
         s.pool = Some(PoolCondition {
             node_pool: Arc::from("default"),
-            message: "no node fits".to_owned(),
+            message: Arc::from("no node fits"),
             reasons: vec![
-                ("NoFit", "no node fits".to_owned()),
-                ("OverLimit", "over".to_owned()),
+                ("NoFit", Arc::from("no node fits")),
+                ("OverLimit", Arc::from("over")),
             ],
             last_transition_time: None,
         });

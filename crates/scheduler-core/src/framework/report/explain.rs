@@ -2,6 +2,7 @@
 //! status writer turns them into the PodGroup condition, the events and `kai explain`.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::framework::gang::NotReady;
@@ -156,16 +157,23 @@ fn queue_message(gate: &QueueGate, names: &ResourceNames) -> String {
 /// How one node refusing one pod reads in messages (`kai explain` counts nodes per reason with it).
 #[must_use]
 pub fn miss_text(miss: &NodeMiss, names: &ResourceNames) -> String {
-    match miss {
-        NodeMiss::Static(s) => s.to_string(),
-        NodeMiss::Insufficient(slot) => format!("insufficient {}", names.name(*slot)),
-        NodeMiss::NoSharedGpuRoom => "no GPU with room for the fraction".to_owned(),
-        NodeMiss::GpuSharingDisabled => "GPU sharing is disabled (set global.gpuSharing=true)".to_owned(),
-        NodeMiss::GpuMemoryUnknown => "GPU memory unknown (no nvidia.com/gpu.memory label)".to_owned(),
-        NodeMiss::OutsideDomain => "outside the topology domain".to_owned(),
-        NodeMiss::Rule(rule) => rule.to_string(),
-        NodeMiss::Volume(v) => v.to_string(),
-    }
+    let mut text = String::new();
+    push_miss_text(&mut text, miss, names);
+    text
+}
+
+/// [`miss_text`], appended to `text`.
+fn push_miss_text(text: &mut String, miss: &NodeMiss, names: &ResourceNames) {
+    let _ = match miss {
+        NodeMiss::Static(s) => write!(text, "{s}"),
+        NodeMiss::Insufficient(slot) => write!(text, "insufficient {}", names.name(*slot)),
+        NodeMiss::NoSharedGpuRoom => write!(text, "no GPU with room for the fraction"),
+        NodeMiss::GpuSharingDisabled => write!(text, "GPU sharing is disabled (set global.gpuSharing=true)"),
+        NodeMiss::GpuMemoryUnknown => write!(text, "GPU memory unknown (no nvidia.com/gpu.memory label)"),
+        NodeMiss::OutsideDomain => write!(text, "outside the topology domain"),
+        NodeMiss::Rule(rule) => write!(text, "{rule}"),
+        NodeMiss::Volume(v) => write!(text, "{v}"),
+    };
 }
 
 impl FitFailure {
@@ -184,38 +192,39 @@ impl FitFailure {
 }
 
 fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
+    // Written into one buffer: every waiting gang of a full cycle gets one (`write!` to a `String`
+    // cannot fail).
     let scarce = f.scarce_slot();
-    let mut text = String::new();
+    let mut text = String::with_capacity(160);
     if f.pods_needed > 1 {
-        let needs = match scarce {
-            Some(slot) => format!(
-                "{} pods need {}",
-                f.pods_needed,
-                names.amount_of(slot, f.request_total.0[slot])
-            ),
-            None => format!("{} pods need {}", f.pods_needed, names.format(&f.request_total)),
-        };
-        text.push_str(&needs);
+        let _ = write!(text, "{} pods need ", f.pods_needed);
+        match scarce {
+            Some(slot) => text.push_str(&names.amount_of(slot, f.request_total.0[slot])),
+            None => text.push_str(&names.format(&f.request_total)),
+        }
         if let Some(slot) = scarce {
-            text.push_str(&format!(
+            let _ = write!(
+                text,
                 ", {} free on {} node{}",
                 names.format_amount(slot, f.free_on_eligible.0[slot]),
                 f.nodes_with_free,
                 if f.nodes_with_free == 1 { "" } else { "s" }
-            ));
+            );
         }
-        text.push_str(&format!(
+        let _ = write!(
+            text,
             ": room for {} of {} (gang scheduling places all or none). ",
             f.pods_placed, f.pods_needed
-        ));
+        );
     } else if let Some(slot) = scarce {
-        text.push_str(&format!(
+        let _ = write!(
+            text,
             "pod needs {}, {} free on {} node{}. ",
             names.amount_of(slot, f.pod_request.0[slot]),
             names.format_amount(slot, f.free_on_eligible.0[slot]),
             f.nodes_with_free,
             if f.nodes_with_free == 1 { "" } else { "s" }
-        ));
+        );
     }
     if f.failed_pod.is_empty() {
         // Nothing was tried: the constraint alone rules every domain out.
@@ -226,18 +235,15 @@ fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
         return text;
     }
     let fits = f.nodes - f.misses.values().sum::<usize>().min(f.nodes);
-    text.push_str(&format!("Pod {} fits {fits}/{} nodes", f.failed_pod, f.nodes));
-    if !f.misses.is_empty() {
-        let parts: Vec<String> = f
-            .misses
-            .iter()
-            .map(|(m, n)| format!("{n} {}", miss_text(m, names)))
-            .collect();
-        text.push_str(": ");
-        text.push_str(&parts.join(", "));
+    let _ = write!(text, "Pod {} fits {fits}/{} nodes", f.failed_pod, f.nodes);
+    for (i, (m, n)) in f.misses.iter().enumerate() {
+        text.push_str(if i == 0 { ": " } else { ", " });
+        let _ = write!(text, "{n} ");
+        push_miss_text(&mut text, m, names);
     }
     if let Some(t) = &f.topology {
-        text.push_str(&format!("; {t}"));
+        text.push_str("; ");
+        text.push_str(t);
     }
     text.push('.');
     text

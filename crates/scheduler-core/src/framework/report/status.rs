@@ -662,7 +662,8 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
     // Why it waits: the outcome of this cycle (root) or of its gang (child groups).
     let waiting = !scheduled && (c.pending + c.pipelined > 0 || gang_waiting);
     let whys: Vec<&Why> = outcome.why.iter().collect();
-    let message = whys.first().map(|w| w.message(&cluster.names));
+    // Shared by the condition, the pool record and its first reason.
+    let message: Option<Arc<str>> = whys.first().map(|w| Arc::from(w.message(&cluster.names)));
     let mut pool = None;
     if waiting && let (Some(why), Some(message)) = (whys.first(), message.as_ref()) {
         conditions.push(condition(
@@ -670,20 +671,20 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
             condition::UNSCHEDULABLE,
             true,
             why.reason(),
-            message.as_str(),
+            Arc::clone(message),
             &shared.stamp,
         ));
         if c.running + c.bound == 0 {
             let pool_name = cluster.node_pool_name();
             // KAI names the pool in the message of a gang that backs off per pool.
             let pool_message = if group.scheduling_backoff {
-                format!("Node-Pool '{pool_name}': {message}")
+                Arc::from(format!("Node-Pool '{pool_name}': {message}"))
             } else {
-                message.clone()
+                Arc::clone(message)
             };
             let last_transition_time = prev
                 .and_then(SeenStatus::first_scheduling_condition)
-                .filter(|(m, _)| *m == Some(pool_message.as_str()))
+                .filter(|(m, _)| *m == Some(&*pool_message))
                 .and_then(|(_, time)| time.map(Arc::from))
                 .or_else(|| Some(Arc::clone(&shared.stamp)));
             pool = Some(PoolCondition {
@@ -695,9 +696,9 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
                     .map(|(i, w)| {
                         // The first one's message is the condition's, made above.
                         let text = if i == 0 {
-                            message.clone()
+                            Arc::clone(message)
                         } else {
-                            w.message(&cluster.names)
+                            Arc::from(w.message(&cluster.names))
                         };
                         (w.reason(), text)
                     })
@@ -797,7 +798,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
             object: object.clone(),
             type_: EventType::Warning,
             reason: api::keys::EVENT_UNSCHEDULABLE,
-            message: message.clone().unwrap_or_default(),
+            message: message.as_deref().map(str::to_owned).unwrap_or_default(),
         });
     }
     // Pod conditions for waiting pods.
