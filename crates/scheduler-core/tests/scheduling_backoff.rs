@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
+use api::PodGroupStatus;
 use kai_scheduler_core::framework::report::status::status_fingerprint;
 use kai_scheduler_core::model::group_status::SeenStatus;
-use kai_scheduler_core::model::{GroupKey, GroupKind, TaskStatus};
+use kai_scheduler_core::model::{Group, GroupKey, GroupKind, TaskStatus};
 use kai_scheduler_core::sim::{GangSpec, Sim};
 
 fn sim() -> Sim {
@@ -31,6 +32,19 @@ fn key(name: &str) -> GroupKey {
         namespace: "ns".into(),
         name: name.into(),
     }
+}
+
+/// A copy of a gang's PodGroup and its last status as the API object, to edit as a user would.
+fn group_and_status(s: &Sim, name: &str) -> (Group, PodGroupStatus) {
+    let id = s.cluster.group_id(&key(name)).expect("group");
+    let group = s.cluster.group(id).clone();
+    let status = group
+        .observed
+        .status
+        .as_ref()
+        .map(SeenStatus::render)
+        .expect("status");
+    (group, status)
 }
 
 /// What the gang's last cycle said about it (the outcome, before any status filter).
@@ -89,14 +103,7 @@ fn removing_the_pool_record_lets_the_gang_be_tried_again() {
     s.round();
     assert_eq!(s.count("once", TaskStatus::Running), 0);
     // A user (or a controller moving it) clears the scheduling conditions.
-    let id = s.cluster.group_id(&key("once")).expect("group");
-    let mut group = s.cluster.group(id).clone();
-    let mut status = group
-        .observed
-        .status
-        .as_ref()
-        .map(SeenStatus::render)
-        .expect("status");
+    let (mut group, mut status) = group_and_status(&s, "once");
     status.scheduling_conditions.clear();
     // As the watch would bring it: someone else's status, with its fingerprint.
     group.observed.fingerprint = status_fingerprint(&status);
@@ -143,14 +150,7 @@ fn the_record_names_the_served_pool_and_another_pool_tries_again() {
 fn the_last_record_by_transition_id_decides() {
     let mut s = sim();
     s.round();
-    let id = s.cluster.group_id(&key("once")).expect("group");
-    let mut group = s.cluster.group(id).clone();
-    let mut status = group
-        .observed
-        .status
-        .as_ref()
-        .map(SeenStatus::render)
-        .expect("status");
+    let (mut group, mut status) = group_and_status(&s, "once");
     let mut other = status.scheduling_conditions[0].clone();
     other.node_pool = Some("elsewhere".into());
     other.transition_id = Some("7".into());
