@@ -15,6 +15,18 @@ type Pick = Option<(u32, usize)>;
 /// (fairness version, fronts version) of a queue when its best was found.
 type Seen = (u64, u64);
 
+/// The best of a scan over siblings so far: the queue, its (leaf, gang) and its order key.
+type Leader = Option<(u32, (u32, usize), Option<OrderKey>)>;
+
+/// One step of a scan over siblings: the sibling, what its candidate and key were derived at, and the
+/// best of the scan up to and including it.
+#[derive(Clone, Debug)]
+struct ScanStep {
+    queue: u32,
+    seen: Seen,
+    leader: Leader,
+}
+
 /// No dense index (a queue the order does not hold).
 const NONE: u32 = u32::MAX;
 
@@ -32,6 +44,8 @@ pub struct JobQueues {
     queued: usize,
     /// Reverse order (victim selection): worst gangs of the most over-served queues first.
     reverse: bool,
+    /// The last scan over the roots, step by step (see `QueueNode::scan`).
+    root_scan: Vec<ScanStep>,
     /// What the last pop took: while no accounting changed and nothing was put back, a leaf whose next
     /// gang asks the same as the one taken is still the best (every comparison reads only accounting
     /// and requests), so a run of like gangs is popped without comparing queues.
@@ -57,6 +71,12 @@ struct QueueNode {
     /// siblings compare only their own accounting and candidates, so a subtree where neither changed
     /// still has the same best, and a pop re-compares only along the path that changed.
     best_under: Option<(Seen, Pick)>,
+    /// The last scan over its children, step by step. A scan is a left fold (each step compares one
+    /// sibling with the best so far), and a sibling whose fairness and fronts versions are the same
+    /// has the same candidate and key; so a scan after a pop starts at the first sibling that changed,
+    /// from the best recorded before it, and picks what a full scan picks (the comparison need not be
+    /// transitive for that).
+    scan: Vec<ScanStep>,
     /// Its order key with what it was computed from: a key reads only the queue's accounting and its
     /// best gang's request, so a new front gang asking the same (a backlog of like jobs) keeps it.
     key: Option<KeyAt>,
@@ -181,6 +201,7 @@ impl JobQueues {
                 gangs: VecDeque::new(),
                 fronts: 0,
                 best_under: None,
+                scan: Vec::new(),
                 key: None,
             })
             .collect();
@@ -270,8 +291,10 @@ impl JobQueues {
             return Some(gang);
         }
         let roots = std::mem::take(&mut self.roots);
-        let best = self.best(ssn, &roots);
+        let mut scan = std::mem::take(&mut self.root_scan);
+        let best = self.best(ssn, &roots, &mut scan);
         self.roots = roots;
+        self.root_scan = scan;
         let leaf = best?.0;
         self.take_front(ssn, leaf)
     }
@@ -331,9 +354,10 @@ impl JobQueues {
     fn best_under(&mut self, ssn: &Session<'_>, inner: u32) -> Pick {
         let node = &mut self.nodes[inner as usize];
         let children = std::mem::take(&mut node.children);
+        let mut scan = std::mem::take(&mut node.scan);
         #[cfg(test)]
         if self.uncached {
-            let best = self.best(ssn, &children);
+            let best = self.best(ssn, &children, &mut scan);
             self.nodes[inner as usize].children = children;
             return best;
         }
@@ -342,28 +366,57 @@ impl JobQueues {
         let best = match node.best_under {
             Some((at, best)) if at == seen => best,
             _ => {
-                let best = self.best(ssn, &children);
+                let best = self.best(ssn, &children, &mut scan);
                 self.nodes[inner as usize].best_under = Some((seen, best));
                 best
             }
         };
-        self.nodes[inner as usize].children = children;
+        let node = &mut self.nodes[inner as usize];
+        node.children = children;
+        node.scan = scan;
         best
     }
 
-    /// The best (leaf, gang) among the subtrees of `queues`.
-    fn best(&mut self, ssn: &Session<'_>, queues: &[u32]) -> Pick {
-        let mut best: Option<(u32, (u32, usize), Option<OrderKey>)> = None;
+    /// The best (leaf, gang) among the subtrees of `queues`, resuming the last scan over them (`scan`)
+    /// from its first step whose sibling changed.
+    fn best(&mut self, ssn: &Session<'_>, queues: &[u32], scan: &mut Vec<ScanStep>) -> Pick {
+        #[cfg(test)]
+        if self.uncached {
+            scan.clear();
+        }
+        let mut best: Leader = None;
         // A key is only read to compare siblings: an only child needs none.
         let alone = queues.len() == 1;
-        for &q in queues {
+        let mut resumed = false;
+        for (i, &q) in queues.iter().enumerate() {
+            let node = &self.nodes[q as usize];
+            let seen = (ssn.fairness.version(node.queue), node.fronts);
+            if !resumed {
+                match scan.get(i) {
+                    Some(step) if step.queue == q && step.seen == seen => {
+                        best = step.leader;
+                        continue;
+                    }
+                    _ => {
+                        resumed = true;
+                        scan.truncate(i);
+                    }
+                }
+            }
             let node = &self.nodes[q as usize];
             let candidate = if node.children.is_empty() {
                 node.gangs.front().map(|g| (q, *g))
             } else {
                 self.best_under(ssn, q)
             };
-            let Some(candidate) = candidate else { continue };
+            let Some(candidate) = candidate else {
+                scan.push(ScanStep {
+                    queue: q,
+                    seen,
+                    leader: best,
+                });
+                continue;
+            };
             if alone {
                 return Some(candidate);
             }
@@ -392,6 +445,11 @@ impl JobQueues {
                     }
                 }
             };
+            scan.push(ScanStep {
+                queue: q,
+                seen,
+                leader: best,
+            });
         }
         best.map(|(_, c, _)| c)
     }
