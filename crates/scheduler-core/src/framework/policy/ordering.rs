@@ -224,7 +224,8 @@ impl JobQueues {
                 (queue != NONE).then(|| (job_key(ssn, g), g))
             })
             .collect();
-        keyed.sort();
+        // The gang index makes every pair distinct, so an unstable sort gives the same order.
+        keyed.sort_unstable();
         if reverse {
             keyed.reverse();
         }

@@ -278,6 +278,10 @@ pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         }
         None => {
             let group_ids: Vec<GroupId> = ssn.cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
+            // A first report writes about a status and an event per group: room made once, not by
+            // doubling (each doubling copies every status so far).
+            decisions.group_statuses.reserve(group_ids.len());
+            decisions.events.reserve(group_ids.len());
             for id in group_ids {
                 report_group(ssn, id, &mut shared, decisions);
                 note_revisit(ssn, id, &mut revisit);
