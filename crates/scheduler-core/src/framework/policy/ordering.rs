@@ -224,8 +224,9 @@ impl JobQueues {
                 (queue != NONE).then(|| (job_key(ssn, g), g))
             })
             .collect();
-        // The gang index makes every pair distinct, so an unstable sort gives the same order.
-        keyed.sort_unstable();
+        // Stable (driftsort): a churn cycle's waiting gangs arrive mostly in order already, which it
+        // sorts in runs; an unstable sort cost more there (and less in a first cycle).
+        keyed.sort();
         if reverse {
             keyed.reverse();
         }
