@@ -405,7 +405,6 @@ impl JobQueues {
                     }
                 }
             }
-            let node = &self.nodes[q as usize];
             let candidate = if node.children.is_empty() {
                 node.gangs.front().map(|g| (q, *g))
             } else {

@@ -199,17 +199,17 @@ fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
     if f.pods_needed > 1 {
         let _ = write!(text, "{} pods need ", f.pods_needed);
         match scarce {
-            Some(slot) => text.push_str(&names.amount_of(slot, f.request_total.0[slot])),
+            Some(slot) => {
+                let _ = write!(
+                    text,
+                    "{}, {} free on {} node{}",
+                    names.amount_of(slot, f.request_total.0[slot]),
+                    names.format_amount(slot, f.free_on_eligible.0[slot]),
+                    f.nodes_with_free,
+                    if f.nodes_with_free == 1 { "" } else { "s" }
+                );
+            }
             None => text.push_str(&names.format(&f.request_total)),
-        }
-        if let Some(slot) = scarce {
-            let _ = write!(
-                text,
-                ", {} free on {} node{}",
-                names.format_amount(slot, f.free_on_eligible.0[slot]),
-                f.nodes_with_free,
-                if f.nodes_with_free == 1 { "" } else { "s" }
-            );
         }
         let _ = write!(
             text,

@@ -184,8 +184,8 @@ pub fn timeouts(ssn: &mut Session<'_>) {
     // not waiting now: every input is the same.
     let unchanged = ssn.unchanged_gangs();
     for (g, unchanged) in unchanged.into_iter().enumerate() {
-        let root = ssn.cluster.group(ssn.gangs[g].root);
-        if unchanged && root.waiting_since.is_none() && !root.timed_out {
+        let root_group = ssn.cluster.group(ssn.gangs[g].root);
+        if unchanged && root_group.waiting_since.is_none() && !root_group.timed_out {
             debug_assert!(
                 ssn.gangs[g].is_satisfied(ssn.cluster) || ssn.gangs[g].pending(ssn.cluster).next().is_none(),
                 "gang {g} skipped but waiting"
@@ -802,7 +802,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
             object: object.clone(),
             type_: EventType::Warning,
             reason: api::keys::EVENT_UNSCHEDULABLE,
-            message: message.as_deref().map(str::to_owned).unwrap_or_default(),
+            message: message.as_deref().unwrap_or_default().to_owned(),
         });
     }
     // Pod conditions for waiting pods.
