@@ -305,6 +305,11 @@ fn finish_plan(pod: &Pod) -> Option<(Duration, i32)> {
 fn running_status(pod: &Pod, host_ip: &str, pod_ip: &str, now: &str) -> serde_json::Value {
     let spec = pod.spec.clone().unwrap_or_default();
     let condition = |type_: &str| json!({"type": type_, "status": "True", "lastTransitionTime": now});
+    // As a kubelet does, the binding's `PodScheduled` time is kept (minimum runtimes count from it).
+    let scheduled = scheduled_since(pod).map_or_else(
+        || condition("PodScheduled"),
+        |t| json!({"type": "PodScheduled", "status": "True", "lastTransitionTime": t}),
+    );
     let containers: Vec<serde_json::Value> = spec
         .containers
         .iter()
@@ -337,12 +342,22 @@ fn running_status(pod: &Pod, host_ip: &str, pod_ip: &str, now: &str) -> serde_js
             "podIPs": [{"ip": pod_ip}],
             "startTime": now,
             "conditions": [
-                condition("Initialized"), condition("Ready"), condition("ContainersReady"), condition("PodScheduled"),
+                condition("Initialized"), condition("Ready"), condition("ContainersReady"), scheduled,
             ],
             "containerStatuses": containers,
             "initContainerStatuses": init_containers,
         }
     })
+}
+
+/// When the pod's binding set `PodScheduled=True`, as the API server wrote it.
+fn scheduled_since(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "True"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0.to_string())
 }
 
 /// The finished status of a pod.
@@ -379,7 +394,8 @@ fn finished_status(pod: &Pod, exit_code: i32, now: &str) -> serde_json::Value {
             "conditions": [
                 {"type": "Initialized", "status": "True", "reason": "PodCompleted", "lastTransitionTime": started},
                 not_ready("Ready"), not_ready("ContainersReady"),
-                {"type": "PodScheduled", "status": "True", "lastTransitionTime": started},
+                {"type": "PodScheduled", "status": "True",
+                 "lastTransitionTime": scheduled_since(pod).unwrap_or_else(|| started.clone())},
             ],
             "containerStatuses": containers,
         }
@@ -736,7 +752,7 @@ impl Agent {
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{Container, PodCondition, PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use kube::api::ObjectMeta;
 
@@ -927,5 +943,31 @@ mod tests {
             2
         );
         assert_eq!(finished_status(&p, 0, "x")["status"]["phase"], "Succeeded");
+    }
+
+    /// The binding's `PodScheduled` time survives the kubelet's status writes, as with a real kubelet.
+    #[test]
+    fn the_bindings_scheduled_time_is_kept() {
+        let scheduled = |status: &serde_json::Value| {
+            status["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "PodScheduled"))
+                .map(|c| c["lastTransitionTime"].clone())
+        };
+        let mut p = pod("Pending", &[]);
+        let bound: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("a time");
+        p.status.as_mut().expect("a status").conditions = Some(vec![PodCondition {
+            type_: "PodScheduled".into(),
+            status: "True".into(),
+            last_transition_time: Some(Time(bound)),
+            ..PodCondition::default()
+        }]);
+        let running = running_status(&p, "198.18.0.1", "198.19.0.1", "2026-01-01T00:00:09Z");
+        assert_eq!(scheduled(&running), Some(json!("2026-01-01T00:00:00Z")));
+        let finished = finished_status(&p, 0, "2026-01-01T00:00:19Z");
+        assert_eq!(scheduled(&finished), Some(json!("2026-01-01T00:00:00Z")));
+        // Without one (bound by name), the kubelet's own time.
+        let unbound = running_status(&pod("Pending", &[]), "a", "b", "2026-01-01T00:00:09Z");
+        assert_eq!(scheduled(&unbound), Some(json!("2026-01-01T00:00:09Z")));
     }
 }

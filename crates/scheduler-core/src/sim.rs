@@ -487,10 +487,12 @@ impl Sim {
                     Some(node) => ApiView {
                         status: TaskStatus::Running,
                         node_name: Some(node.as_str().into()),
+                        bound_at: None,
                     },
                     None => ApiView {
                         status: TaskStatus::Pending,
                         node_name: None,
+                        bound_at: None,
                     },
                 },
                 gpu_groups: match (running, spec.gpu) {
@@ -542,6 +544,7 @@ impl Sim {
             api: ApiView {
                 status: TaskStatus::Running,
                 node_name: Some(node.into()),
+                bound_at: None,
             },
             gpu_groups: Vec::new(),
             task_order: 0,
@@ -622,6 +625,7 @@ impl Sim {
                 update.api = ApiView {
                     status: TaskStatus::Running,
                     node_name: Some(b.node.clone()),
+                    bound_at: Some(self.now),
                 };
                 update.gpu_groups.clone_from(&b.gpu_groups);
                 self.cluster.apply_pod(update);
@@ -636,6 +640,7 @@ impl Sim {
                 update.api = ApiView {
                     status: TaskStatus::Pending,
                     node_name: None,
+                    bound_at: None,
                 };
                 update.gpu_groups.clear();
                 self.cluster.apply_pod(update);
@@ -669,6 +674,7 @@ impl Sim {
             update.api = ApiView {
                 status: TaskStatus::Succeeded,
                 node_name: update.api.node_name,
+                bound_at: update.api.bound_at,
             };
             self.cluster.apply_pod(update);
         }
@@ -694,6 +700,7 @@ impl Sim {
             update.api = ApiView {
                 status: TaskStatus::Pending,
                 node_name: None,
+                bound_at: None,
             };
             update.gpu_groups.clear();
             self.cluster.apply_pod(update);
@@ -1118,6 +1125,7 @@ impl SyntheticUpdates {
                         TaskStatus::Pending
                     },
                     node_name: node.map(|n| n.as_str().into()),
+                    bound_at: None,
                 },
                 gpu_groups: Vec::new(),
                 task_order: 0,

@@ -30,6 +30,7 @@ fn reservation_pod(s: &mut Sim, uid: &str, node: &str, group: &str) {
         api: ApiView {
             status: TaskStatus::Running,
             node_name: Some(node.into()),
+            bound_at: None,
         },
         gpu_groups: Vec::new(),
         task_order: 0,

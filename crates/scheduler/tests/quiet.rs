@@ -233,6 +233,7 @@ fn a_pod_whose_podgroup_never_comes_is_told_at_the_same_round() {
                 api: ApiView {
                     status: TaskStatus::Pending,
                     node_name: None,
+                    bound_at: None,
                 },
                 gpu_groups: Vec::new(),
                 task_order: 0,

@@ -484,6 +484,7 @@ pub fn replay_keeping_cluster(
             api: ApiView {
                 status: TaskStatus::Pending,
                 node_name: None,
+                bound_at: None,
             },
             gpu_groups: Vec::new(),
             task_order: 0,
@@ -581,6 +582,7 @@ fn offer(
             update.api = ApiView {
                 status: TaskStatus::Running,
                 node_name: Some(b.node.clone()),
+                bound_at: None,
             };
             update.gpu_groups.clone_from(&b.gpu_groups);
             if !moves {
@@ -601,6 +603,7 @@ fn offer(
             update.api = ApiView {
                 status: TaskStatus::Pending,
                 node_name: None,
+                bound_at: None,
             };
             update.gpu_groups.clear();
             recreated.push(update.uid.clone());

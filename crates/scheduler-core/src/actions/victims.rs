@@ -20,7 +20,9 @@ use crate::framework::policy::topology;
 use crate::model::constraints::ConstraintsId;
 use crate::model::resources::GPU;
 use crate::model::volumes::{NodeRef, VolumeMiss};
-use crate::model::{Cluster, GpuRequest, GroupId, IdMap, Node, NodeId, Resources, Task, TaskId, TaskStatus};
+use crate::model::{
+    Assumed, Cluster, GpuRequest, GroupId, IdMap, Node, NodeId, Resources, Task, TaskId, TaskStatus,
+};
 
 /// Something that may be evicted at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -553,11 +555,33 @@ pub fn protected_by_min_runtime(ssn: &Session<'_>, gang: usize, reclaim: bool) -
     end.is_some()
 }
 
+/// When a gang last started, as minimum runtimes count it: the earliest binding among its pods that
+/// hold a node (the API server's record of it; a bind in flight counts as now). A gang whose pods were
+/// all evicted starts again with new pods, so their bindings are its new start; a start annotation
+/// (`kai.scheduler/last-start-timestamp`, written by KAI, or by this scheduler for a gang found running
+/// with no binding time) counts when it is later. `None` when nothing tells.
+#[must_use]
+pub fn gang_start(ssn: &Session<'_>, gang: usize) -> Option<crate::model::Millis> {
+    let g = &ssn.gangs[gang];
+    let first_bind = g
+        .tasks()
+        .filter_map(|t| {
+            let task = ssn.cluster.task(t);
+            match task.assumed {
+                Assumed::Binding { .. } => Some(ssn.now),
+                _ if task.api.status.holds_node() => task.api.bound_at,
+                _ => None,
+            }
+        })
+        .min();
+    first_bind.max(ssn.cluster.group(g.root).last_start)
+}
+
 /// When a victim gang's minimum runtime for this kind of eviction ends, if it has not ended yet.
 #[must_use]
 pub fn min_runtime_end(ssn: &Session<'_>, gang: usize, reclaim: bool) -> Option<crate::model::Millis> {
     let g = &ssn.gangs[gang];
-    let start = ssn.cluster.group(g.root).last_start?;
+    let start = gang_start(ssn, gang)?;
     let defaults = &ssn.config.plugins.minruntime;
     let default = if reclaim {
         defaults.default_reclaim_min_runtime

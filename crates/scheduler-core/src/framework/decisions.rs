@@ -168,7 +168,8 @@ impl std::fmt::Debug for GroupStatus {
 pub struct GroupAnnotations {
     /// Gang.
     pub key: GroupKey,
-    /// When the gang last started.
+    /// When the gang last started, written only for a gang found running with no binding time to
+    /// count its minimum runtimes from (`victims::gang_start`).
     pub last_start: Option<Millis>,
     /// When it was first seen running below its minimum (`None` clears).
     pub stale_since: Option<Millis>,

@@ -127,6 +127,10 @@ pub struct ApiView {
     pub status: TaskStatus,
     /// `spec.nodeName`.
     pub node_name: Option<Arc<str>>,
+    /// When the API server recorded the pod's binding: the `PodScheduled=True` condition's transition
+    /// time, which the binding sets and kubelets keep. Minimum runtimes count from it
+    /// (`actions::victims::gang_start`), so no start annotation needs writing for a bind.
+    pub bound_at: Option<Millis>,
 }
 
 /// A placement this scheduler decided and the API does not show yet.

@@ -475,6 +475,15 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .unwrap_or("Pending");
+    // The binding sets `PodScheduled=True` with its time, and kubelets keep that time.
+    let bound_at = node_name.as_ref().and_then(|_| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "True"))
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0.as_millisecond())
+    });
     let deleting = meta.deletion_timestamp.is_some();
     let gated = spec
         .and_then(|s| s.scheduling_gates.as_ref())
@@ -526,7 +535,11 @@ pub fn pod(names: &mut ResourceNames, pod: &Pod, scheduler_name: &str) -> PodUpd
         constraints: constraints(spec),
         labels: pod_labels,
         rules,
-        api: ApiView { status, node_name },
+        api: ApiView {
+            status,
+            node_name,
+            bound_at,
+        },
         gpu_groups,
         task_order,
         never_preempts: spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never"),
@@ -1002,6 +1015,43 @@ spec:
         assert_eq!(u.request.0[names.get("example.com/fpga").unwrap()], 1);
         assert_eq!(u.api.status, TaskStatus::Pending);
         assert!(u.problem.is_none());
+    }
+
+    /// Minimum runtimes count from the binding's `PodScheduled=True` time; an unbound pod has none,
+    /// whatever its conditions say.
+    #[test]
+    fn reads_when_a_bound_pod_was_bound() {
+        let mut names = ResourceNames::default();
+        let bound = pod_yaml(
+            r#"
+metadata: {name: p, uid: u}
+spec: {schedulerName: kai-scheduler, nodeName: n0, containers: [{name: a, image: x}]}
+status:
+  phase: Running
+  conditions:
+  - {type: Ready, status: "True", lastTransitionTime: "2026-01-01T00:00:09Z"}
+  - {type: PodScheduled, status: "True", lastTransitionTime: "2026-01-01T00:00:00Z"}
+"#,
+        );
+        let u = pod(&mut names, &bound, "kai-scheduler");
+        assert_eq!(u.api.bound_at, Some(1_767_225_600_000));
+        let unbound = pod_yaml(
+            r#"
+metadata: {name: p, uid: u}
+spec: {schedulerName: kai-scheduler, containers: [{name: a, image: x}]}
+status:
+  conditions:
+  - {type: PodScheduled, status: "False", lastTransitionTime: "2026-01-01T00:00:00Z"}
+"#,
+        );
+        assert_eq!(pod(&mut names, &unbound, "kai-scheduler").api.bound_at, None);
+        let by_name = pod_yaml(
+            r#"
+metadata: {name: p, uid: u}
+spec: {schedulerName: kai-scheduler, nodeName: n0, containers: [{name: a, image: x}]}
+"#,
+        );
+        assert_eq!(pod(&mut names, &by_name, "kai-scheduler").api.bound_at, None);
     }
 
     #[test]

@@ -830,18 +830,16 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
             }
         }
     }
-    // Annotations: last start when the gang starts. Only minimum runtimes read it, and they protect
-    // victims, which are preemptible: a non-preemptible gang's start is not written (one write fewer
-    // per serving pod). A gang seen running preemptible without one (made preemptible while running)
-    // gets one now, so its protection starts counting.
-    let preemptible = gang_index.is_some_and(|g| ssn.gangs[g].preemptible);
-    let started = preemptible
-        && is_root
-        && if outcome.placed() {
-            group.last_start.is_none_or(|_| c.running == 0)
-        } else {
-            group.last_start.is_none() && c.running > 0
-        };
+    // Annotations: a start only for a preemptible gang found running with no binding time of its pods
+    // to count from and no start recorded (pods bound by name, or by an API server that kept no time),
+    // once. Only minimum runtimes read a start, and they protect victims, which are preemptible; they
+    // count from the pods' bindings otherwise (`victims::gang_start`), so a bind costs no annotation.
+    let started = is_root
+        && !outcome.placed()
+        && c.running > 0
+        && gang_index.is_some_and(|g| {
+            ssn.gangs[g].preemptible && crate::actions::victims::gang_start(ssn, g).is_none()
+        });
     let annotations = started.then(|| GroupAnnotations {
         key: key.clone(),
         last_start: Some(now),
@@ -1015,7 +1013,8 @@ fn report_inputs(cluster: &Cluster, group: &Group, derived: Derived) -> u64 {
             task.problem.is_some(),
         )
             .hash(&mut h);
-        (task.condition_fingerprint, task.gpu).hash(&mut h);
+        // Whether a start annotation is due reads whether the pod's binding has a time.
+        (task.condition_fingerprint, task.gpu, task.api.bound_at.is_some()).hash(&mut h);
         task.request.nonzero().count().hash(&mut h);
         for (slot, value) in task.request.nonzero() {
             (slot, value).hash(&mut h);

@@ -35,6 +35,8 @@ struct TaskInputs {
     problem: Option<Arc<str>>,
     reservation_for: Option<Arc<str>>,
     gpu_device: Option<Arc<str>>,
+    /// Minimum runtimes count from it.
+    bound_at: Option<Millis>,
 }
 
 fn task_inputs(t: &Task) -> TaskInputs {
@@ -55,6 +57,7 @@ fn task_inputs(t: &Task) -> TaskInputs {
         problem: t.problem.clone(),
         reservation_for: t.reservation_for.clone(),
         gpu_device: t.gpu_device.clone(),
+        bound_at: t.api.bound_at,
     }
 }
 

@@ -526,6 +526,7 @@ mod tests {
                     TaskStatus::Running
                 },
                 node_name: Some(s.cluster.node(p.node).name.clone()),
+                bound_at: None,
             };
             update.gpu_groups = p.gpu_groups;
             s.cluster.apply_pod(update);
