@@ -203,6 +203,98 @@ async fn inference_gang_preempts_a_train_gang_in_the_same_queue() -> anyhow::Res
     t.finish().await
 }
 
+/// Minimum runtime: in a queue with `preemptMinRuntime: 6s`, a running `train` gang is not preempted by an
+/// `inference` gang until 6 s after its pods' bindings, as the API server recorded them (their
+/// `PodScheduled=True` time), and then it is; no start annotation is written on its PodGroup.
+#[tokio::test]
+async fn a_preemption_waits_for_the_victims_minimum_runtime_from_its_bindings() -> anyhow::Result<()> {
+    const MIN_RUNTIME_S: i64 = 6;
+    let t = start("queues-min-runtime", &[]).await?;
+    let q = queue_name(&t, "research");
+    let _cleanup = QueuesCleanup::new(&t, &[&q])?;
+    let mut spec = queue(&q, None, (-1, -1, 1));
+    spec["spec"]["preemptMinRuntime"] = json!(format!("{MIN_RUNTIME_S}s"));
+    apply(&t, &[spec]).await?;
+    t.create_nodes(pool_nodes(&t, "mr").count(1).gpus(2)).await?;
+    apply(
+        &t,
+        &[
+            group_in(&t, "train", &q, 2, Some("train")),
+            job_in(&t, "train", &q, 2, 1),
+        ],
+    )
+    .await?;
+    let victims = t
+        .wait_for_pods("the train gang bound", "job-name=train", TIMEOUT, |p| {
+            p.len() == 2
+                && p.iter().all(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "True"))
+                })
+        })
+        .await?;
+    // The gang's start: its first binding (second precision, so no later than the real one).
+    let started = victims
+        .iter()
+        .filter_map(|p| {
+            p.status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "PodScheduled")?
+                .last_transition_time
+                .as_ref()
+                .map(|t| t.0)
+        })
+        .min()
+        .context("a binding time")?;
+    let protected_until = started + k8s_openapi::jiff::SignedDuration::from_secs(MIN_RUNTIME_S);
+    apply(
+        &t,
+        &[
+            group_in(&t, "serve", &q, 2, Some("inference")),
+            job_in(&t, "serve", &q, 2, 1),
+        ],
+    )
+    .await?;
+    // Within the protection (a second short of its end, for the binding time's truncation) nothing is
+    // evicted; without it the preemption comes within a cycle of the inference gang.
+    let look_until = protected_until - k8s_openapi::jiff::SignedDuration::from_secs(1);
+    let mut looked = 0;
+    while k8s_openapi::jiff::Timestamp::now() < look_until {
+        assert!(
+            evictions(&t).await?.is_empty(),
+            "evicted before the minimum runtime was up"
+        );
+        let train = pods(&t, "job-name=train").await?;
+        assert!(
+            train.len() == 2 && train.iter().all(|p| p.metadata.deletion_timestamp.is_none()),
+            "a train pod went before the minimum runtime was up"
+        );
+        looked += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(looked > 0, "the inference gang came after the protection ended");
+    t.wait_for_pods("the inference gang bound", "job-name=serve", TIMEOUT, |p| {
+        p.len() == 2 && bound(p) == 2
+    })
+    .await?;
+    assert_eq!(evictions(&t).await?.len(), 2, "the train gang, whole");
+    let train = t.api::<api::PodGroup>().get("train").await?;
+    assert!(
+        !train
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(keys::LAST_START_TIMESTAMP),
+        "a bind writes no start annotation"
+    );
+    t.finish().await
+}
+
 /// Reclaim: queue A (quota 2) runs on all 4 GPUs of the pool because B (quota 2) was idle; when B submits
 /// a 2-GPU gang, the scheduler evicts one of A's preemptible gangs (A keeps its quota) and binds B's.
 #[tokio::test]

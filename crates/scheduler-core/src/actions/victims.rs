@@ -581,7 +581,6 @@ pub fn gang_start(ssn: &Session<'_>, gang: usize) -> Option<crate::model::Millis
 #[must_use]
 pub fn min_runtime_end(ssn: &Session<'_>, gang: usize, reclaim: bool) -> Option<crate::model::Millis> {
     let g = &ssn.gangs[gang];
-    let start = gang_start(ssn, gang)?;
     let defaults = &ssn.config.plugins.minruntime;
     let default = if reclaim {
         defaults.default_reclaim_min_runtime
@@ -600,7 +599,12 @@ pub fn min_runtime_end(ssn: &Session<'_>, gang: usize, reclaim: bool) -> Option<
         q = queue.parent;
     }
     let min = min.unwrap_or_else(|| i64::try_from(default.as_millis()).unwrap_or(i64::MAX));
-    (min > 0 && ssn.now.saturating_sub(start) < min).then(|| start.saturating_add(min))
+    // No minimum (the default) needs no start: the gang's pods are not visited.
+    if min <= 0 {
+        return None;
+    }
+    let start = gang_start(ssn, gang)?;
+    (ssn.now.saturating_sub(start) < min).then(|| start.saturating_add(min))
 }
 
 /// The sharers still holding each shared device of a node as victims are picked: a device whose last
