@@ -203,6 +203,19 @@ async fn inference_gang_preempts_a_train_gang_in_the_same_queue() -> anyhow::Res
     t.finish().await
 }
 
+/// When the API server recorded the pod's binding (`PodScheduled=True`'s time).
+fn bound_at(p: &k8s_openapi::api::core::v1::Pod) -> Option<k8s_openapi::jiff::Timestamp> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0)
+}
+
 /// Minimum runtime: in a queue with `preemptMinRuntime: 6s`, a running `train` gang is not preempted by an
 /// `inference` gang until 6 s after its pods' bindings, as the API server recorded them (their
 /// `PodScheduled=True` time), and then it is; no start annotation is written on its PodGroup.
@@ -226,29 +239,13 @@ async fn a_preemption_waits_for_the_victims_minimum_runtime_from_its_bindings() 
     .await?;
     let victims = t
         .wait_for_pods("the train gang bound", "job-name=train", TIMEOUT, |p| {
-            p.len() == 2
-                && p.iter().all(|p| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "True"))
-                })
+            p.len() == 2 && p.iter().all(|p| bound_at(p).is_some())
         })
         .await?;
     // The gang's start: its first binding (second precision, so no later than the real one).
     let started = victims
         .iter()
-        .filter_map(|p| {
-            p.status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .find(|c| c.type_ == "PodScheduled")?
-                .last_transition_time
-                .as_ref()
-                .map(|t| t.0)
-        })
+        .filter_map(bound_at)
         .min()
         .context("a binding time")?;
     let protected_until = started + k8s_openapi::jiff::SignedDuration::from_secs(MIN_RUNTIME_S);
