@@ -132,8 +132,8 @@ fn a_gang_past_its_minimum_runtime_is_preempted_at_once() {
     assert_eq!(rounds_until_evicted(&mut s, 10), Some(1));
 }
 
-/// Running with nothing to count from (bound by name, no binding time): the gang gets a start
-/// annotation once, and its minimum runtime counts from it.
+/// Running with nothing to count from (no binding time, as from a kubelet that reports none): the gang
+/// gets a start annotation once, and its minimum runtime counts from it.
 #[test]
 fn a_running_gang_with_no_binding_time_gets_a_start_once_and_counts_from_it() {
     let mut s = sim();

@@ -117,8 +117,8 @@ fn placed_gangs_get_no_start_annotation() {
     assert!(started_of(&mut s).is_empty(), "nor once they run");
 }
 
-/// A preemptible gang seen running with no binding time and no start (bound by name) gets a start,
-/// once, so its minimum runtime counts from now.
+/// A preemptible gang seen running with no binding time and no start (its kubelet reports none) gets a
+/// start, once, so its minimum runtime counts from now.
 #[test]
 fn a_running_preemptible_gang_without_a_start_gets_one_once() {
     let mut s = sim();

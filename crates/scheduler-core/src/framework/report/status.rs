@@ -830,10 +830,11 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
             }
         }
     }
-    // Annotations: a start only for a preemptible gang found running with no binding time of its pods
-    // to count from and no start recorded (pods bound by name, or by an API server that kept no time),
-    // once. Only minimum runtimes read a start, and they protect victims, which are preemptible; they
-    // count from the pods' bindings otherwise (`victims::gang_start`), so a bind costs no annotation.
+    // Annotations: a start, once, only for a preemptible gang found running with no binding time on its
+    // pods and no start recorded (its kubelet reports no `PodScheduled` time; kubelets set one even on
+    // pods bound by name). Only minimum runtimes read a start, and they protect victims, which are
+    // preemptible; they count from the pods' bindings otherwise (`victims::gang_start`), so a bind
+    // costs no annotation.
     let started = is_root
         && !outcome.placed()
         && c.running > 0
