@@ -298,16 +298,7 @@ pub(crate) fn owner_kinds(values_yaml: &str) -> anyhow::Result<Family> {
 
 /// Granted accesses no e2e run may use, each with the reason. Keep it short: everything else a
 /// component is granted must show up in the audit log of `cargo xtask ci`.
-pub(crate) const ALLOWED_UNUSED: &[Unreachable] = &[Unreachable {
-    user: "kai-scheduler",
-    verb: "patch",
-    group: "scheduling.run.ai",
-    resource: "podgroups",
-    reason: "a PodGroup's start annotation (kai.scheduler/last-start-timestamp) is written only for a \
-             preemptible gang seen running with no binding time on any of its pods; kubelets, and the e2e \
-             node agent that plays them, report PodScheduled=True with a time on every pod they run \
-             (scheduler-core tests/min_runtime.rs and tests/statuses.rs cover the write)",
-}];
+pub(crate) const ALLOWED_UNUSED: &[Unreachable] = &[];
 
 /// The comparison's outcome.
 #[derive(Debug, Default, PartialEq, Eq)]

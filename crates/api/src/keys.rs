@@ -93,12 +93,13 @@ pub const MIN_MEMBER_OVERRIDE: &str = "kai.scheduler/min-member";
 /// Written by the podgrouper, read by `kai explain`.
 pub const TOP_OWNER_METADATA: &str = "kai.scheduler/top-owner-metadata";
 
-/// Annotation on a PodGroup: when its gang last started (RFC 3339). Written by the scheduler, read by
-/// min-runtime protection.
+/// Annotation on a PodGroup: when its gang last started (RFC 3339). Written by KAI's scheduler; read by
+/// min-runtime protection when it is later than the pods' bindings. This scheduler does not write it.
 pub const LAST_START_TIMESTAMP: &str = "kai.scheduler/last-start-timestamp";
 
-/// Annotation on a PodGroup: when it was first seen running below minMember (RFC 3339). Written and
-/// read by the scheduler's stale-gang eviction.
+/// Annotation on a PodGroup: when it was first seen running below minMember (RFC 3339). Written by KAI's
+/// scheduler; read by stale-gang eviction when it appears or changes (after a switch from KAI). This
+/// scheduler keeps its own stale times in memory and does not write it.
 pub const STALE_TIMESTAMP: &str = "kai.scheduler/stale-podgroup-timestamp";
 
 /// Node-pool label on nodes and pods. Read by the scheduler (partitioning) and copied by the podgrouper.
@@ -199,11 +200,6 @@ pub const EVENT_EVICT: &str = "Evict";
 pub const FIELD_MANAGER_PODGROUPER: &str = "kai-podgrouper";
 /// Server-side-apply field manager of the scheduler.
 pub const FIELD_MANAGER_SCHEDULER: &str = "kai-scheduler";
-/// Server-side apply field manager of the scheduler's PodGroup annotations (last start, stale since): not
-/// the status manager, because before Kubernetes 1.22 managed fields do not tell the status subresource
-/// from the object, and an apply of metadata under the status manager's name would disown its status
-/// fields, so a later status apply could no longer remove them (stale schedulingConditions).
-pub const FIELD_MANAGER_SCHEDULER_ANNOTATIONS: &str = "kai-scheduler-annotations";
 /// Server-side apply field manager of the pods' GPU-sharing ConfigMaps (device and portion, written by
 /// the scheduler before it binds a sharing pod).
 pub const FIELD_MANAGER_GPU_SHARING: &str = "kai-scheduler-gpu-sharing";

@@ -1,5 +1,6 @@
 //! Minimum runtimes count from when a gang last started: the API server's record of its pods'
-//! bindings (`PodScheduled=True`'s time), or a later start annotation. A bind writes no annotation.
+//! bindings (`PodScheduled=True`'s time), or a later start annotation (KAI's). Nothing is written for
+//! it: the decisions carry no annotation.
 
 use std::time::Duration;
 
@@ -59,10 +60,6 @@ fn rounds_until_evicted(s: &mut Sim, limit: usize) -> Option<usize> {
     })
 }
 
-fn annotations_written(s: &Sim) -> usize {
-    s.history.iter().map(|d| d.group_annotations.len()).sum()
-}
-
 #[test]
 fn a_gang_placed_here_is_held_for_its_minimum_runtime_from_its_bindings_with_no_annotation() {
     let mut s = sim();
@@ -76,7 +73,6 @@ fn a_gang_placed_here_is_held_for_its_minimum_runtime_from_its_bindings_with_no_
     let at = s.now - 1000;
     assert_eq!(at, started + MIN_RUNTIME_MS, "after {evicted_after} rounds");
     assert_eq!(s.evicted.len(), 2);
-    assert_eq!(annotations_written(&s), 0, "no start annotation for a bind");
 }
 
 #[test]
@@ -88,7 +84,6 @@ fn running_pods_count_from_their_recorded_bindings() {
     s.gang(inference(&s));
     rounds_until_evicted(&mut s, 10).expect("evicted once its runtime is up");
     assert_eq!(s.now - 1000, bound + MIN_RUNTIME_MS);
-    assert_eq!(annotations_written(&s), 0);
 }
 
 /// A gang restarted after its pods were evicted counts from its new pods' bindings, not from an
@@ -132,17 +127,15 @@ fn a_gang_past_its_minimum_runtime_is_preempted_at_once() {
     assert_eq!(rounds_until_evicted(&mut s, 10), Some(1));
 }
 
-/// Running with nothing to count from (no binding time, as from a kubelet that reports none): the gang
-/// gets a start annotation once, and its minimum runtime counts from it.
+/// Running with no binding time (a kubelet that reports no `PodScheduled` time): the gang counts from
+/// its pods' creation, the latest time known to be no later than their binding.
 #[test]
-fn a_running_gang_with_no_binding_time_gets_a_start_once_and_counts_from_it() {
+fn a_running_gang_with_no_binding_time_counts_from_its_pods_creation() {
     let mut s = sim();
-    s.gang(train().running_on(&["n0", "n0"]));
-    let started = s.now;
-    s.round();
-    assert_eq!(annotations_written(&s), 1);
+    let created = s.now - 2_000;
+    s.gang(train().running_on(&["n0", "n0"]).created(created));
+    bound_at(&mut s, "train", None);
     s.gang(inference(&s));
     rounds_until_evicted(&mut s, 10).expect("evicted once its runtime is up");
-    assert_eq!(s.now - 1000, started + MIN_RUNTIME_MS);
-    assert_eq!(annotations_written(&s), 1, "once");
+    assert_eq!(s.now - 1000, created + MIN_RUNTIME_MS);
 }

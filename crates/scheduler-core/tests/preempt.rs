@@ -244,6 +244,61 @@ fn s47_a_gang_stuck_below_its_minimum_is_evicted_whole_after_the_grace_period() 
     );
 }
 
+/// The PodGroup `name` as a watch delivers it after a write of its status: the same definition, with
+/// the stale-podgroup-timestamp annotation `annotation` (this scheduler never writes one).
+fn podgroup_echo(s: &Sim, name: &str, annotation: Option<i64>) -> kai_scheduler_core::model::Group {
+    let (_, group) = s
+        .cluster
+        .groups
+        .iter()
+        .find(|(_, g)| &*g.key.name == name)
+        .expect("the group exists");
+    let mut echo = group.clone();
+    echo.tasks.clear();
+    echo.stale_since = annotation;
+    echo.stale_annotation = annotation;
+    echo
+}
+
+/// The grace period is kept in memory across updates of the PodGroup that leave its stale annotation
+/// as it was: our own status echo, arriving every round, must not restart it (it did, when every
+/// update replaced the stale time with the absent annotation).
+#[test]
+fn status_echoes_do_not_restart_the_grace_period() {
+    let mut s = one_queue(2.0);
+    s.config.plugins.stalegangeviction.grace_period = std::time::Duration::from_secs(2);
+    s.node("n0", 64_000, 256, 2);
+    s.gang(train("other", 1, 1).running_on(&["n0"]).created(0));
+    s.gang(train("stuck", 2, 1).running_on(&["n0"]).created(5));
+    for round in 0..6 {
+        let echo = podgroup_echo(&s, "stuck", None);
+        s.cluster.apply_group(echo);
+        s.round();
+        if !s.evicted.is_empty() {
+            assert_eq!(round, 2, "evicted once the 2 s grace period is up");
+            break;
+        }
+    }
+    assert_eq!(s.evicted, vec!["ns/stuck-0".to_owned()]);
+}
+
+/// A stale time written by someone else (KAI, before a switch) counts when it appears: a gang stale
+/// for longer than the grace period by that record is evicted at once.
+#[test]
+fn a_stale_annotation_that_appears_counts() {
+    let mut s = one_queue(2.0);
+    s.config.plugins.stalegangeviction.grace_period = std::time::Duration::from_secs(2);
+    s.node("n0", 64_000, 256, 2);
+    s.gang(train("other", 1, 1).running_on(&["n0"]).created(0));
+    s.gang(train("stuck", 2, 1).running_on(&["n0"]).created(5));
+    s.round();
+    assert!(s.evicted.is_empty(), "not before the grace period");
+    let echo = podgroup_echo(&s, "stuck", Some(s.now - 60_000));
+    s.cluster.apply_group(echo);
+    s.round();
+    assert_eq!(s.evicted, vec!["ns/stuck-0".to_owned()]);
+}
+
 /// A gang whose members finish at different times is finishing, not stale: with 2 of its 4 pods
 /// Succeeded and 2 still running (below minMember 4) long past the grace period, nothing is evicted.
 /// A control gang in the same cluster, below its minimum with no pod Succeeded, is evicted in the same

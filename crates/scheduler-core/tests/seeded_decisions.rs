@@ -27,16 +27,13 @@ fn digest(sim: &mut Sim, spec: &Synthetic, rounds: usize, churn_every: usize) ->
         for s in &mut decisions.queue_statuses {
             s.fingerprint = 0;
         }
-        // Last-start annotations became preemptible gangs' only (the digests were re-taken on the
-        // commit before that change with this filter: every other decision is as it was).
-        decisions.group_annotations.retain(|a| a.stale_since.is_some());
-        for a in &mut decisions.group_annotations {
-            a.last_start = None;
-        }
         // A bind's claim bindings and its node's GPU memory came later; these scenarios have no claims,
         // and the text without either is the one the digests were recorded from.
+        // Annotations left the decisions (no start or stale annotation is written); the digests were
+        // recorded with none kept, an empty list in the text.
         without_gpu_memory(
             &format!("{decisions:?}")
+                .replace(", pod_conditions: ", ", group_annotations: [], pod_conditions: ")
                 .replace(", volumes: []", "")
                 .replace(", name_group_on_pod: false", ""),
         )

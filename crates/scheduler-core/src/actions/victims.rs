@@ -558,8 +558,9 @@ pub fn protected_by_min_runtime(ssn: &Session<'_>, gang: usize, reclaim: bool) -
 /// When a gang last started, as minimum runtimes count it: the earliest binding among its pods that
 /// hold a node (the API server's record of it; a bind in flight counts as now). A gang whose pods were
 /// all evicted starts again with new pods, so their bindings are its new start; a start annotation
-/// (`kai.scheduler/last-start-timestamp`, written by KAI, or by this scheduler for a gang found running
-/// with no binding time) counts when it is later. `None` when nothing tells.
+/// (`kai.scheduler/last-start-timestamp`, written by KAI) counts when it is later. A running pod with no
+/// binding time (a kubelet that reports no `PodScheduled` time) counts from its creation, the latest
+/// time known to be no later than its binding. `None` when no pod holds a node.
 #[must_use]
 pub fn gang_start(ssn: &Session<'_>, gang: usize) -> Option<crate::model::Millis> {
     let g = &ssn.gangs[gang];
@@ -569,7 +570,7 @@ pub fn gang_start(ssn: &Session<'_>, gang: usize) -> Option<crate::model::Millis
             let task = ssn.cluster.task(t);
             match task.assumed {
                 Assumed::Binding { .. } => Some(ssn.now),
-                _ if task.api.status.holds_node() => task.api.bound_at,
+                _ if task.api.status.holds_node() => Some(task.api.bound_at.unwrap_or(task.created)),
                 _ => None,
             }
         })

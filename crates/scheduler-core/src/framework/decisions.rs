@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::model::volumes::ClaimBinding;
-use crate::model::{GpuRequest, GroupKey, Millis};
+use crate::model::{GpuRequest, GroupKey};
 
 /// Bind a pod to a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,18 +163,6 @@ impl std::fmt::Debug for GroupStatus {
     }
 }
 
-/// Scheduler-owned annotations on a gang.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GroupAnnotations {
-    /// Gang.
-    pub key: GroupKey,
-    /// When the gang last started, written only for a gang found running with no binding time to
-    /// count its minimum runtimes from (`victims::gang_start`).
-    pub last_start: Option<Millis>,
-    /// When it was first seen running below its minimum (`None` clears).
-    pub stale_since: Option<Millis>,
-}
-
 /// A pod's `PodScheduled` condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodCondition {
@@ -247,8 +235,6 @@ pub struct Decisions {
     pub evictions: Vec<Evict>,
     /// Gang statuses that changed.
     pub group_statuses: Vec<GroupStatus>,
-    /// Gang annotations that changed.
-    pub group_annotations: Vec<GroupAnnotations>,
     /// Pod conditions that changed.
     pub pod_conditions: Vec<PodCondition>,
     /// Events.

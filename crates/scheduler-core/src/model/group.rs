@@ -295,10 +295,17 @@ pub struct Group {
     /// The UID of the pod this PodGroup was made for, when a podgrouper made it for that pod alone
     /// (it is owned by the pod): a pod that names no gang joins the one made for it.
     pub owner_pod: Option<Arc<str>>,
-    /// When its gang last started (annotation).
+    /// When its gang last started (`kai.scheduler/last-start-timestamp`, KAI's annotation; read only).
     pub last_start: Option<Millis>,
-    /// When it was first seen running below its minimum (annotation).
+    /// When it was first seen running below its minimum. Kept in memory by stale-gang eviction; taken
+    /// from the annotation below only when that first appears or changes ([`Cluster::apply_group`]), so
+    /// an update of anything else (our own status echo) does not restart the grace period.
+    ///
+    /// [`Cluster::apply_group`]: crate::model::Cluster::apply_group
     pub stale_since: Option<Millis>,
+    /// The `kai.scheduler/stale-podgroup-timestamp` annotation as last seen (KAI writes it, so a switch
+    /// from KAI keeps a running grace period; this scheduler never does).
+    pub stale_annotation: Option<Millis>,
     /// Members.
     pub tasks: Vec<TaskId>,
     /// Problems found in the definition.
@@ -350,6 +357,7 @@ impl Group {
             owner_pod: None,
             last_start: None,
             stale_since: None,
+            stale_annotation: None,
             tasks: Vec::new(),
             problems: Vec::new(),
             observed: ObservedStatus::default(),

@@ -129,7 +129,7 @@ pub struct ApiView {
     pub node_name: Option<Arc<str>>,
     /// When the API server recorded the pod's binding: the `PodScheduled=True` condition's transition
     /// time, which the binding sets and kubelets keep. Minimum runtimes count from it
-    /// (`actions::victims::gang_start`), so no start annotation needs writing for a bind.
+    /// (`actions::victims::gang_start`), so no start annotation is written.
     pub bound_at: Option<Millis>,
 }
 

@@ -44,7 +44,7 @@ use tokio::sync::{Notify, Semaphore, mpsc};
 
 use scheduler_core::config::GpuSharingArgs;
 use scheduler_core::framework::decisions::{
-    Bind, Decisions, Event, Evict, GroupAnnotations, GroupStatus, PodCondition, QueueStatus,
+    Bind, Decisions, Event, Evict, GroupStatus, PodCondition, QueueStatus,
 };
 use scheduler_core::model::GroupKey;
 
@@ -252,7 +252,6 @@ impl Applier {
                 writes.push(Write::GroupStatus(s));
             }
         }
-        writes.extend(d.group_annotations.into_iter().map(Write::GroupAnnotations));
         for c in d.pod_conditions {
             if let Some(c) = self.pod_conditions.offer(c.uid.clone(), c) {
                 writes.push(Write::PodCondition(c));
@@ -357,7 +356,6 @@ struct Deferred<W> {
 #[derive(Debug)]
 enum Write {
     GroupStatus(GroupStatus),
-    GroupAnnotations(GroupAnnotations),
     PodCondition(PodCondition),
     QueueStatus(QueueStatus),
 }
@@ -379,7 +377,6 @@ impl Job<Applier> for Deferred<Write> {
                     )
                     .await;
             }
-            Write::GroupAnnotations(a) => applier.group_annotations(a).await,
             Write::PodCondition(c) => {
                 let key = c.uid.clone();
                 applier

@@ -7,7 +7,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use tracing::{debug, warn};
 
-use scheduler_core::framework::decisions::{GroupAnnotations, GroupStatus, PodCondition, QueueStatus};
+use scheduler_core::framework::decisions::{GroupStatus, PodCondition, QueueStatus};
 use scheduler_core::model::GroupKind;
 
 use super::{Applier, LOG_TARGET, ResultLabel};
@@ -53,37 +53,6 @@ impl Applier {
             debug!(target: LOG_TARGET, group = %s.key, error = %e, "status write failed");
             let _ = self.feedback.send(Feedback::StatusFailed { key: s.key });
         }
-    }
-
-    pub(super) async fn group_annotations(&self, a: GroupAnnotations) {
-        if a.key.kind != GroupKind::Kai || !self.leading() {
-            return;
-        }
-        let Ok(_permit) = self.writes.acquire().await else {
-            return;
-        };
-        let mut annotations = serde_json::Map::new();
-        if let Some(t) = a.last_start {
-            annotations.insert(
-                api::keys::LAST_START_TIMESTAMP.to_owned(),
-                json!(scheduler_core::framework::report::status::rfc3339(t)),
-            );
-        }
-        if let Some(t) = a.stale_since {
-            annotations.insert(
-                api::keys::STALE_TIMESTAMP.to_owned(),
-                json!(scheduler_core::framework::report::status::rfc3339(t)),
-            );
-        }
-        let api: Api<api::PodGroup> = Api::namespaced(self.client.clone(), &a.key.namespace);
-        let patch = json!({
-            "apiVersion": "scheduling.run.ai/v2alpha2",
-            "kind": "PodGroup",
-            "metadata": { "name": a.key.name.as_ref(), "annotations": annotations },
-        });
-        let params = PatchParams::apply(api::keys::FIELD_MANAGER_SCHEDULER_ANNOTATIONS).force();
-        let result = api.patch(&a.key.name, &params, &Patch::Apply(&patch)).await;
-        self.count_status(result.is_ok());
     }
 
     pub(super) async fn pod_condition(&self, c: PodCondition) {

@@ -779,7 +779,10 @@ pub fn pod_group(pg: &api::PodGroup, default_queue: &str) -> Group {
     )
     .map(Into::into);
     group.last_start = annotation_time(meta, keys::LAST_START_TIMESTAMP);
-    group.stale_since = annotation_time(meta, keys::STALE_TIMESTAMP);
+    group.stale_annotation = annotation_time(meta, keys::STALE_TIMESTAMP);
+    // What the model starts from when it first sees the group (`Cluster::apply_group` keeps its own
+    // value across later updates).
+    group.stale_since = group.stale_annotation;
     if let Some(max) = group.max_member
         && max < min
     {

@@ -10,7 +10,7 @@ use api::PodGroupPhase;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::framework::decisions::{
-    Decisions, Event, EventObject, EventType, GroupAnnotations, GroupStatus, PodCondition, QueueStatus,
+    Decisions, Event, EventObject, EventType, GroupStatus, PodCondition, QueueStatus,
 };
 use crate::framework::report::explain::Why;
 use crate::framework::{GangOutcome, Session};
@@ -830,22 +830,6 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
             }
         }
     }
-    // Annotations: a start, once, only for a preemptible gang found running with no binding time on its
-    // pods and no start recorded (its kubelet reports no `PodScheduled` time; kubelets set one even on
-    // pods bound by name). Only minimum runtimes read a start, and they protect victims, which are
-    // preemptible; they count from the pods' bindings otherwise (`victims::gang_start`), so a bind
-    // costs no annotation.
-    let started = is_root
-        && !outcome.placed()
-        && c.running > 0
-        && gang_index.is_some_and(|g| {
-            ssn.gangs[g].preemptible && crate::actions::victims::gang_start(ssn, g).is_none()
-        });
-    let annotations = started.then(|| GroupAnnotations {
-        key: key.clone(),
-        last_start: Some(now),
-        stale_since: group.stale_since,
-    });
     let changed = fingerprint != group.observed.fingerprint;
     // One status, shared by the decision and the model.
     let status = Arc::new(status);
@@ -865,10 +849,6 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
         group.observed.fingerprint = fingerprint;
         group.observed.status = Some(SeenStatus::Decided(status));
         decisions.group_statuses.push(update);
-    }
-    if let Some(a) = annotations {
-        group.last_start = a.last_start;
-        decisions.group_annotations.push(a);
     }
     for (t, print) in pod_updates {
         if let Some(task) = ssn.cluster.tasks.get_mut(t.0) {

@@ -486,6 +486,7 @@ impl Cluster {
                 .groups
                 .get_mut_unstamped(id.0)
                 .expect("invariant: indexed groups are live");
+            let stale_since = kept_stale_since(old, &group);
             if old.same_definition(&group) {
                 // Only status or scheduler-owned annotations changed (often our own write echoing back):
                 // nothing that could change a decision.
@@ -493,12 +494,13 @@ impl Cluster {
                 // stale time we did not write) can change a decision.
                 let changed = old.observed.fingerprint != group.observed.fingerprint
                     || old.last_start != group.last_start
-                    || old.stale_since != group.stale_since;
+                    || old.stale_since != stale_since;
                 let event_fingerprint = old.observed.event_fingerprint;
                 old.observed = group.observed;
                 old.observed.event_fingerprint = event_fingerprint;
                 old.last_start = group.last_start;
-                old.stale_since = group.stale_since;
+                old.stale_since = stale_since;
+                old.stale_annotation = group.stale_annotation;
                 if changed {
                     self.epochs.changed();
                     let limit = self.groups.capacity();
@@ -514,6 +516,7 @@ impl Cluster {
             group.observed.event_fingerprint = old.observed.event_fingerprint;
             group.waiting_since = old.waiting_since;
             group.timed_out = old.timed_out;
+            group.stale_since = stale_since;
             group.version = old.version + 1;
             let key = group.key.clone();
             *old = group;
@@ -680,4 +683,16 @@ fn placed<'a>(
         };
         Some((facts, node, labels, task.status == TaskStatus::Releasing))
     })
+}
+
+/// A group's stale time across an update: the model's own (stale-gang eviction keeps it in memory),
+/// unless the update's `stale-podgroup-timestamp` annotation differs from the one last seen (KAI, or a
+/// person, wrote it), which then holds. Taking the annotation on every update would restart the grace
+/// period at each status echo, since this scheduler never writes it.
+fn kept_stale_since(old: &Group, update: &Group) -> Option<Millis> {
+    if old.stale_annotation == update.stale_annotation {
+        old.stale_since
+    } else {
+        update.stale_annotation
+    }
 }
