@@ -9,6 +9,8 @@
 //! (consolidation), units whose pods have nowhere else to go as the session stands are passed over, and
 //! every chosen pod must find a new place once the gang has its room.
 
+mod bounds;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -114,6 +116,14 @@ pub struct Candidates {
     /// Per node, in order, the units that held one of its pods when their slot was filled. An entry
     /// outlives a refill of its slot; it is current while it carries the slot's first number.
     on_node: std::cell::OnceCell<IdMap<NodeId, Vec<Held>>>,
+    /// Nodes whose units changed, in order, one entry per refill that reached them: what kept bounds
+    /// must recompute ([`bounds::KeptBounds`]).
+    refilled_nodes: Vec<NodeId>,
+    /// The gangs with a slot (units of a waiting gang that has one must be left out of its search,
+    /// which kept bounds do not know how to do).
+    gangs: IdMap<usize, ()>,
+    /// Consolidation's node bounds, kept from one search to the next.
+    bounds: std::cell::RefCell<bounds::KeptBounds>,
 }
 
 /// A unit's hold on a node, as its slot was filled.
@@ -133,10 +143,11 @@ impl Candidates {
     pub fn from_units(units: Vec<Unit>) -> Self {
         let numbers = u32::try_from(units.len()).unwrap_or(u32::MAX);
         Self {
+            gangs: units.iter().map(|u| (u.gang, ())).collect(),
             slots: units.into_iter().map(|u| vec![u]).collect(),
             first_number: (0..numbers).collect(),
             numbers,
-            on_node: std::cell::OnceCell::new(),
+            ..Self::default()
         }
     }
 
@@ -160,6 +171,12 @@ impl Candidates {
             .saturating_add(u32::try_from(units.len()).unwrap_or(u32::MAX));
         if let Some(on_node) = self.on_node.get_mut() {
             index_slot(on_node, cluster, slot, *first, &units);
+        }
+        // The nodes its units held and hold now: their entries changed.
+        for u in s.iter().chain(&units) {
+            self.gangs.insert(u.gang, ());
+            self.refilled_nodes
+                .extend(u.tasks.iter().filter_map(|t| cluster.task(*t).node));
         }
         *s = units;
     }
@@ -421,6 +438,16 @@ impl<'a> Request<'a> {
     pub fn first_slots(mut self, slots: usize) -> Self {
         self.slots = slots.min(self.candidates.slots());
         self
+    }
+
+    /// Whether this search's candidates are every unit of the list (no slot cut, no unit left out but
+    /// those of a gang without a slot), so bounds kept for the list hold for it.
+    fn takes_every_unit(&self) -> bool {
+        self.slots == self.candidates.slots()
+            && self.excluded_units.is_empty()
+            && self
+                .excluded_gang
+                .is_none_or(|g| !self.candidates.gangs.contains_key(&g))
     }
 
     /// Units of `gang` may not go.
@@ -890,12 +917,16 @@ fn place_with_victims(
 /// A node where victims make room for a pod: the fewest units, then the earliest last one, then the
 /// lowest node id.
 struct Choice {
-    rank: (usize, UnitKey, NodeId),
+    rank: Rank,
     node: NodeId,
     picked: Vec<UnitKey>,
 }
 
+/// A node's rank for a pod: the units it takes, its last unit, the node.
+type Rank = (usize, UnitKey, NodeId);
+
 /// What [`Search::rank_bound`] reads of the pod, once per search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct BoundPod {
     /// No rule puts blockers first, and the pod asks for whole GPUs.
     plain: bool,
@@ -1024,14 +1055,29 @@ impl Search {
             gpu: task.request.0[GPU],
             constraints: task.constraints,
         };
-        let mut bounds: std::collections::BinaryHeap<std::cmp::Reverse<(usize, UnitKey, NodeId)>> = req
+        let mut best: Option<Choice> = None;
+        // Bounds depend on the nodes and the list alone when the search takes every unit of the list
+        // and nothing is taken yet: they are kept from one waiting gang to the next, and only the nodes
+        // changed since are bounded again (computing every node's bound per waiting gang made
+        // consolidation on a full cluster quadratic).
+        if domain.is_none() && self.taken.is_empty() && req.takes_every_unit() {
+            let mut kept = req.candidates.bounds.borrow_mut();
+            let ordered = kept.brought_up_to_date(self, ssn, req, &pod);
+            for bound in ordered {
+                if best.as_ref().is_some_and(|b| *bound > b.rank) {
+                    break;
+                }
+                self.weigh(ssn, req, t, bound.2, domain, &mut best);
+            }
+            return best;
+        }
+        let mut bounds: std::collections::BinaryHeap<std::cmp::Reverse<Rank>> = req
             .candidates
             .index(ssn.cluster)
             .iter()
             .filter_map(|(node, held)| self.rank_bound(ssn, req, &pod, *node, held, domain))
             .map(std::cmp::Reverse)
             .collect();
-        let mut best: Option<Choice> = None;
         while let Some(std::cmp::Reverse(bound)) = bounds.pop() {
             if best.as_ref().is_some_and(|b| bound > b.rank) {
                 break;
@@ -1054,7 +1100,7 @@ impl Search {
         node: NodeId,
         held: &[Held],
         domain: Option<&[NodeId]>,
-    ) -> Option<(usize, UnitKey, NodeId)> {
+    ) -> Option<Rank> {
         if domain.is_some_and(|d| !d.contains(&node)) {
             return None;
         }
@@ -1391,65 +1437,72 @@ mod tests {
     /// Consolidation's last pod meets nodes in order of a bound on their rank and stops early; it must
     /// choose what meeting every node chooses. Random small clusters: whole GPUs and fractions
     /// running, one- and two-pod victims, waiting pods of 1-8 GPUs.
+    /// A small random cluster of running one- and two-pod gangs (whole GPUs and fractions) and
+    /// `waiting` pending one-pod gangs `w0`, `w1`, ... of 1 to 8 GPUs.
+    fn random_cluster(seed: u64, waiting: usize) -> Sim {
+        let mut rng = crate::sim::SplitMix(seed);
+        let mut s = Sim::new();
+        s.queue("d", None, -1.0, -1.0, 1.0)
+            .queue("q", Some("d"), -1.0, -1.0, 1.0);
+        let nodes = 3 + rng.below(8);
+        let mut free: Vec<u32> = Vec::new();
+        for n in 0..nodes {
+            let gpus = [2, 4, 8][rng.below(3)];
+            s.node(&format!("n{n}"), 64_000, 256, gpus);
+            free.push(u32::try_from(gpus).unwrap_or(0));
+        }
+        let mut created = 0;
+        for _ in 0..nodes * 3 {
+            let n = rng.below(nodes);
+            let m = (n + 1) % nodes;
+            created += 1;
+            let name = format!("r{created}");
+            let spec = match rng.below(5) {
+                // A fraction, counted as a whole GPU of room.
+                0 if free[n] >= 1 => {
+                    free[n] -= 1;
+                    GangSpec::new(&name, "q", 1)
+                        .fraction([250, 500][rng.below(2)])
+                        .running_on(&[&format!("n{n}")])
+                }
+                // Two pods on two nodes.
+                1 if free[n] >= 1 && free[m] >= 1 && n != m => {
+                    free[n] -= 1;
+                    free[m] -= 1;
+                    GangSpec::new(&name, "q", 2)
+                        .gpus(1)
+                        .running_on(&[&format!("n{n}"), &format!("n{m}")])
+                }
+                _ => {
+                    let gpus = 1 + u32::try_from(rng.below(2)).unwrap_or(0);
+                    if free[n] < gpus {
+                        continue;
+                    }
+                    free[n] -= gpus;
+                    GangSpec::new(&name, "q", 1)
+                        .gpus(gpus)
+                        .running_on(&[&format!("n{n}")])
+                }
+            };
+            s.gang(spec.priority_class("train").created(i64::from(created)));
+        }
+        for w in 0..waiting {
+            let gpus = [1, 2, 4, 8][rng.below(4)];
+            s.gang(
+                GangSpec::new(&format!("w{w}"), "q", 1)
+                    .gpus(gpus)
+                    .priority_class("train")
+                    .created(1_000),
+            );
+        }
+        s
+    }
+
     #[test]
     fn the_bound_ordered_search_chooses_what_meeting_every_node_chooses() {
         let mut compared = 0;
         for seed in 0..150 {
-            let mut rng = crate::sim::SplitMix(seed);
-            let mut s = Sim::new();
-            s.queue("d", None, -1.0, -1.0, 1.0)
-                .queue("q", Some("d"), -1.0, -1.0, 1.0);
-            let nodes = 3 + rng.below(8);
-            let mut free: Vec<u32> = Vec::new();
-            for n in 0..nodes {
-                let gpus = [2, 4, 8][rng.below(3)];
-                s.node(&format!("n{n}"), 64_000, 256, gpus);
-                free.push(u32::try_from(gpus).unwrap_or(0));
-            }
-            let mut created = 0;
-            for _ in 0..nodes * 3 {
-                let n = rng.below(nodes);
-                let m = (n + 1) % nodes;
-                created += 1;
-                let name = format!("r{created}");
-                let spec = match rng.below(5) {
-                    // A fraction, counted as a whole GPU of room.
-                    0 if free[n] >= 1 => {
-                        free[n] -= 1;
-                        GangSpec::new(&name, "q", 1)
-                            .fraction([250, 500][rng.below(2)])
-                            .running_on(&[&format!("n{n}")])
-                    }
-                    // Two pods on two nodes.
-                    1 if free[n] >= 1 && free[m] >= 1 && n != m => {
-                        free[n] -= 1;
-                        free[m] -= 1;
-                        GangSpec::new(&name, "q", 2)
-                            .gpus(1)
-                            .running_on(&[&format!("n{n}"), &format!("n{m}")])
-                    }
-                    _ => {
-                        let gpus = 1 + u32::try_from(rng.below(2)).unwrap_or(0);
-                        if free[n] < gpus {
-                            continue;
-                        }
-                        free[n] -= gpus;
-                        GangSpec::new(&name, "q", 1)
-                            .gpus(gpus)
-                            .running_on(&[&format!("n{n}")])
-                    }
-                };
-                s.gang(spec.priority_class("train").created(i64::from(created)));
-            }
-            for w in 0..3 {
-                let gpus = [1, 2, 4, 8][rng.below(4)];
-                s.gang(
-                    GangSpec::new(&format!("w{w}"), "q", 1)
-                        .gpus(gpus)
-                        .priority_class("train")
-                        .created(1_000),
-                );
-            }
+            let mut s = random_cluster(seed, 3);
             let config = Config::default();
             let mut ssn = Session::open(&mut s.cluster, &config, 1_000_000);
             super::super::allocate::allocate(&mut ssn);
@@ -1528,5 +1581,64 @@ mod tests {
 
         let evicting = Request::new(wait, units.clone(), EvictionCause::Preempt, &no_message);
         assert_eq!(solve(&mut ssn, &evicting), Ok(units));
+    }
+
+    /// Consolidation keeps node bounds from one waiting gang's search to the next
+    /// (`bounds::KeptBounds`), and in debug builds every search compares them with fresh ones. Over
+    /// random clusters with eight waiting gangs each, many gangs get room by moving others, so the kept
+    /// bounds are brought up to date after real moves, not only built.
+    #[test]
+    fn kept_bounds_stay_equal_to_fresh_ones_across_a_consolidation() {
+        let mut gangs_given_room = 0;
+        for seed in 0..200 {
+            let mut s = random_cluster(seed, 8);
+            s.config.actions = vec![
+                crate::config::ActionKind::Allocate,
+                crate::config::ActionKind::Consolidation,
+            ];
+            for _ in 0..2 {
+                let moved_for: std::collections::HashSet<_> = s
+                    .round()
+                    .decisions
+                    .evictions
+                    .iter()
+                    .filter(|e| e.cause == EvictionCause::Consolidation)
+                    .filter_map(|e| e.for_group.clone())
+                    .collect();
+                gangs_given_room += moved_for.len();
+            }
+        }
+        // And a cluster where every waiting gang needs moves: nodes half used by one-GPU pods, 8-GPU
+        // pods waiting.
+        let mut spec = crate::sim::Synthetic::new(200, 1);
+        spec.running_fraction = 0.5;
+        spec.running_spread = true;
+        spec.pending_pods = 20;
+        spec.gpus_per_pod = 8;
+        spec.pending_classes = &["train"];
+        let config = Config {
+            actions: vec![
+                crate::config::ActionKind::Allocate,
+                crate::config::ActionKind::Consolidation,
+            ],
+            ..Config::default()
+        };
+        let mut cluster = spec.cluster();
+        let result = crate::cycle::run(&mut cluster, &config, 1_000_000);
+        let moved_for: std::collections::HashSet<_> = result
+            .decisions
+            .evictions
+            .iter()
+            .filter_map(|e| e.for_group.clone())
+            .collect();
+        assert_eq!(
+            moved_for.len(),
+            20,
+            "every waiting pod given room in one consolidation"
+        );
+        assert!(
+            gangs_given_room >= 30,
+            "{gangs_given_room} gangs given room by moves"
+        );
     }
 }
