@@ -27,7 +27,22 @@ pub fn consolidate(ssn: &mut Session<'_>) {
     // Every preemptible gang with a placed pod, lowest priority first, then the newest; kept from one
     // waiting gang to the next (see `Pool`), rebuilt when allocate places a gang that has no slot.
     let mut pool: Option<Pool> = None;
-    for g in super::preempt::waiting_for_room(ssn) {
+    // Only a preemptible gang whose pods fit the free room in total is worth a search, and while no
+    // search succeeds the free room stays as it is: when none passes now, none would in the ordered
+    // pass either, which is skipped (a full cluster's backlog costs a look per gang, not a sort).
+    let free_now = {
+        let mut free = ssn.index.free_totals().1;
+        free.0[GPU] += fragments;
+        free
+    };
+    let mut waiting = super::preempt::waiting_for_room_unordered(ssn, |ssn, g| {
+        ssn.gangs[g].preemptible && pending_need(ssn, g).fits_in(&free_now)
+    });
+    if waiting.is_empty() {
+        return;
+    }
+    waiting = super::preempt::waiting_for_room(ssn);
+    for g in waiting {
         ssn.attempt(g);
         if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
             if pool.as_mut().is_some_and(|p| !p.refill(ssn, g)) {
@@ -39,10 +54,7 @@ pub fn consolidate(ssn: &mut Session<'_>) {
             continue;
         }
         // Only worth it when the cluster has the room in total.
-        let mut need = Resources::ZERO;
-        for t in ssn.gangs[g].pending(ssn.cluster) {
-            need.add(&ssn.cluster.task(t).request);
-        }
+        let need = pending_need(ssn, g);
         // Free room once releasing pods are gone, over ready schedulable nodes (kept by the index: a
         // scan of every node per waiting gang made an unchanged cycle quadratic).
         let mut free = ssn.index.free_totals().1;
@@ -84,6 +96,15 @@ pub fn consolidate(ssn: &mut Session<'_>) {
             }
         }
     }
+}
+
+/// What gang `g`'s pending pods ask for in all.
+fn pending_need(ssn: &Session<'_>, g: usize) -> Resources {
+    let mut need = Resources::ZERO;
+    for t in ssn.gangs[g].pending(ssn.cluster) {
+        need.add(&ssn.cluster.task(t).request);
+    }
+    need
 }
 
 /// Consolidation's victims: every preemptible gang with a placed pod, lowest priority first, then the

@@ -13,8 +13,18 @@ use crate::model::QueueId;
 /// that may evict others for it: not a gang with a pod of `preemptionPolicy: Never` waiting, which
 /// kube-scheduler never lets preempt (here it neither preempts, reclaims nor consolidates).
 pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
-    let mut gangs: Vec<usize> = ssn
-        .outcomes
+    let mut gangs = waiting_for_room_unordered(ssn, |_, _| true);
+    in_job_order(ssn, &mut gangs);
+    gangs
+}
+
+/// [`waiting_for_room`] in no particular order, only the gangs `keep` keeps: the ordering costs most,
+/// and an action with nothing to do for any of them need not pay it.
+pub(crate) fn waiting_for_room_unordered(
+    ssn: &Session<'_>,
+    mut keep: impl FnMut(&Session<'_>, usize) -> bool,
+) -> Vec<usize> {
+    ssn.outcomes
         .iter()
         .filter(|(_, o)| !o.placed() && matches!(o.why.first(), Some(Why::NoFit(_))))
         .map(|(g, _)| g)
@@ -24,15 +34,33 @@ pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
                 task.never_preempts && task.status.is_pending()
             })
         })
-        .collect();
+        .filter(|g| keep(ssn, *g))
+        .collect()
+}
+
+/// Sorts gangs in job order (`ordering::job_key`), as [`waiting_for_room`] gives them.
+pub(crate) fn in_job_order(ssn: &Session<'_>, gangs: &mut [usize]) {
     gangs.sort_by_cached_key(|g| crate::framework::policy::ordering::job_key(ssn, *g));
-    gangs
 }
 
 /// Runs preempt.
 pub fn preempt(ssn: &mut Session<'_>) {
     let mut pools = VictimPools::default();
-    for g in waiting_for_room(ssn) {
+    // A waiting gang whose queue holds no possible victim below its priority has nothing to search,
+    // and none appears during preempt (a preemptor a later one could evict would come after it), so
+    // it is left out before the ordering: a backlog of like jobs costs a pass, not a sort.
+    let mut lowest: std::collections::HashMap<QueueId, Option<i32>> = std::collections::HashMap::new();
+    let mut preemptors = waiting_for_room_unordered(ssn, |ssn, g| {
+        let Some(queue) = ssn.gangs[g].queue else {
+            return true;
+        };
+        let lowest = *lowest
+            .entry(queue)
+            .or_insert_with(|| lowest_victim_priority(ssn, queue));
+        lowest.is_some_and(|p| p < ssn.gangs[g].priority)
+    });
+    in_job_order(ssn, &mut preemptors);
+    for g in preemptors {
         ssn.attempt(g);
         if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
             pools.placed_without_victims(ssn, g);
@@ -180,6 +208,16 @@ impl VictimPool {
             .iter()
             .any(|v| *v != g && has_placed_pod(ssn, *v))
     }
+}
+
+/// The lowest priority among `queue`'s possible victims (preemptible gangs with a placed pod), if it has
+/// any: what [`VictimPool::build`] would list, at its head.
+fn lowest_victim_priority(ssn: &Session<'_>, queue: QueueId) -> Option<i32> {
+    ssn.gangs_in_queue(queue)
+        .iter()
+        .filter(|v| ssn.gangs[**v].preemptible && has_placed_pod(ssn, **v))
+        .map(|v| ssn.gangs[*v].priority)
+        .min()
 }
 
 pub(crate) fn has_placed_pod(ssn: &Session<'_>, gang: usize) -> bool {

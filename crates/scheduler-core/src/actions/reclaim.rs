@@ -16,7 +16,8 @@ use crate::model::{QueueId, Resources, TaskId};
 
 /// Runs reclaim.
 pub fn reclaim(ssn: &mut Session<'_>) {
-    let waiting = super::preempt::waiting_for_room(ssn);
+    // Ordered only when some queue may reclaim (the usual answer on a cluster at its fair shares is no).
+    let mut waiting = super::preempt::waiting_for_room_unordered(ssn, |_, _| true);
     if !some_queue_may_reclaim(ssn, &waiting) {
         // Debug builds (every test) check the bound against each gang's own request.
         #[cfg(debug_assertions)]
@@ -35,6 +36,7 @@ pub fn reclaim(ssn: &mut Session<'_>) {
         }
         return;
     }
+    super::preempt::in_job_order(ssn, &mut waiting);
     let mut order = JobQueues::new(ssn, waiting.into_iter(), false);
     while let Some(g) = order.pop(ssn) {
         ssn.attempt(g);
