@@ -66,12 +66,12 @@ struct CarriedSummaries {
     policy: PlacementPolicy,
 }
 
-/// A gang as a session built it.
+/// A gang as a session built it (small: a churn cycle carries every gang across, so what is copied per
+/// gang is two pointers, not its usage sums).
 #[derive(Clone, Debug)]
 struct CarriedGang {
     gang: Arc<Gang>,
-    usage: GangUsage,
-    built: BuiltAt,
+    usage: Arc<GangUsage>,
     /// Some pod's share is read through its node's devices (never carried, see
     /// [`pods_unchanged_since`]).
     reads_devices: bool,
@@ -90,14 +90,14 @@ struct BuiltAt {
 
 impl CarriedGang {
     /// Whether building it again would give the same: none of its PodGroups, nor any pod they list,
-    /// changed since, and no pod's share depends on its node's devices.
-    fn holds(&self, cluster: &Cluster) -> bool {
+    /// changed since it was built (`built`), and no pod's share depends on its node's devices.
+    fn holds(&self, cluster: &Cluster, built: BuiltAt) -> bool {
         self.gang.groups.iter().all(|g| {
-            cluster.groups.stamp(g.0) <= self.built.groups
+            cluster.groups.stamp(g.0) <= built.groups
                 && cluster
                     .groups
                     .get(g.0)
-                    .is_some_and(|group| pods_unchanged_since(cluster, group, self.built.tasks))
+                    .is_some_and(|group| pods_unchanged_since(cluster, group, built.tasks))
         })
     }
 }
@@ -257,7 +257,7 @@ pub struct Session<'c> {
     /// next session).
     pub(crate) reports: DenseMap<GroupId, ReportStamp>,
     /// For each gang, what its pods counted against its queue at open (kept for the carry).
-    usage: Vec<GangUsage>,
+    usage: Vec<Arc<GangUsage>>,
     /// For each gang, whether a pod's share is read through its node's devices (kept for the carry).
     reads_devices: Vec<bool>,
     /// For each gang, whether it was carried: none of its PodGroups or pods changed since the last
@@ -345,7 +345,7 @@ impl<'c> Session<'c> {
         let mut reads = Vec::with_capacity(roots.len());
         let mut carried_flags = Vec::with_capacity(roots.len());
         for r in &roots {
-            let carried = last.gangs.get(r).filter(|c| {
+            let carried = last.gangs.get(r).zip(last.built).filter(|(c, built)| {
                 same_hierarchy
                     && match &changed {
                         Some(changed) => {
@@ -355,26 +355,26 @@ impl<'c> Session<'c> {
                                     .iter()
                                     .all(|g| !changed.get(g.index()).copied().unwrap_or(true));
                             debug_assert!(
-                                !holds || c.holds(cluster),
+                                !holds || c.holds(cluster, *built),
                                 "the change logs missed a change to {r:?}"
                             );
                             holds
                         }
-                        None => c.holds(cluster),
+                        None => c.holds(cluster, *built),
                     }
             });
-            match carried {
+            match carried.map(|(c, _)| c) {
                 Some(c) => {
                     gangs_carried += 1;
                     carried_flags.push(true);
                     gangs.push(Arc::clone(&c.gang));
-                    usage.push(c.usage.clone());
+                    usage.push(Arc::clone(&c.usage));
                     reads.push(c.reads_devices);
                 }
                 None => {
                     carried_flags.push(false);
                     let gang = Gang::build(cluster, &children, *r);
-                    usage.push(GangUsage::of(cluster, &gang));
+                    usage.push(Arc::new(GangUsage::of(cluster, &gang)));
                     reads.push(reads_devices(cluster, &gang));
                     gangs.push(Arc::new(gang));
                 }
@@ -808,7 +808,6 @@ impl Session<'_> {
                         CarriedGang {
                             gang,
                             usage,
-                            built,
                             reads_devices,
                         },
                     );

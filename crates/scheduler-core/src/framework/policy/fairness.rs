@@ -99,7 +99,7 @@ impl Fairness {
     pub fn open(
         cluster: &Cluster,
         gangs: &[std::sync::Arc<Gang>],
-        usage: &[GangUsage],
+        usage: &[std::sync::Arc<GangUsage>],
         args: &ProportionArgs,
         capacity: &Resources,
     ) -> Self {
