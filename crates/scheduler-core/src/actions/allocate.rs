@@ -33,8 +33,17 @@ pub fn task_order(cluster: &Cluster, a: TaskId, b: TaskId) -> Ordering {
 pub fn allocate(ssn: &mut Session<'_>) {
     let mut candidates = Vec::new();
     for g in 0..ssn.gangs.len() {
+        // Most gangs of a busy cluster run with nothing to place: those known so at open are passed
+        // over without a look at their pods.
+        if !ssn.had_work_at_open(g) {
+            debug_assert!(
+                !ssn.gangs[g].has_work(ssn.cluster),
+                "gang {g} has work it had not"
+            );
+            continue;
+        }
         ssn.attempt(g);
-        if !has_work(ssn, g) {
+        if !ssn.gangs[g].has_work(ssn.cluster) {
             continue;
         }
         if let Some(why) = blocked(ssn, g) {
@@ -211,11 +220,31 @@ impl LikeFailures {
             return None;
         };
         let cluster = &*ssn.cluster;
-        let tasks = ssn.gangs[g].tasks_to_allocate(cluster, &|a, b| task_order(cluster, a, b));
+        // A plain gang's pods all wait: one pod is the whole attempt (most backlogs), else they are
+        // taken in task order.
+        let lone = if shape.pods == 1 {
+            ssn.gangs[g].tasks().next()
+        } else {
+            None
+        };
+        let ordered;
+        let tasks: &[TaskId] = match &lone {
+            Some(t) => {
+                debug_assert_eq!(
+                    ssn.gangs[g].tasks_to_allocate(cluster, &|a, b| task_order(cluster, a, b)),
+                    [*t]
+                );
+                std::slice::from_ref(t)
+            }
+            None => {
+                ordered = ssn.gangs[g].tasks_to_allocate(cluster, &|a, b| task_order(cluster, a, b));
+                &ordered
+            }
+        };
         let failed = *tasks.get(usize::try_from(f.pods_placed).ok()?)?;
         let queue = ssn.gangs[g].queue?;
         let mut request = Resources::ZERO;
-        for t in &tasks {
+        for t in tasks {
             request.add(&ssn.share_request(*t));
         }
         if let Err(gate) = ssn.fairness.gate(ssn.cluster, queue, &request, shape.preemptible) {
@@ -248,26 +277,6 @@ fn gang_version(ssn: &Session<'_>, g: usize) -> u64 {
         .iter()
         .map(|id| ssn.cluster.group(*id).version)
         .sum()
-}
-
-/// Whether a gang has pods to place (pending, or reserved and waiting to be bound), or waits whole on
-/// pods it cannot place (gated, or with a problem of their own): then it is not tried but says why.
-fn has_work(ssn: &Session<'_>, g: usize) -> bool {
-    let cluster = &*ssn.cluster;
-    let gang = &ssn.gangs[g];
-    let placeable = gang.tasks().any(|t| {
-        let task = cluster.task(t);
-        task.ours
-            && matches!(task.status, TaskStatus::Pending | TaskStatus::Pipelined)
-            && task.problem.is_none()
-    });
-    placeable
-        || (gang.tasks().any(|t| {
-            let task = cluster.task(t);
-            task.ours
-                && (task.status == TaskStatus::Gated
-                    || (task.status == TaskStatus::Pending && task.problem.is_some()))
-        }) && !gang.is_satisfied(cluster))
 }
 
 /// Reasons a gang cannot be tried at all.

@@ -369,6 +369,27 @@ impl Gang {
         }
     }
 
+    /// Whether the gang has pods to place (pending, or reserved and waiting to be bound), or waits whole
+    /// on pods it cannot place (gated, or with a problem of their own): then it is not tried but says
+    /// why. Nothing a session does gives a gang work it had not at open (actions place and evict;
+    /// neither makes a pod pending), so a session asks this once per gang at open.
+    #[must_use]
+    pub fn has_work(&self, cluster: &Cluster) -> bool {
+        let placeable = self.tasks().any(|t| {
+            let task = cluster.task(t);
+            task.ours
+                && matches!(task.status, TaskStatus::Pending | TaskStatus::Pipelined)
+                && task.problem.is_none()
+        });
+        placeable
+            || (self.tasks().any(|t| {
+                let task = cluster.task(t);
+                task.ours
+                    && (task.status == TaskStatus::Gated
+                        || (task.status == TaskStatus::Pending && task.problem.is_some()))
+            }) && !self.is_satisfied(cluster))
+    }
+
     /// Whether the whole unit is satisfied.
     #[must_use]
     pub fn is_satisfied(&self, cluster: &Cluster) -> bool {

@@ -72,6 +72,8 @@ struct CarriedSummaries {
 struct CarriedGang {
     gang: Arc<Gang>,
     usage: Arc<GangUsage>,
+    /// Whether it had work when built ([`Gang::has_work`]; the same while it is carried).
+    has_work: bool,
     /// Some pod's share is read through its node's devices (never carried, see
     /// [`pods_unchanged_since`]).
     reads_devices: bool,
@@ -263,6 +265,8 @@ pub struct Session<'c> {
     /// For each gang, whether it was carried: none of its PodGroups or pods changed since the last
     /// session opened.
     carried: Vec<bool>,
+    /// For each gang, whether it had work at open ([`Gang::has_work`]; kept for the carry).
+    work: Vec<bool>,
     /// Where the last status report left off, taken by this session's report, which leaves its own.
     pub(crate) report_carry: Option<status::ReportCarry>,
     /// What fair share divided, and what it was computed for (left for the next session).
@@ -344,6 +348,7 @@ impl<'c> Session<'c> {
         let mut usage = Vec::with_capacity(roots.len());
         let mut reads = Vec::with_capacity(roots.len());
         let mut carried_flags = Vec::with_capacity(roots.len());
+        let mut work = Vec::with_capacity(roots.len());
         for r in &roots {
             let carried = last.gangs.get(r).zip(last.built).filter(|(c, built)| {
                 same_hierarchy
@@ -370,12 +375,14 @@ impl<'c> Session<'c> {
                     gangs.push(Arc::clone(&c.gang));
                     usage.push(Arc::clone(&c.usage));
                     reads.push(c.reads_devices);
+                    work.push(c.has_work);
                 }
                 None => {
                     carried_flags.push(false);
                     let gang = Gang::build(cluster, &children, *r);
                     usage.push(Arc::new(GangUsage::of(cluster, &gang)));
                     reads.push(reads_devices(cluster, &gang));
+                    work.push(gang.has_work(cluster));
                     gangs.push(Arc::new(gang));
                 }
             }
@@ -475,6 +482,7 @@ impl<'c> Session<'c> {
             usage,
             reads_devices: reads,
             carried: carried_flags,
+            work,
             report_carry,
             capacity: (capacity, capacity_key),
             tasks_at_open,
@@ -514,6 +522,12 @@ impl<'c> Session<'c> {
             None => unchanged.iter_mut().for_each(|u| *u = false),
         }
         unchanged
+    }
+
+    /// Whether gang `g` had work at open ([`Gang::has_work`]); one that had none has none now.
+    #[must_use]
+    pub fn had_work_at_open(&self, g: usize) -> bool {
+        self.work.get(g).copied().unwrap_or(true)
     }
 
     /// Whether a pod of gang `g` has a share read through its node's devices.
@@ -793,6 +807,7 @@ impl Session<'_> {
         let gangs = std::mem::take(&mut self.gangs);
         let usage = std::mem::take(&mut self.usage);
         let reads = std::mem::take(&mut self.reads_devices);
+        let work = std::mem::take(&mut self.work);
         // Every gang of this session held when it opened (built then, or carried and checked).
         let built = BuiltAt {
             groups: self.cluster.groups.clock(),
@@ -802,12 +817,15 @@ impl Session<'_> {
             children: std::mem::take(&mut self.children),
             gangs: {
                 let mut carried = DenseMap::with_slots(self.cluster.groups.capacity());
-                for ((gang, usage), reads_devices) in gangs.into_iter().zip(usage).zip(reads) {
+                for (((gang, usage), reads_devices), has_work) in
+                    gangs.into_iter().zip(usage).zip(reads).zip(work)
+                {
                     carried.insert(
                         gang.root,
                         CarriedGang {
                             gang,
                             usage,
+                            has_work,
                             reads_devices,
                         },
                     );
