@@ -591,26 +591,22 @@ fn node_summary(ssn: &mut Session<'_>, t: TaskId, domain: Option<&[NodeId]>) -> 
         None => {
             let (nodes, misses) = ssn.index.summarize(cluster, task, &ssn.policy);
             failure.nodes = nodes;
-            failure.misses = misses;
+            failure.misses = std::sync::Arc::new(misses);
         }
         Some(domain) => {
+            let misses = std::sync::Arc::make_mut(&mut failure.misses);
             let inside: std::collections::HashSet<NodeId> = domain.iter().copied().collect();
             for (i, _) in cluster.nodes.iter() {
                 let n = NodeId(i);
                 failure.nodes += 1;
                 if !inside.contains(&n) {
-                    *failure.misses.entry(NodeMiss::OutsideDomain).or_default() += 1;
+                    *misses.entry(NodeMiss::OutsideDomain).or_default() += 1;
                     continue;
                 }
                 match ssn.index.check(cluster, task, &ssn.policy, n) {
                     Ok(p) if p.mode == Mode::Allocate => {}
-                    Ok(_) => {
-                        *failure
-                            .misses
-                            .entry(NodeMiss::Insufficient(main_slot(task.gpu)))
-                            .or_default() += 1
-                    }
-                    Err(miss) => *failure.misses.entry(miss).or_default() += 1,
+                    Ok(_) => *misses.entry(NodeMiss::Insufficient(main_slot(task.gpu))).or_default() += 1,
+                    Err(miss) => *misses.entry(miss).or_default() += 1,
                 }
             }
         }

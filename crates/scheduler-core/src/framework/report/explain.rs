@@ -30,8 +30,8 @@ pub struct FitFailure {
     pub pod_request: Resources,
     /// Nodes considered.
     pub nodes: usize,
-    /// Why each node refused, by reason.
-    pub misses: BTreeMap<NodeMiss, usize>,
+    /// Why each node refused, by reason (shared: a backlog's like gangs answer with one summary).
+    pub misses: std::sync::Arc<BTreeMap<NodeMiss, usize>>,
     /// Free now on nodes the pod may use (static predicates pass).
     pub free_on_eligible: Resources,
     /// Nodes the pod may use.
@@ -265,7 +265,7 @@ mod tests {
             failed_task: None,
             pod_request: Resources::new(0, 0, 1000),
             nodes: 3,
-            misses: BTreeMap::from([(NodeMiss::Insufficient(GPU), 3)]),
+            misses: BTreeMap::from([(NodeMiss::Insufficient(GPU), 3)]).into(),
             free_on_eligible: Resources::new(0, 0, 6000),
             eligible_nodes: 3,
             nodes_with_free: 3,
@@ -299,7 +299,7 @@ mod tests {
                     2,
                 ),
                 (NodeMiss::Rule(RuleMiss::TopologySpread("zone".into())), 1),
-            ]),
+            ]).into(),
             ..FitFailure::default()
         };
         assert_eq!(
@@ -320,7 +320,7 @@ mod tests {
             misses: BTreeMap::from([
                 (NodeMiss::Static(StaticMiss::NodeSelector("zone=b".into())), 3),
                 (NodeMiss::Insufficient(GPU), 1),
-            ]),
+            ]).into(),
             pod_request: Resources::new(0, 0, 1000),
             nodes_with_free: 0,
             ..FitFailure::default()
