@@ -225,14 +225,20 @@ fn s46_builds_are_not_moved() {
     assert_eq!(s.count("big", TaskStatus::Running), 0);
 }
 
-#[test]
-fn s47_a_gang_stuck_below_its_minimum_is_evicted_whole_after_the_grace_period() {
+/// A 2-GPU node and a 2 s grace period: `other` runs one pod, and `stuck` runs one of its two (the other
+/// cannot fit), below its minimum.
+fn a_stuck_gang() -> Sim {
     let mut s = one_queue(2.0);
     s.config.plugins.stalegangeviction.grace_period = std::time::Duration::from_secs(2);
     s.node("n0", 64_000, 256, 2);
     s.gang(train("other", 1, 1).running_on(&["n0"]).created(0));
-    // One of two members runs; the other cannot fit.
     s.gang(train("stuck", 2, 1).running_on(&["n0"]).created(5));
+    s
+}
+
+#[test]
+fn s47_a_gang_stuck_below_its_minimum_is_evicted_whole_after_the_grace_period() {
+    let mut s = a_stuck_gang();
     s.round();
     assert!(s.evicted.is_empty(), "not before the grace period");
     settle(&mut s, 4);
@@ -265,11 +271,7 @@ fn podgroup_echo(s: &Sim, name: &str, annotation: Option<i64>) -> kai_scheduler_
 /// update replaced the stale time with the absent annotation).
 #[test]
 fn status_echoes_do_not_restart_the_grace_period() {
-    let mut s = one_queue(2.0);
-    s.config.plugins.stalegangeviction.grace_period = std::time::Duration::from_secs(2);
-    s.node("n0", 64_000, 256, 2);
-    s.gang(train("other", 1, 1).running_on(&["n0"]).created(0));
-    s.gang(train("stuck", 2, 1).running_on(&["n0"]).created(5));
+    let mut s = a_stuck_gang();
     for round in 0..6 {
         let echo = podgroup_echo(&s, "stuck", None);
         s.cluster.apply_group(echo);
@@ -286,11 +288,7 @@ fn status_echoes_do_not_restart_the_grace_period() {
 /// for longer than the grace period by that record is evicted at once.
 #[test]
 fn a_stale_annotation_that_appears_counts() {
-    let mut s = one_queue(2.0);
-    s.config.plugins.stalegangeviction.grace_period = std::time::Duration::from_secs(2);
-    s.node("n0", 64_000, 256, 2);
-    s.gang(train("other", 1, 1).running_on(&["n0"]).created(0));
-    s.gang(train("stuck", 2, 1).running_on(&["n0"]).created(5));
+    let mut s = a_stuck_gang();
     s.round();
     assert!(s.evicted.is_empty(), "not before the grace period");
     let echo = podgroup_echo(&s, "stuck", Some(s.now - 60_000));

@@ -605,7 +605,11 @@ fn node_summary(ssn: &mut Session<'_>, t: TaskId, domain: Option<&[NodeId]>) -> 
                 }
                 match ssn.index.check(cluster, task, &ssn.policy, n) {
                     Ok(p) if p.mode == Mode::Allocate => {}
-                    Ok(_) => *misses.entry(NodeMiss::Insufficient(main_slot(task.gpu))).or_default() += 1,
+                    Ok(_) => {
+                        *misses
+                            .entry(NodeMiss::Insufficient(main_slot(task.gpu)))
+                            .or_default() += 1
+                    }
                     Err(miss) => *misses.entry(miss).or_default() += 1,
                 }
             }

@@ -299,7 +299,8 @@ mod tests {
                     2,
                 ),
                 (NodeMiss::Rule(RuleMiss::TopologySpread("zone".into())), 1),
-            ]).into(),
+            ])
+            .into(),
             ..FitFailure::default()
         };
         assert_eq!(
@@ -320,7 +321,8 @@ mod tests {
             misses: BTreeMap::from([
                 (NodeMiss::Static(StaticMiss::NodeSelector("zone=b".into())), 3),
                 (NodeMiss::Insufficient(GPU), 1),
-            ]).into(),
+            ])
+            .into(),
             pod_request: Resources::new(0, 0, 1000),
             nodes_with_free: 0,
             ..FitFailure::default()
