@@ -35,13 +35,14 @@ pub fn consolidate(ssn: &mut Session<'_>) {
         free.0[GPU] += fragments;
         free
     };
-    let mut waiting = super::preempt::waiting_for_room_unordered(ssn, |ssn, g| {
-        ssn.gangs[g].preemptible && pending_need(ssn, g).fits_in(&free_now)
-    });
-    if waiting.is_empty() {
+    let mut waiting = super::preempt::waiting_for_room(ssn);
+    if !waiting
+        .iter()
+        .any(|g| ssn.gangs[*g].preemptible && pending_need(ssn, *g).fits_in(&free_now))
+    {
         return;
     }
-    waiting = super::preempt::waiting_for_room(ssn);
+    super::preempt::in_job_order(ssn, &mut waiting);
     for g in waiting {
         ssn.attempt(g);
         if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {

@@ -11,19 +11,10 @@ use crate::model::QueueId;
 
 /// Gangs that allocate could not place because no node had room (the only ones eviction can help), and
 /// that may evict others for it: not a gang with a pod of `preemptionPolicy: Never` waiting, which
-/// kube-scheduler never lets preempt (here it neither preempts, reclaims nor consolidates).
+/// kube-scheduler never lets preempt (here it neither preempts, reclaims nor consolidates). In no
+/// particular order: ordering them ([`in_job_order`]) costs most, and an action with nothing to do for
+/// any of them need not pay it.
 pub(crate) fn waiting_for_room(ssn: &Session<'_>) -> Vec<usize> {
-    let mut gangs = waiting_for_room_unordered(ssn, |_, _| true);
-    in_job_order(ssn, &mut gangs);
-    gangs
-}
-
-/// [`waiting_for_room`] in no particular order, only the gangs `keep` keeps: the ordering costs most,
-/// and an action with nothing to do for any of them need not pay it.
-pub(crate) fn waiting_for_room_unordered(
-    ssn: &Session<'_>,
-    mut keep: impl FnMut(&Session<'_>, usize) -> bool,
-) -> Vec<usize> {
     ssn.outcomes
         .iter()
         .filter(|(_, o)| !o.placed() && matches!(o.why.first(), Some(Why::NoFit(_))))
@@ -34,11 +25,10 @@ pub(crate) fn waiting_for_room_unordered(
                 task.never_preempts && task.status.is_pending()
             })
         })
-        .filter(|g| keep(ssn, *g))
         .collect()
 }
 
-/// Sorts gangs in job order (`ordering::job_key`), as [`waiting_for_room`] gives them.
+/// Sorts gangs in job order (`ordering::job_key`): the order the victim actions try them in.
 pub(crate) fn in_job_order(ssn: &Session<'_>, gangs: &mut [usize]) {
     gangs.sort_by_cached_key(|g| crate::framework::policy::ordering::job_key(ssn, *g));
 }
@@ -50,14 +40,15 @@ pub fn preempt(ssn: &mut Session<'_>) {
     // and none appears during preempt (a preemptor a later one could evict would come after it), so
     // it is left out before the ordering: a backlog of like jobs costs a pass, not a sort.
     let mut lowest: std::collections::HashMap<QueueId, Option<i32>> = std::collections::HashMap::new();
-    let mut preemptors = waiting_for_room_unordered(ssn, |ssn, g| {
-        let Some(queue) = ssn.gangs[g].queue else {
+    let mut preemptors = waiting_for_room(ssn);
+    preemptors.retain(|g| {
+        let Some(queue) = ssn.gangs[*g].queue else {
             return true;
         };
         let lowest = *lowest
             .entry(queue)
             .or_insert_with(|| lowest_victim_priority(ssn, queue));
-        lowest.is_some_and(|p| p < ssn.gangs[g].priority)
+        lowest.is_some_and(|p| p < ssn.gangs[*g].priority)
     });
     in_job_order(ssn, &mut preemptors);
     for g in preemptors {

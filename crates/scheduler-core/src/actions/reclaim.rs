@@ -17,7 +17,7 @@ use crate::model::{QueueId, Resources, TaskId};
 /// Runs reclaim.
 pub fn reclaim(ssn: &mut Session<'_>) {
     // Ordered only when some queue may reclaim (the usual answer on a cluster at its fair shares is no).
-    let mut waiting = super::preempt::waiting_for_room_unordered(ssn, |_, _| true);
+    let mut waiting = super::preempt::waiting_for_room(ssn);
     if !some_queue_may_reclaim(ssn, &waiting) {
         // Debug builds (every test) check the bound against each gang's own request.
         #[cfg(debug_assertions)]

@@ -597,7 +597,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
     } = derived;
     // Nothing it reads changed since its last report, which left the model as that report wanted:
     // the same report again would write, emit and mark nothing. A gang placed in this cycle always
-    // reports (its event and start annotation are news even when the rest is the same).
+    // reports (its event is news even when the rest is the same).
     if outcome.placed_by.is_none()
         && group.report_inputs != 0
         && group
@@ -908,14 +908,12 @@ pub(crate) struct ReportStamp {
     echoed: Echoed,
 }
 
-/// What a PodGroup update that declares the same gang may change (its status, scheduler-owned
-/// annotations), as [`report_inputs`] reads it.
+/// What a PodGroup update that declares the same gang may change and [`report_inputs`] reads: its
+/// status (the start and stale annotations it may also change are read by no report).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Echoed {
     fingerprint: u64,
     event_fingerprint: u64,
-    last_start: Option<Millis>,
-    stale_since: Option<Millis>,
 }
 
 impl Echoed {
@@ -923,8 +921,6 @@ impl Echoed {
         Self {
             fingerprint: group.observed.fingerprint,
             event_fingerprint: group.observed.event_fingerprint,
-            last_start: group.last_start,
-            stale_since: group.stale_since,
         }
     }
 }
@@ -979,7 +975,7 @@ fn report_inputs(cluster: &Cluster, group: &Group, derived: Derived) -> u64 {
         group.preemptible,
     )
         .hash(&mut h);
-    (group.last_start, group.stale_since, &group.problems).hash(&mut h);
+    group.problems.hash(&mut h);
     (group.observed.fingerprint, group.observed.event_fingerprint).hash(&mut h);
     group.tasks.len().hash(&mut h);
     for t in &group.tasks {
@@ -994,8 +990,7 @@ fn report_inputs(cluster: &Cluster, group: &Group, derived: Derived) -> u64 {
             task.problem.is_some(),
         )
             .hash(&mut h);
-        // Whether a start annotation is due reads whether the pod's binding has a time.
-        (task.condition_fingerprint, task.gpu, task.api.bound_at.is_some()).hash(&mut h);
+        (task.condition_fingerprint, task.gpu).hash(&mut h);
         task.request.nonzero().count().hash(&mut h);
         for (slot, value) in task.request.nonzero() {
             (slot, value).hash(&mut h);
