@@ -15,7 +15,7 @@ use crate::fairshare::{
     self, Accounting, CapacityViolation, FairShareConfig, OrderKey, Preemptibility, QueueCandidate,
     QueueReport, QueueSpec, QueueTree, ReclaimRejection, ReclaimScratch, Reclaimer, VictimChunk,
 };
-use crate::model::resources::{CPU, GPU, MEMORY};
+use crate::model::resources::{CPU, GPU, MAX_RESOURCES, MEMORY};
 use crate::model::{Cluster, QueueId, Resources};
 
 use crate::framework::gang::Gang;
@@ -32,6 +32,19 @@ pub struct Fairness {
     /// Allocation changes so far in this session, in any queue.
     changes: u64,
     scratch: RefCell<ReclaimScratch>,
+    /// Per model queue, the last [`Self::gate`] answer: a backlog of like gangs asks the same question
+    /// of the same queue thousands of times between two allocation changes.
+    last_gate: RefCell<Vec<Option<GateAnswer>>>,
+}
+
+/// One [`Fairness::gate`] answer and what it depended on: the tree's accounting, which changes only
+/// through [`Fairness::change`] (counted by `changes`), and the question.
+#[derive(Debug)]
+struct GateAnswer {
+    changes: u64,
+    request: Resources,
+    preemptible: bool,
+    answer: Result<(), CapacityViolation>,
 }
 
 /// What one gang's pods count against its queue when a session opens: placed and waiting pods' share
@@ -78,9 +91,149 @@ impl GangUsage {
 /// One queue's gangs' usage at session open, summed before it is recorded up the tree.
 #[derive(Default)]
 struct QueueSums {
-    running_preemptible: Option<Resources>,
-    running_non_preemptible: Option<Resources>,
-    pending: Option<Resources>,
+    running_preemptible: Option<NonNegativeSum>,
+    running_non_preemptible: Option<NonNegativeSum>,
+    pending: Option<NonNegativeSum>,
+}
+
+/// A sum of amounts with no negative part, as [`Resources::add`] would saturate it, but added as plain
+/// unsigned words (a few vector instructions per amount instead of a saturating step per slot): 50,000
+/// gangs are summed at every session open. The words are exact while the largest bit any amount sets,
+/// plus the bits of the number of amounts, stays within 64; past that, [`Self::total`] says so and the
+/// caller sums again saturating.
+#[derive(Clone, Copy)]
+struct NonNegativeSum {
+    words: [u64; MAX_RESOURCES],
+    /// Every bit any amount set, per slot (a negative amount sets the top bit: never exact).
+    bits: [u64; MAX_RESOURCES],
+    amounts: u32,
+}
+
+impl NonNegativeSum {
+    const ZERO: Self = Self {
+        words: [0; MAX_RESOURCES],
+        bits: [0; MAX_RESOURCES],
+        amounts: 0,
+    };
+
+    #[inline]
+    fn add(&mut self, r: &Resources) {
+        // Indexed over fixed-size arrays, so the compiler adds whole vectors of slots at once.
+        for i in 0..MAX_RESOURCES {
+            let v = r.0[i].cast_unsigned();
+            self.words[i] = self.words[i].wrapping_add(v);
+            self.bits[i] |= v;
+        }
+        self.amounts = self.amounts.saturating_add(1);
+    }
+
+    /// The saturating sum, or `None` when the words may have wrapped.
+    fn total(&self) -> Option<Resources> {
+        let any = self.bits.iter().fold(0, |a, b| a | b);
+        let amount_bits = u64::BITS - any.leading_zeros();
+        let count_bits = u32::BITS - self.amounts.leading_zeros();
+        if self.amounts == u32::MAX || amount_bits + count_bits > u64::BITS {
+            return None;
+        }
+        let mut total = Resources::ZERO;
+        for (t, w) in total.0.iter_mut().zip(self.words) {
+            *t = i64::try_from(w).unwrap_or(i64::MAX);
+        }
+        Some(total)
+    }
+}
+
+/// Records every gang's usage on its queue, one gang at a time in gang order (amounts with a
+/// negative part first, as [`GangUsage::unsummable`] keeps them).
+fn record_per_gang(
+    tree: &mut QueueTree,
+    ids: &[Option<fairshare::QueueId>],
+    gangs: &[std::sync::Arc<Gang>],
+    usage: &[std::sync::Arc<GangUsage>],
+) {
+    for (gang, usage) in gangs.iter().zip(usage) {
+        let Some(q) = gang.queue.and_then(|q| ids[q.index()]) else {
+            continue;
+        };
+        let pre = preemptibility(gang.preemptible);
+        for (running, share) in &usage.unsummable {
+            if *running {
+                tree.record_running(q, share, pre);
+            } else {
+                tree.record_pending(q, share);
+            }
+        }
+        if let Some(running) = &usage.running {
+            tree.record_running(q, running, pre);
+        }
+        if let Some(pending) = &usage.pending {
+            tree.record_pending(q, pending);
+        }
+    }
+}
+
+/// Records the gangs' usage summed per queue first, then up the tree once per queue: the same totals
+/// as [`record_per_gang`], since saturating sums of amounts that are never negative do not depend on
+/// their order or grouping. False, with nothing recorded, when a sum is too large to be exact
+/// ([`NonNegativeSum::total`]).
+fn record_summed(
+    tree: &mut QueueTree,
+    ids: &[Option<fairshare::QueueId>],
+    gangs: &[std::sync::Arc<Gang>],
+    usage: &[std::sync::Arc<GangUsage>],
+) -> bool {
+    // By the tree's queue index (recorded below in index order, as a map ordered by id would).
+    let mut by_queue: Vec<(Option<fairshare::QueueId>, QueueSums)> = Vec::new();
+    by_queue.resize_with(tree.len(), || (None, QueueSums::default()));
+    for (gang, usage) in gangs.iter().zip(usage) {
+        let Some(q) = gang.queue.and_then(|q| ids[q.index()]) else {
+            continue;
+        };
+        let Some((id, sums)) = by_queue.get_mut(q.index()) else {
+            continue;
+        };
+        *id = Some(q);
+        if let Some(running) = &usage.running {
+            let sum = if gang.preemptible {
+                &mut sums.running_preemptible
+            } else {
+                &mut sums.running_non_preemptible
+            };
+            sum.get_or_insert(NonNegativeSum::ZERO).add(running);
+        }
+        if let Some(pending) = &usage.pending {
+            sums.pending.get_or_insert(NonNegativeSum::ZERO).add(pending);
+        }
+    }
+    let mut totals = Vec::with_capacity(by_queue.len());
+    for (q, sums) in by_queue {
+        let Some(q) = q else { continue };
+        // Outer `None`: not exact; inner: no amount.
+        let total = |s: Option<NonNegativeSum>| match s {
+            None => Some(None),
+            Some(s) => s.total().map(Some),
+        };
+        let (Some(pre), Some(non), Some(pending)) = (
+            total(sums.running_preemptible),
+            total(sums.running_non_preemptible),
+            total(sums.pending),
+        ) else {
+            return false;
+        };
+        totals.push((q, pre, non, pending));
+    }
+    for (q, pre, non, pending) in totals {
+        if let Some(r) = &pre {
+            tree.record_running(q, r, Preemptibility::Preemptible);
+        }
+        if let Some(r) = &non {
+            tree.record_running(q, r, Preemptibility::NonPreemptible);
+        }
+        if let Some(p) = &pending {
+            tree.record_pending(q, p);
+        }
+    }
+    true
 }
 
 fn preemptibility(preemptible: bool) -> Preemptibility {
@@ -133,62 +286,15 @@ impl Fairness {
         // An amount with a negative part (no request has one) is recorded on its own, in gang order,
         // and then so is everything else.
         let per_gang = usage.iter().any(|u| !u.unsummable.is_empty());
-        // By the tree's queue index (recorded below in index order, as a map ordered by id would).
-        let mut by_queue: Vec<(Option<fairshare::QueueId>, QueueSums)> = Vec::new();
-        by_queue.resize_with(tree.len(), || (None, QueueSums::default()));
-        for (gang, usage) in gangs.iter().zip(usage) {
-            let Some(q) = gang.queue.and_then(|q| ids[q.index()]) else {
-                continue;
-            };
-            let pre = preemptibility(gang.preemptible);
-            if per_gang {
-                for (running, share) in &usage.unsummable {
-                    if *running {
-                        tree.record_running(q, share, pre);
-                    } else {
-                        tree.record_pending(q, share);
-                    }
-                }
-                if let Some(running) = &usage.running {
-                    tree.record_running(q, running, pre);
-                }
-                if let Some(pending) = &usage.pending {
-                    tree.record_pending(q, pending);
-                }
-                continue;
-            }
-            let Some((id, sums)) = by_queue.get_mut(q.index()) else {
-                continue;
-            };
-            *id = Some(q);
-            if let Some(running) = &usage.running {
-                let sum = match pre {
-                    Preemptibility::Preemptible => &mut sums.running_preemptible,
-                    Preemptibility::NonPreemptible => &mut sums.running_non_preemptible,
-                };
-                sum.get_or_insert(Resources::ZERO).add(running);
-            }
-            if let Some(pending) = &usage.pending {
-                sums.pending.get_or_insert(Resources::ZERO).add(pending);
-            }
-        }
-        for (q, sums) in by_queue {
-            let Some(q) = q else { continue };
-            if let Some(r) = &sums.running_preemptible {
-                tree.record_running(q, r, Preemptibility::Preemptible);
-            }
-            if let Some(r) = &sums.running_non_preemptible {
-                tree.record_running(q, r, Preemptibility::NonPreemptible);
-            }
-            if let Some(p) = &sums.pending {
-                tree.record_pending(q, p);
-            }
+        if per_gang || !record_summed(&mut tree, &ids, gangs, usage) {
+            record_per_gang(&mut tree, &ids, gangs, usage);
         }
         tree.divide(capacity);
         Self {
             tree,
             versions: vec![0; ids.len()],
             changes: 0,
+            last_gate: RefCell::new(Vec::new()),
             ids,
             scratch: RefCell::new(ReclaimScratch::default()),
         }
@@ -282,7 +388,30 @@ impl Fairness {
         preemptible: bool,
     ) -> Result<(), CapacityViolation> {
         let Some(q) = self.id(queue) else { return Ok(()) };
-        self.tree.check_capacity(q, request, preemptibility(preemptible))
+        let mut last = self.last_gate.borrow_mut();
+        if let Some(Some(last)) = last.get(queue.index())
+            && last.changes == self.changes
+            && last.preemptible == preemptible
+            && last.request == *request
+        {
+            debug_assert_eq!(
+                last.answer,
+                self.tree.check_capacity(q, request, preemptibility(preemptible)),
+                "a kept gate answer differs from the tree's"
+            );
+            return last.answer.clone();
+        }
+        let answer = self.tree.check_capacity(q, request, preemptibility(preemptible));
+        if last.len() <= queue.index() {
+            last.resize_with(queue.index() + 1, || None);
+        }
+        last[queue.index()] = Some(GateAnswer {
+            changes: self.changes,
+            request: *request,
+            preemptible,
+            answer: answer.clone(),
+        });
+        answer
     }
 
     /// Order between two sibling queues given their best gangs' requests (less = served first).
@@ -501,4 +630,71 @@ pub fn capacity(cluster: &Cluster) -> Resources {
         }
     }
     cluster.names.with_mig_as_gpus(total.max(&Resources::ZERO))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the fast sum must equal: saturating adds, one amount at a time.
+    fn saturating(amounts: &[Resources]) -> Resources {
+        let mut total = Resources::ZERO;
+        for a in amounts {
+            total.add(a);
+        }
+        total
+    }
+
+    fn fast(amounts: &[Resources]) -> Option<Resources> {
+        let mut sum = NonNegativeSum::ZERO;
+        for a in amounts {
+            sum.add(a);
+        }
+        sum.total()
+    }
+
+    #[test]
+    fn a_non_negative_sum_is_the_saturating_sum_or_says_it_is_not_exact() {
+        // A fixed xorshift stream: amounts of every size, from a few bits to the top of i64.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut exact = 0;
+        let mut refused = 0;
+        for round in 0..400 {
+            // Amounts below 2^bits, bits from 1 to 63.
+            let bits = 1 + round % 63;
+            let count = 1 + usize::try_from(next() % 300).expect("small");
+            let amounts: Vec<Resources> = (0..count)
+                .map(|_| {
+                    let mut r = Resources::ZERO;
+                    for slot in r.0.iter_mut() {
+                        *slot = i64::try_from(next() >> (64 - bits)).expect("63 bits");
+                    }
+                    r
+                })
+                .collect();
+            match fast(&amounts) {
+                Some(total) => {
+                    assert_eq!(total, saturating(&amounts), "round {round}");
+                    exact += 1;
+                }
+                None => refused += 1,
+            }
+        }
+        // Small amounts are summed fast; amounts near the top are left to the saturating sum.
+        assert!(exact > 200 && refused > 20, "exact {exact}, refused {refused}");
+        // Amounts that reach i64::MAX together are refused, never wrapped.
+        let big = Resources([i64::MAX / 2 + 1; MAX_RESOURCES]);
+        assert_eq!(fast(&[big, big]), None);
+        assert_eq!(fast(&[]), Some(Resources::ZERO));
+        // A negative amount (none reaches it: `GangUsage` keeps them apart) is refused too.
+        let mut negative = Resources::ZERO;
+        negative.0[0] = -1;
+        assert_eq!(fast(&[negative]), None);
+    }
 }
