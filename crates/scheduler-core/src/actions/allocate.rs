@@ -8,13 +8,14 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::config::ActionKind;
 use crate::framework::Session;
 use crate::framework::policy::ordering::JobQueues;
 use crate::framework::policy::placement::{Mode, NodeMiss, main_slot};
 use crate::framework::policy::topology;
-use crate::framework::report::explain::{FitFailure, Why};
+use crate::framework::report::explain::{FitFailure, FitSummary, Why};
 use crate::model::group::TopologyRequirement;
 use crate::model::resources::{CPU, GPU};
 use crate::model::{Cluster, GpuRequest, NodeId, Resources, TaskId, TaskStatus};
@@ -250,10 +251,9 @@ impl LikeFailures {
         if let Err(gate) = ssn.fairness.gate(ssn.cluster, queue, &request, shape.preemptible) {
             return Some(Why::Queue(gate));
         }
-        let mut ours = FitFailure::clone(f);
-        ours.failed_task = Some(failed);
-        ours.failed_pod = ssn.cluster.task(failed).key();
-        Some(Why::NoFit(ours.into()))
+        Some(Why::NoFit(
+            f.for_pod(ssn.cluster.task(failed).pod_name(), failed).into(),
+        ))
     }
 }
 
@@ -477,8 +477,11 @@ fn place_in_domains(
     // No domain could be tried: the gang's total request is what no domain holds.
     let mut failure = last.unwrap_or_else(|| {
         Box::new(FitFailure {
-            pods_needed: u32::try_from(pods_needed).unwrap_or(u32::MAX),
-            request_total: need,
+            summary: Arc::new(FitSummary {
+                pods_needed: u32::try_from(pods_needed).unwrap_or(u32::MAX),
+                request_total: need,
+                ..FitSummary::default()
+            }),
             ..FitFailure::default()
         })
     });
@@ -578,9 +581,11 @@ fn place_leaves(
 fn node_summary(ssn: &mut Session<'_>, t: TaskId, domain: Option<&[NodeId]>) -> FitFailure {
     let mut failure = FitFailure {
         failed_task: Some(t),
-        failed_pod: ssn.cluster.task(t).key(),
-        pod_request: ssn.cluster.task(t).request,
-        ..FitFailure::default()
+        failed_pod: ssn.cluster.task(t).pod_name(),
+        summary: Arc::new(FitSummary {
+            pod_request: ssn.cluster.task(t).request,
+            ..FitSummary::default()
+        }),
     };
     if let GpuRequest::Fraction { milli, devices } = ssn.cluster.task(t).gpu {
         failure.pod_request.0[GPU] = i64::from(milli * devices);
@@ -591,14 +596,15 @@ fn node_summary(ssn: &mut Session<'_>, t: TaskId, domain: Option<&[NodeId]>) -> 
         None => {
             let (nodes, misses) = ssn.index.summarize(cluster, task, &ssn.policy);
             failure.nodes = nodes;
-            failure.misses = std::sync::Arc::new(misses);
+            failure.misses = Arc::new(misses);
         }
         Some(domain) => {
-            let misses = std::sync::Arc::make_mut(&mut failure.misses);
+            let summary = &mut *failure;
+            let misses = Arc::make_mut(&mut summary.misses);
             let inside: std::collections::HashSet<NodeId> = domain.iter().copied().collect();
             for (i, _) in cluster.nodes.iter() {
                 let n = NodeId(i);
-                failure.nodes += 1;
+                summary.nodes += 1;
                 if !inside.contains(&n) {
                     *misses.entry(NodeMiss::OutsideDomain).or_default() += 1;
                     continue;

@@ -26,6 +26,6 @@ pub use no_fit_memo::NoFitMemo;
 pub use node::Node;
 pub use queue::Queue;
 pub use resources::Resources;
-pub use task::{ApiView, Assumed, GpuRequest, Task, TaskStatus};
+pub use task::{ApiView, Assumed, GpuRequest, PodName, Task, TaskStatus};
 pub use time::Millis;
 pub use usage::{HistoricalUsage, UsageShares};

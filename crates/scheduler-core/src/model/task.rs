@@ -264,11 +264,67 @@ impl Task {
         key.push_str(&self.name);
         key
     }
+
+    /// Its `namespace/name` sharing the task's strings (no text is built until it is shown).
+    #[must_use]
+    pub fn pod_name(&self) -> PodName {
+        PodName {
+            namespace: Arc::clone(&self.namespace),
+            name: Arc::clone(&self.name),
+        }
+    }
+}
+
+/// A pod's namespace and name, shown as `namespace/name`; empty when no pod is meant.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PodName {
+    /// Namespace.
+    pub namespace: Arc<str>,
+    /// Name.
+    pub name: Arc<str>,
+}
+
+impl PodName {
+    /// Whether no pod is named.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.namespace.is_empty() && self.name.is_empty()
+    }
+}
+
+impl std::fmt::Display for PodName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_empty() {
+            return Ok(());
+        }
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// `namespace/name` (a name without a namespace has an empty one).
+impl From<&str> for PodName {
+    fn from(key: &str) -> Self {
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::GpuRequest;
+    use super::{GpuRequest, PodName};
+
+    #[test]
+    fn a_pod_name_shows_as_its_key() {
+        let name = PodName::from("ml/train-6");
+        assert_eq!(name.to_string(), "ml/train-6");
+        assert!(!name.is_empty());
+        assert!(PodName::default().is_empty());
+        assert_eq!(PodName::default().to_string(), "");
+        assert_eq!(PodName::from("solo").to_string(), "/solo");
+    }
 
     #[test]
     fn portions_are_written_as_kai_writes_them() {

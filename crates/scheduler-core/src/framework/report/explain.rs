@@ -8,30 +8,42 @@ use std::sync::Arc;
 use crate::framework::gang::NotReady;
 use crate::framework::policy::placement::NodeMiss;
 use crate::model::resources::{GPU, ResourceNames};
-use crate::model::{GroupProblem, Resources};
+use crate::model::{GroupProblem, PodName, Resources};
 
 /// A queue rule that stops a gang (KAI's capacity gates), from the fair-share tree.
 pub use crate::fairshare::CapacityViolation as QueueGate;
 
-/// A summary of how the nodes answered for one pod that fit nowhere.
+/// A summary of how the nodes answered for one pod that fit nowhere: which pod, and the
+/// [`FitSummary`] of the nodes' answers, which it reads through (`f.nodes`).
+///
+/// The summary is shared: a backlog's like gangs each name their own pod but answer with the summary
+/// of the one attempt made for their shape, and the status report compares two reasons' summaries by
+/// identity before it compares them field by field.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct FitFailure {
+    /// The pod that fit nowhere (`namespace/name`).
+    pub failed_pod: PodName,
+    /// Its id (to compute free room after the attempt is rolled back).
+    pub failed_task: Option<crate::model::TaskId>,
+    /// How the nodes answered.
+    pub summary: Arc<FitSummary>,
+}
+
+/// How the nodes answered for one pod that fit nowhere, and what its gang needed.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct FitSummary {
     /// Pods the gang needed in this attempt.
     pub pods_needed: u32,
     /// Pods placed before one failed.
     pub pods_placed: u32,
     /// Total request of the pods needed.
     pub request_total: Resources,
-    /// The pod that fit nowhere (`namespace/name`).
-    pub failed_pod: String,
-    /// Its id (to compute free room after the attempt is rolled back).
-    pub failed_task: Option<crate::model::TaskId>,
-    /// Its request.
+    /// The failed pod's request.
     pub pod_request: Resources,
     /// Nodes considered.
     pub nodes: usize,
-    /// Why each node refused, by reason (shared: a backlog's like gangs answer with one summary).
-    pub misses: std::sync::Arc<BTreeMap<NodeMiss, usize>>,
+    /// Why each node refused, by reason.
+    pub misses: Arc<BTreeMap<NodeMiss, usize>>,
     /// Free now on nodes the pod may use (static predicates pass).
     pub free_on_eligible: Resources,
     /// Nodes the pod may use.
@@ -40,6 +52,60 @@ pub struct FitFailure {
     pub nodes_with_free: usize,
     /// Whether the gang's topology constraint narrowed the nodes.
     pub topology: Option<String>,
+}
+
+impl std::ops::Deref for FitFailure {
+    type Target = FitSummary;
+
+    fn deref(&self) -> &FitSummary {
+        &self.summary
+    }
+}
+
+/// Writing a field while the failure is built: the summary is copied first if it is shared already
+/// (it is not, until the failure is given as a reason).
+impl std::ops::DerefMut for FitFailure {
+    fn deref_mut(&mut self) -> &mut FitSummary {
+        Arc::make_mut(&mut self.summary)
+    }
+}
+
+impl FitFailure {
+    /// The same failure for another pod (a like gang's): the summary is shared, not copied.
+    #[must_use]
+    pub fn for_pod(&self, failed_pod: PodName, failed_task: crate::model::TaskId) -> Self {
+        Self {
+            failed_pod,
+            failed_task: Some(failed_task),
+            summary: Arc::clone(&self.summary),
+        }
+    }
+
+    /// Whether `other` is the same failure, comparing summaries by identity first. `known` keeps
+    /// the answers for pairs of distinct summaries compared in full (by address; the caller keeps both
+    /// alive meanwhile), so a backlog of like gangs compares one pair once.
+    #[must_use]
+    pub fn same_as(&self, other: &Self, known: &mut Vec<(usize, usize, bool)>) -> bool {
+        if self.failed_pod != other.failed_pod || self.failed_task != other.failed_task {
+            return false;
+        }
+        if Arc::ptr_eq(&self.summary, &other.summary) {
+            return true;
+        }
+        let pair = (
+            Arc::as_ptr(&self.summary) as usize,
+            Arc::as_ptr(&other.summary) as usize,
+        );
+        if let Some((_, _, same)) = known.iter().find(|(a, b, _)| (*a, *b) == pair) {
+            return *same;
+        }
+        let same = self.summary == other.summary;
+        // A handful of distinct summaries per cycle; a bound keeps a pathological one linear.
+        if known.len() < 64 {
+            known.push((pair.0, pair.1, same));
+        }
+        same
+    }
 }
 
 /// Why a gang is not placed in this cycle.
@@ -176,7 +242,7 @@ fn push_miss_text(text: &mut String, miss: &NodeMiss, names: &ResourceNames) {
     };
 }
 
-impl FitFailure {
+impl FitSummary {
     /// The scarcest resource, the one the message names: the one most nodes lack, GPUs first on ties.
     #[must_use]
     pub fn scarce_slot(&self) -> Option<usize> {
@@ -257,12 +323,10 @@ mod tests {
     #[test]
     fn seed_003_message_says_what_is_missing() {
         let names = ResourceNames::default();
-        let f = FitFailure {
+        let summary = FitSummary {
             pods_needed: 8,
             pods_placed: 6,
             request_total: Resources::new(0, 0, 8000),
-            failed_pod: "ml/train-6".into(),
-            failed_task: None,
             pod_request: Resources::new(0, 0, 1000),
             nodes: 3,
             misses: BTreeMap::from([(NodeMiss::Insufficient(GPU), 3)]).into(),
@@ -270,6 +334,11 @@ mod tests {
             eligible_nodes: 3,
             nodes_with_free: 3,
             topology: None,
+        };
+        let f = FitFailure {
+            failed_pod: "ml/train-6".into(),
+            failed_task: None,
+            summary: Arc::new(summary),
         };
         assert_eq!(
             Why::NoFit(Arc::new(f)).message(&names),
@@ -283,10 +352,9 @@ mod tests {
         use crate::framework::policy::pod_rules::RuleMiss;
         use crate::model::pod_rules::{HostPort, Protocol};
         let names = ResourceNames::default();
-        let f = FitFailure {
+        let summary = FitSummary {
             pods_needed: 1,
             pods_placed: 0,
-            failed_pod: "ns/web-2".into(),
             nodes: 6,
             misses: BTreeMap::from([
                 (NodeMiss::Rule(RuleMiss::PodAntiAffinity), 3),
@@ -301,6 +369,11 @@ mod tests {
                 (NodeMiss::Rule(RuleMiss::TopologySpread("zone".into())), 1),
             ])
             .into(),
+            ..FitSummary::default()
+        };
+        let f = FitFailure {
+            failed_pod: "ns/web-2".into(),
+            summary: Arc::new(summary),
             ..FitFailure::default()
         };
         assert_eq!(
@@ -313,10 +386,9 @@ mod tests {
     #[test]
     fn selector_and_queue_messages() {
         let names = ResourceNames::default();
-        let f = FitFailure {
+        let summary = FitSummary {
             pods_needed: 1,
             pods_placed: 0,
-            failed_pod: "ns/p".into(),
             nodes: 4,
             misses: BTreeMap::from([
                 (NodeMiss::Static(StaticMiss::NodeSelector("zone=b".into())), 3),
@@ -325,10 +397,55 @@ mod tests {
             .into(),
             pod_request: Resources::new(0, 0, 1000),
             nodes_with_free: 0,
+            ..FitSummary::default()
+        };
+        let f = FitFailure {
+            failed_pod: "ns/p".into(),
+            summary: Arc::new(summary),
             ..FitFailure::default()
         };
         let m = Why::NoFit(Arc::new(f)).message(&names);
         assert!(m.contains("3 node selector zone=b does not match"), "{m}");
         assert!(m.contains("1 insufficient nvidia.com/gpu"), "{m}");
+    }
+
+    #[test]
+    fn like_failures_share_a_summary_and_compare_by_it() {
+        let summary = FitSummary {
+            pods_needed: 1,
+            nodes: 4,
+            misses: BTreeMap::from([(NodeMiss::Insufficient(GPU), 4)]).into(),
+            ..FitSummary::default()
+        };
+        let first = FitFailure {
+            failed_pod: "ns/a".into(),
+            failed_task: Some(crate::model::TaskId(1)),
+            summary: Arc::new(summary.clone()),
+        };
+        let like = first.for_pod("ns/b".into(), crate::model::TaskId(2));
+        assert!(Arc::ptr_eq(&first.summary, &like.summary));
+        assert_eq!(like.nodes, 4);
+        assert_eq!(like.failed_pod.to_string(), "ns/b");
+
+        // Last cycle's reason, an equal summary in another allocation.
+        let recorded = FitFailure {
+            failed_pod: "ns/b".into(),
+            failed_task: Some(crate::model::TaskId(2)),
+            summary: Arc::new(summary.clone()),
+        };
+        let mut compared = Vec::new();
+        assert!(recorded.same_as(&like, &mut compared));
+        assert_eq!(compared.len(), 1, "a pair compared in full is kept");
+        assert!(recorded.same_as(&like, &mut compared));
+        assert_eq!(compared.len(), 1, "and answered again without a new entry");
+        // Another pod is another reason, whatever the summary.
+        assert!(!recorded.same_as(&first, &mut compared));
+        // A changed summary is a changed reason.
+        let mut changed = like.clone();
+        changed.nodes = 5;
+        assert!(!Arc::ptr_eq(&changed.summary, &like.summary), "written on a copy");
+        assert_eq!(like.nodes, 4);
+        assert!(!recorded.same_as(&changed, &mut compared));
+        assert_eq!(recorded == changed, recorded.same_as(&changed, &mut compared));
     }
 }

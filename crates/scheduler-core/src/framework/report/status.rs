@@ -259,6 +259,7 @@ pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         stamp,
         names,
         placed_messages: HashMap::default(),
+        compared_summaries: Vec::new(),
     };
     let echoed = ssn.cluster.echoed.take();
     let last = ssn.report_carry.take();
@@ -424,7 +425,15 @@ fn derived(ssn: &Session<'_>, id: GroupId, gang_index: Option<usize>) -> Derived
     };
     let gang_waiting = is_root
         && gang_index.is_some_and(|g| {
-            !ssn.gangs[g].is_satisfied(cluster) && ssn.gangs[g].pending(cluster).next().is_some()
+            let gang = &ssn.gangs[g];
+            // The root's own node is the whole gang's: its answer is `satisfied` already.
+            let whole_satisfied = if gang.nodes.first().is_some_and(|n| n.group == id) {
+                satisfied
+            } else {
+                gang.is_satisfied(cluster)
+            };
+            debug_assert_eq!(whole_satisfied, gang.is_satisfied(cluster));
+            !whole_satisfied && gang.pending(cluster).next().is_some()
         });
     Derived {
         gang: gang_index.is_some(),
@@ -552,6 +561,20 @@ struct Shared {
     /// The `Scheduled` condition's messages made so far, by (pods placed, minMember): most groups of a
     /// cycle say the same, and share one text.
     placed_messages: HashMap<(u32, u32), Arc<str>, BuildHasherDefault<WordHasher>>,
+    /// Pairs of fit summaries compared in full so far (see
+    /// [`crate::framework::report::explain::FitFailure::same_as`]).
+    compared_summaries: Vec<(usize, usize, bool)>,
+}
+
+/// Whether a group's reasons are the ones its last report recorded. A backlog's like gangs share one
+/// fit summary per cycle, so most comparisons end at the summaries' identity or at a pair compared
+/// already in this report.
+fn same_reasons(recorded: &[Why], now: &[Why], compared: &mut Vec<(usize, usize, bool)>) -> bool {
+    recorded.len() == now.len()
+        && recorded.iter().zip(now).all(|(a, b)| match (a, b) {
+            (Why::NoFit(a), Why::NoFit(b)) => a.same_as(b, compared),
+            _ => a == b,
+        })
 }
 
 impl Shared {
@@ -604,7 +627,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
             .report_why
             .as_ref()
             .and_then(|w| w.downcast_ref::<Vec<Why>>())
-            .is_some_and(|w| *w == outcome.why)
+            .is_some_and(|w| same_reasons(w, &outcome.why, &mut shared.compared_summaries))
         && inputs_unchanged(ssn, id, derived)
     {
         return;
