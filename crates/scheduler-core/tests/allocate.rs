@@ -348,6 +348,82 @@ fn a_backlog_of_like_gangs_costs_one_attempt_per_shape() {
     }
 }
 
+/// A backlog that fails the same way cycle after cycle keeps its reasons: room appears where the
+/// backlog cannot go, every waiting gang is tried again (or answered like the first), and each is told
+/// the very reason it was told before, shared rather than made again (the status report and the no-fit
+/// memo compare reasons by identity first), one summary for all.
+#[test]
+fn a_backlog_failing_the_same_way_keeps_its_reasons() {
+    use kai_scheduler_core::framework::report::explain::{FitFailure, Why};
+    use std::sync::Arc;
+    let mut s = sim();
+    s.node_with("gpu-a", 64_000, 256, 8, &[("zone", "a")], &[]);
+    s.node_with("gpu-b", 64_000, 256, 8, &[("zone", "b")], &[]);
+    s.gang(
+        GangSpec::new("full", "q", 1)
+            .gpus(8)
+            .selector("zone", "a")
+            .running_on(&["gpu-a"]),
+    );
+    s.gang(
+        GangSpec::new("other", "q", 1)
+            .gpus(8)
+            .selector("zone", "b")
+            .running_on(&["gpu-b"]),
+    );
+    for i in 0..4 {
+        s.gang(
+            GangSpec::new(&format!("wait-{i}"), "q", 1)
+                .gpus(4)
+                .selector("zone", "a")
+                .created(10 + i),
+        );
+    }
+    let reasons = |s: &Sim| -> Vec<Arc<FitFailure>> {
+        (0..4)
+            .map(|i| {
+                let name = format!("wait-{i}");
+                let (root, _) = s
+                    .cluster
+                    .groups
+                    .iter()
+                    .find(|(_, g)| *g.key.name == *name)
+                    .expect("the gang's group");
+                match s
+                    .cluster
+                    .no_fit_memo
+                    .last::<Why>(kai_scheduler_core::model::GroupId(root))
+                {
+                    Some(Why::NoFit(f)) => Arc::clone(f),
+                    other => panic!("{name}: {other:?}"),
+                }
+            })
+            .collect()
+    };
+    let first = s.round().stats.clone();
+    assert_eq!((first.gangs_tried, first.gangs_like_a_failed_one), (4, 3));
+    let before = reasons(&s);
+    assert!(
+        before
+            .windows(2)
+            .all(|w| Arc::ptr_eq(&w[0].summary, &w[1].summary)),
+        "like gangs share the first one's summary"
+    );
+    // Room where the backlog cannot go: every gang is looked at again.
+    s.complete("ns", "other-0");
+    let second = s.round().stats.clone();
+    assert_eq!(second.gangs_skipped_unchanged, 0);
+    assert_eq!((second.gangs_tried, second.gangs_like_a_failed_one), (4, 3));
+    let after = reasons(&s);
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert!(Arc::ptr_eq(b, a), "wait-{i}: {a:?} made again");
+    }
+    for i in 0..4 {
+        let why = s.why(&format!("wait-{i}")).expect("waits with a reason");
+        assert!(why.contains(&format!("ns/wait-{i}-0")), "{why}");
+    }
+}
+
 /// Something placed between two like gangs makes the later one try again: the earlier reason may no
 /// longer hold.
 #[test]

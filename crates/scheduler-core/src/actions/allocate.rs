@@ -18,7 +18,7 @@ use crate::framework::policy::topology;
 use crate::framework::report::explain::{FitFailure, FitSummary, Why};
 use crate::model::group::TopologyRequirement;
 use crate::model::resources::{CPU, GPU};
-use crate::model::{Cluster, GpuRequest, NodeId, Resources, TaskId, TaskStatus};
+use crate::model::{Cluster, GpuRequest, GroupId, NodeId, Resources, TaskId, TaskStatus};
 
 /// Task order inside a gang: the task-priority label (higher first), then older, then by name.
 #[must_use]
@@ -110,6 +110,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
                 }
             }
             Err(why) => {
+                let why = share_with_last(ssn, root, why);
                 // The attempt rolled back: the gang's shape is what it was before it.
                 if let Some(shape) = shape.unwrap_or_else(|| AttemptShape::of(ssn, g)) {
                     like_failures.record(shape, &why);
@@ -251,10 +252,37 @@ impl LikeFailures {
         if let Err(gate) = ssn.fairness.gate(ssn.cluster, queue, &request, shape.preemptible) {
             return Some(Why::Queue(gate));
         }
+        // The gang's last reason, if it names the same pod with this same summary, is this one: shared,
+        // not made again (a backlog's gangs are answered alike cycle after cycle).
+        if let Some(Why::NoFit(last)) = ssn.cluster.no_fit_memo.last::<Why>(ssn.gangs[g].root)
+            && Arc::ptr_eq(&last.summary, &f.summary)
+            && last.failed_task == Some(failed)
+            && last.failed_pod.names(ssn.cluster.task(failed))
+        {
+            return Some(Why::NoFit(Arc::clone(last)));
+        }
         Some(Why::NoFit(
             f.for_pod(ssn.cluster.task(failed).pod_name(), failed).into(),
         ))
     }
+}
+
+/// A failed attempt's reason, sharing the summary of the gang's last one when the nodes answered the
+/// same (one comparison per attempt): like gangs answered from it then share it with their own last
+/// reasons, which the status report and the no-fit memo compare by identity.
+fn share_with_last(ssn: &Session<'_>, root: GroupId, why: Why) -> Why {
+    let Why::NoFit(mut new) = why else {
+        return why;
+    };
+    if let Some(Why::NoFit(last)) = ssn.cluster.no_fit_memo.last::<Why>(root)
+        && (Arc::ptr_eq(&last.summary, &new.summary) || last.summary == new.summary)
+    {
+        if last.failed_task == new.failed_task && last.failed_pod == new.failed_pod {
+            return Why::NoFit(Arc::clone(last));
+        }
+        Arc::make_mut(&mut new).summary = Arc::clone(&last.summary);
+    }
+    Why::NoFit(new)
 }
 
 /// Debug builds check every answer from a like gang against a real attempt (which fails and rolls back

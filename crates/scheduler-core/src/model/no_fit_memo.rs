@@ -43,9 +43,32 @@ impl NoFitMemo {
             .and_then(|no_fit| no_fit.why.downcast_ref::<R>())
     }
 
+    /// The reason last remembered for the gang rooted at `root`, whatever its epoch and version: a new
+    /// reason that says the same may share its parts.
+    #[must_use]
+    pub fn last<R: Any>(&self, root: GroupId) -> Option<&R> {
+        self.by_root
+            .get(&root)
+            .and_then(|no_fit| no_fit.why.downcast_ref::<R>())
+    }
+
     /// Remembers that the gang rooted at `root` did not fit at capacity `epoch` and gang `version`,
-    /// and why; replaces what was remembered for it before.
-    pub fn remember<R: Any + Send + Sync>(&mut self, root: GroupId, epoch: u64, version: u64, why: R) {
+    /// and why; replaces what was remembered for it before (only its epoch and version when the reason
+    /// is the same: a backlog's gangs fail the same way cycle after cycle).
+    pub fn remember<R: Any + Send + Sync + PartialEq>(
+        &mut self,
+        root: GroupId,
+        epoch: u64,
+        version: u64,
+        why: R,
+    ) {
+        if let Some(no_fit) = self.by_root.get_mut(&root)
+            && no_fit.why.downcast_ref::<R>() == Some(&why)
+        {
+            no_fit.epoch = epoch;
+            no_fit.version = version;
+            return;
+        }
         let why = Arc::new(why);
         self.by_root.insert(root, NoFit { epoch, version, why });
     }
@@ -78,6 +101,19 @@ mod tests {
         assert!(memo.still_failing::<String>(root, 7, 3).is_none());
         assert!(memo.still_failing::<u32>(root, 7, 2).is_none());
         assert!(memo.still_failing::<String>(GroupId(4), 7, 2).is_none());
+        // The same reason again moves the epoch and version; the reason stays.
+        memo.remember(root, 8, 3, String::from("no room"));
+        assert!(memo.still_failing::<String>(root, 7, 2).is_none());
+        assert_eq!(
+            memo.still_failing::<String>(root, 8, 3).map(String::as_str),
+            Some("no room")
+        );
+        memo.remember(root, 9, 3, String::from("a queue rule"));
+        assert_eq!(
+            memo.last::<String>(root).map(String::as_str),
+            Some("a queue rule")
+        );
+        assert!(memo.last::<u32>(root).is_none());
         memo.forget(root);
         assert!(memo.still_failing::<String>(root, 7, 2).is_none());
     }

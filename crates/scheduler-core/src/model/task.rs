@@ -290,6 +290,12 @@ impl PodName {
     pub fn is_empty(&self) -> bool {
         self.namespace.is_empty() && self.name.is_empty()
     }
+
+    /// Whether this is `task`'s name.
+    #[must_use]
+    pub fn names(&self, task: &Task) -> bool {
+        *self.namespace == *task.namespace && *self.name == *task.name
+    }
 }
 
 impl std::fmt::Display for PodName {

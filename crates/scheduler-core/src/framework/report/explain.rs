@@ -81,11 +81,11 @@ impl FitFailure {
         }
     }
 
-    /// Whether `other` is the same failure, comparing summaries by identity first. `known` keeps
+    /// Whether `other` is the same failure, comparing summaries by identity first. `compared` keeps
     /// the answers for pairs of distinct summaries compared in full (by address; the caller keeps both
     /// alive meanwhile), so a backlog of like gangs compares one pair once.
     #[must_use]
-    pub fn same_as(&self, other: &Self, known: &mut Vec<(usize, usize, bool)>) -> bool {
+    pub fn same_as(&self, other: &Self, compared: &mut ComparedSummaries) -> bool {
         if self.failed_pod != other.failed_pod || self.failed_task != other.failed_task {
             return false;
         }
@@ -96,17 +96,18 @@ impl FitFailure {
             Arc::as_ptr(&self.summary) as usize,
             Arc::as_ptr(&other.summary) as usize,
         );
-        if let Some((_, _, same)) = known.iter().find(|(a, b, _)| (*a, *b) == pair) {
-            return *same;
-        }
-        let same = self.summary == other.summary;
-        // A handful of distinct summaries per cycle; a bound keeps a pathological one linear.
-        if known.len() < 64 {
-            known.push((pair.0, pair.1, same));
-        }
-        same
+        *compared
+            .entry(pair)
+            .or_insert_with(|| self.summary == other.summary)
     }
 }
+
+/// Answers of [`FitFailure::same_as`] for pairs of distinct summaries, by their addresses.
+pub type ComparedSummaries = std::collections::HashMap<
+    (usize, usize),
+    bool,
+    std::hash::BuildHasherDefault<crate::model::ids::WordHasher>,
+>;
 
 /// Why a gang is not placed in this cycle.
 #[derive(Clone, Debug, PartialEq)]
@@ -433,7 +434,7 @@ mod tests {
             failed_task: Some(crate::model::TaskId(2)),
             summary: Arc::new(summary.clone()),
         };
-        let mut compared = Vec::new();
+        let mut compared = ComparedSummaries::default();
         assert!(recorded.same_as(&like, &mut compared));
         assert_eq!(compared.len(), 1, "a pair compared in full is kept");
         assert!(recorded.same_as(&like, &mut compared));

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::framework::decisions::{
     Decisions, Event, EventObject, EventType, GroupStatus, PodCondition, QueueStatus,
 };
-use crate::framework::report::explain::Why;
+use crate::framework::report::explain::{ComparedSummaries, Why};
 use crate::framework::{GangOutcome, Session};
 use crate::model::group_status::{DecidedCondition, DecidedStatus, PoolCondition, SeenStatus, SlotNames};
 use crate::model::ids::WordHasher;
@@ -259,7 +259,7 @@ pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         stamp,
         names,
         placed_messages: HashMap::default(),
-        compared_summaries: Vec::new(),
+        compared_summaries: ComparedSummaries::default(),
     };
     let echoed = ssn.cluster.echoed.take();
     let last = ssn.report_carry.take();
@@ -563,16 +563,16 @@ struct Shared {
     placed_messages: HashMap<(u32, u32), Arc<str>, BuildHasherDefault<WordHasher>>,
     /// Pairs of fit summaries compared in full so far (see
     /// [`crate::framework::report::explain::FitFailure::same_as`]).
-    compared_summaries: Vec<(usize, usize, bool)>,
+    compared_summaries: ComparedSummaries,
 }
 
 /// Whether a group's reasons are the ones its last report recorded. A backlog's like gangs share one
 /// fit summary per cycle, so most comparisons end at the summaries' identity or at a pair compared
 /// already in this report.
-fn same_reasons(recorded: &[Why], now: &[Why], compared: &mut Vec<(usize, usize, bool)>) -> bool {
+fn same_reasons(recorded: &[Why], now: &[Why], compared: &mut ComparedSummaries) -> bool {
     recorded.len() == now.len()
         && recorded.iter().zip(now).all(|(a, b)| match (a, b) {
-            (Why::NoFit(a), Why::NoFit(b)) => a.same_as(b, compared),
+            (Why::NoFit(a), Why::NoFit(b)) => Arc::ptr_eq(a, b) || a.same_as(b, compared),
             _ => a == b,
         })
 }
