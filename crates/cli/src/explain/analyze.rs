@@ -648,7 +648,7 @@ pub fn explain_for(
             && !o.why.is_empty()
             && !matches!(o.why.first(), Some(Why::Pipelined))
         {
-            blocking.clone_from(&o.why);
+            blocking = o.why.to_vec();
         }
     }
     let outcome = ssn.outcomes.get(&g).cloned().unwrap_or_default();

@@ -201,11 +201,15 @@ struct EvictionNote {
     message: String,
 }
 
+/// A gang's reasons in one cycle: almost always one, kept inline (every waiting gang is explained
+/// every cycle, and an allocation each was a tenth of a backlog's cycle).
+pub type Reasons = smallvec::SmallVec<[Why; 1]>;
+
 /// What happened to a gang in this cycle.
 #[derive(Clone, Debug, Default)]
 pub struct GangOutcome {
     /// Why it is not (fully) placed, most important first.
-    pub why: Vec<Why>,
+    pub why: Reasons,
     /// The action that placed it in this cycle (bound or pipelined to satisfaction), if one did.
     pub placed_by: Option<ActionKind>,
 }

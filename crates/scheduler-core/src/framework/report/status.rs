@@ -886,7 +886,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
         0
     };
     let why: Option<std::sync::Arc<dyn std::any::Any + Send + Sync>> =
-        (memo != 0).then(|| std::sync::Arc::new(outcome.why.clone()) as _);
+        (memo != 0).then(|| std::sync::Arc::new(outcome.why.to_vec()) as _);
     let group = ssn.cluster.group_mut(id);
     group.report_inputs = memo;
     group.report_why = why;
