@@ -82,8 +82,8 @@ impl FitFailure {
     }
 
     /// Whether `other` is the same failure, comparing summaries by identity first. `compared` keeps
-    /// the answers for pairs of distinct summaries compared in full (by address; the caller keeps both
-    /// alive meanwhile), so a backlog of like gangs compares one pair once.
+    /// the answers for pairs of distinct summaries compared in full, by address (and holds both, so no
+    /// address is reused while it is kept), so a backlog of like gangs compares one pair once.
     #[must_use]
     pub fn same_as(&self, other: &Self, compared: &mut ComparedSummaries) -> bool {
         if self.failed_pod != other.failed_pod || self.failed_task != other.failed_task {
@@ -96,18 +96,29 @@ impl FitFailure {
             Arc::as_ptr(&self.summary) as usize,
             Arc::as_ptr(&other.summary) as usize,
         );
-        *compared
+        compared
             .entry(pair)
-            .or_insert_with(|| self.summary == other.summary)
+            .or_insert_with(|| ComparedPair {
+                same: self.summary == other.summary,
+                _held: [Arc::clone(&self.summary), Arc::clone(&other.summary)],
+            })
+            .same
     }
 }
 
 /// Answers of [`FitFailure::same_as`] for pairs of distinct summaries, by their addresses.
 pub type ComparedSummaries = std::collections::HashMap<
     (usize, usize),
-    bool,
+    ComparedPair,
     std::hash::BuildHasherDefault<crate::model::ids::WordHasher>,
 >;
+
+/// One answer of [`FitFailure::same_as`], holding the two summaries it compared.
+#[derive(Debug)]
+pub struct ComparedPair {
+    same: bool,
+    _held: [Arc<FitSummary>; 2],
+}
 
 /// Why a gang is not placed in this cycle.
 #[derive(Clone, Debug, PartialEq)]
