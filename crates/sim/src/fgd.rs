@@ -5,6 +5,15 @@
 //! - the workload: the pod list sorted by name and shuffled with a seed; then, while its GPU request is
 //!   below `ratio` x the cluster's GPUs, pods drawn with replacement from the list are appended (the
 //!   first draw that would pass the target ends it), or while above, pods at random are dropped;
+//! - the nodes: the list sorted by name, then in an order drawn with the seed (the paper's simulator
+//!   prefixes each node's name with its place in a seeded permutation, and its scheduler sends a tie
+//!   between equal scores to the name that sorts first, so ties go to the first node of a random but
+//!   fixed order); here node ids follow that order ([`node_order`]), and the core's ties go to the
+//!   lowest id;
+//! - the mix of request shapes the core's `fragmentation` weighs: by default what it observed (each
+//!   pod counted as it arrives, as on a live cluster); with [`Mix::Known`] the list's shapes are counted
+//!   once before the first pod, the knowledge the paper's simulator gives FGD (its typical pods are
+//!   taken from the whole list up front);
 //! - each pod is offered once, in order: it arrives as a one-pod gang, one `cycle::run` of the core
 //!   (action `allocate` only, the policy under test as `nodeplacement`) decides, a bind lands at once,
 //!   and a pod that did not fit is deleted (no retry, no departure, no preemption). The policy
@@ -28,6 +37,7 @@ use scheduler_core::config::{ActionKind, Config, PlacementStrategy};
 use scheduler_core::cycle;
 use scheduler_core::model::group_status::SeenStatus;
 use scheduler_core::model::pod_rules::{Labels, RulesSpec};
+use scheduler_core::model::shapes::Shape;
 use scheduler_core::model::{
     ApiView, Cluster, Group, GroupKey, GroupKind, Node, NodeId, PodUpdate, TaskStatus,
 };
@@ -178,6 +188,61 @@ pub fn arrival_order(pods: &[OpenbPod], capacity_milli: i64, ratio: f64, seed: u
         order.push(i);
     }
     order
+}
+
+/// The node order of a replay with `seed`: the list sorted by name, then shuffled with a generator
+/// seeded from `seed` (independent of the arrival order's), as the paper's simulator orders nodes for
+/// its ties.
+#[must_use]
+pub fn node_order(nodes: &[OpenbNode], seed: u64) -> Vec<OpenbNode> {
+    let mut ordered = nodes.to_vec();
+    ordered.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ NODE_ORDER_STREAM);
+    ordered.shuffle(&mut rng);
+    ordered
+}
+
+/// Mixed into the seed of [`node_order`], so that its draws are not the arrival order's.
+const NODE_ORDER_STREAM: u64 = 0x6e6f_6465_5f6f_7264;
+
+/// What the core knows of the workload's request shapes when the replay starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mix {
+    /// Nothing: shapes are counted as pods arrive, as on a live cluster.
+    #[default]
+    Observed,
+    /// Every pod of the list counted once before the first arrives (arrivals still count), as FGD is
+    /// given its typical pods.
+    Known,
+}
+
+impl Mix {
+    /// Name on the command line.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Observed => "observed",
+            Self::Known => "known",
+        }
+    }
+
+    /// The mix of a name.
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Observed, Self::Known]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+}
+
+/// Counts each pod of `pods` once in the cluster's mix of request shapes, as its arrival would.
+fn know_mix(cluster: &mut Cluster, pods: &[OpenbPod]) {
+    for pod in pods {
+        let constraints = cluster.constraints.intern(pod.constraints());
+        if let Some(shape) = Shape::of(pod.request().cpu(), pod.gpu_request(), constraints) {
+            cluster.shapes.observe(shape);
+        }
+    }
 }
 
 /// A request shape as FGD's typical pods key it.
@@ -398,8 +463,9 @@ pub fn cluster_of(nodes: &[OpenbNode]) -> Result<Cluster, ReplayError> {
     Ok(cluster)
 }
 
-/// Replays `order` (indexes into `pods`) on the nodes with `config`, calling `progress` with the pods
-/// offered so far every 256 pods.
+/// Replays `order` (indexes into `pods`) on the nodes (node ids in the order given: see
+/// [`node_order`]) with `config`, the core knowing `mix` of the shapes at the start, calling `progress`
+/// with the pods offered so far every 256 pods.
 ///
 /// # Errors
 /// See [`cluster_of`]; a pod list asking for no GPU.
@@ -408,10 +474,11 @@ pub fn replay(
     pods: &[OpenbPod],
     order: &[usize],
     config: &Config,
+    mix: Mix,
     typical: &Typical,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Replay, ReplayError> {
-    replay_keeping_cluster(nodes, pods, order, config, typical, progress).map(|(r, _)| r)
+    replay_keeping_cluster(nodes, pods, order, config, mix, typical, progress).map(|(r, _)| r)
 }
 
 /// [`replay`], also returning the cluster as the replay left it (for checks).
@@ -423,12 +490,16 @@ pub fn replay_keeping_cluster(
     pods: &[OpenbPod],
     order: &[usize],
     config: &Config,
+    mix: Mix,
     typical: &Typical,
     progress: &mut dyn FnMut(usize),
 ) -> Result<(Replay, Cluster), ReplayError> {
     let mut cluster = cluster_of(nodes)?;
     if pods.iter().all(|p| p.gpu_milli_total() == 0) {
         return Err(ReplayError::NoGpuRequest);
+    }
+    if mix == Mix::Known {
+        know_mix(&mut cluster, pods);
     }
     let capacity = capacity_milli(nodes);
     // Per node (by id): model, idle and fragmentation, kept current as pods land.
@@ -1072,6 +1143,49 @@ mod tests {
     }
 
     #[test]
+    fn the_node_order_is_a_seeded_shuffle_of_the_list_by_name() {
+        let nodes: Vec<OpenbNode> = (0..40).map(|i| node(&format!("n-{i:02}"), 8, "T4")).collect();
+        let names = |v: &[OpenbNode]| v.iter().map(|n| n.name.clone()).collect::<Vec<_>>();
+        let a = node_order(&nodes, 42);
+        let mut reversed = nodes.clone();
+        reversed.reverse();
+        assert_eq!(
+            names(&a),
+            names(&node_order(&reversed, 42)),
+            "the list's own order does not matter"
+        );
+        assert_ne!(
+            names(&a),
+            names(&node_order(&nodes, 43)),
+            "another seed, another order"
+        );
+        assert_ne!(names(&a), names(&nodes), "shuffled, not by name");
+        let mut sorted = names(&a);
+        sorted.sort();
+        assert_eq!(sorted, names(&nodes), "every node once");
+    }
+
+    #[test]
+    fn a_known_mix_counts_the_list_once_before_the_first_pod() {
+        let nodes = vec![node("a", 8, "T4")];
+        let pods = vec![
+            pod("p0", 1000, 1, 1000, &[]),
+            pod("p1", 2000, 1, 500, &[]),
+            pod("p2", 4000, 0, 0, &[]),
+        ];
+        let typical = Typical::of(&pods);
+        let config = Policy::Fragmentation.config(1);
+        for (mix, counted) in [(Mix::Observed, 2), (Mix::Known, 5)] {
+            let (_, cluster) =
+                replay_keeping_cluster(&nodes, &pods, &[0, 1], &config, mix, &typical, &mut |_| {})
+                    .expect("replays");
+            assert_eq!(cluster.shapes.total(), counted, "{mix:?}");
+        }
+        assert_eq!(Mix::parse("known"), Some(Mix::Known));
+        assert_eq!(Mix::parse(Mix::Observed.name()), Some(Mix::Observed));
+    }
+
+    #[test]
     fn typical_shapes_cover_95_percent_renormalised() {
         let mut pods = Vec::new();
         for i in 0..90 {
@@ -1175,6 +1289,7 @@ mod tests {
             &pods,
             &[0, 1, 2, 3, 4],
             &Policy::BestFit.config(1),
+            Mix::Observed,
             &typical,
             &mut |_| {},
         )
@@ -1210,8 +1325,16 @@ mod tests {
         ];
         let typical = Typical::of(&pods);
         let mut config = Policy::Binpack.config(1);
-        let (r, cluster) =
-            replay_keeping_cluster(&nodes, &pods, &[0, 1], &config, &typical, &mut |_| {}).expect("replays");
+        let (r, cluster) = replay_keeping_cluster(
+            &nodes,
+            &pods,
+            &[0, 1],
+            &config,
+            Mix::Observed,
+            &typical,
+            &mut |_| {},
+        )
+        .expect("replays");
         assert_eq!(
             (r.placed, r.failed, r.moved),
             (1, 1, 0),
@@ -1219,8 +1342,16 @@ mod tests {
         );
         drop(cluster);
         config.actions.push(ActionKind::Consolidation);
-        let (r, cluster) =
-            replay_keeping_cluster(&nodes, &pods, &[0, 1], &config, &typical, &mut |_| {}).expect("replays");
+        let (r, cluster) = replay_keeping_cluster(
+            &nodes,
+            &pods,
+            &[0, 1],
+            &config,
+            Mix::Observed,
+            &typical,
+            &mut |_| {},
+        )
+        .expect("replays");
         assert_eq!((r.placed, r.failed, r.moved, r.lost), (2, 0, 1, 0));
         let allocated: Vec<i64> = r.samples.iter().map(|s| s.allocated_milli).collect();
         assert_eq!(allocated, vec![1000, 3000]);

@@ -110,9 +110,16 @@ fn the_fgd_experiment_on_a_slice_of_openb() {
         let mut at_130 = Vec::new();
         for policy in policies {
             let name = format!("{workload} {}", policy.name());
-            let (r, cluster) =
-                fgd::replay_keeping_cluster(&nodes, &pods, &order, &policy.config(42), &typical, &mut |_| {})
-                    .expect("replays");
+            let (r, cluster) = fgd::replay_keeping_cluster(
+                &fgd::node_order(&nodes, 42),
+                &pods,
+                &order,
+                &policy.config(42),
+                fgd::Mix::Observed,
+                &typical,
+                &mut |_| {},
+            )
+            .expect("replays");
             check_replay(&name, &nodes, &pods, &order, &r);
             cluster.check_invariants().expect("accounting stays exact");
             // Consolidation moves a pod only where it has somewhere else to go: none is lost.

@@ -44,6 +44,11 @@ pub struct OpenbArgs {
     /// Replays run at once.
     #[arg(long, default_value_t = 2)]
     pub jobs: usize,
+    /// What the core knows of the request shapes at the start: `observed` (counted as pods arrive, as
+    /// on a live cluster) or `known` (the list's shapes counted once up front, as the paper's simulator
+    /// gives FGD its typical pods).
+    #[arg(long, default_value = "observed")]
+    pub mix: String,
 }
 
 fn parse_seeds(text: &str) -> anyhow::Result<Vec<u64>> {
@@ -83,6 +88,8 @@ pub fn run(args: &OpenbArgs, json: bool) -> anyhow::Result<String> {
         })
         .collect::<anyhow::Result<_>>()?;
     let seeds = parse_seeds(&args.seeds)?;
+    let mix = fgd::Mix::parse(args.mix.trim())
+        .with_context(|| format!("unknown --mix {:?} (known: observed, known)", args.mix))?;
     if !(args.ratio > 0.0 && args.ratio <= 10.0) {
         bail!("--ratio must be in (0, 10]");
     }
@@ -127,9 +134,18 @@ pub fn run(args: &OpenbArgs, json: bool) -> anyhow::Result<String> {
                     };
                     let (name, pods, typical) = &workloads[w];
                     let order = fgd::arrival_order(pods, capacity, args.ratio, seed);
-                    let result = fgd::replay(&nodes, pods, &order, &policy.config(seed), typical, &mut |n| {
-                        progress.pods(n, order.len());
-                    })
+                    let nodes = fgd::node_order(&nodes, seed);
+                    let result = fgd::replay(
+                        &nodes,
+                        pods,
+                        &order,
+                        &policy.config(seed),
+                        mix,
+                        typical,
+                        &mut |n| {
+                            progress.pods(n, order.len());
+                        },
+                    )
                     .map(|r| RunResult::of(name, policy, seed, &r))
                     .with_context(|| format!("{name} {} seed {seed}", policy.name()));
                     let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
