@@ -1324,34 +1324,27 @@ mod tests {
             pod("t4-only", 1000, 2, 1000, &["T4"]),
         ];
         let typical = Typical::of(&pods);
+        let run = |config: &Config| {
+            replay_keeping_cluster(
+                &nodes,
+                &pods,
+                &[0, 1],
+                config,
+                Mix::Observed,
+                &typical,
+                &mut |_| {},
+            )
+            .expect("replays")
+        };
         let mut config = Policy::Binpack.config(1);
-        let (r, cluster) = replay_keeping_cluster(
-            &nodes,
-            &pods,
-            &[0, 1],
-            &config,
-            Mix::Observed,
-            &typical,
-            &mut |_| {},
-        )
-        .expect("replays");
+        let (r, _) = run(&config);
         assert_eq!(
             (r.placed, r.failed, r.moved),
             (1, 1, 0),
             "allocate alone refuses the T4 pod"
         );
-        drop(cluster);
         config.actions.push(ActionKind::Consolidation);
-        let (r, cluster) = replay_keeping_cluster(
-            &nodes,
-            &pods,
-            &[0, 1],
-            &config,
-            Mix::Observed,
-            &typical,
-            &mut |_| {},
-        )
-        .expect("replays");
+        let (r, cluster) = run(&config);
         assert_eq!((r.placed, r.failed, r.moved, r.lost), (2, 0, 1, 0));
         let allocated: Vec<i64> = r.samples.iter().map(|s| s.allocated_milli).collect();
         assert_eq!(allocated, vec![1000, 3000]);
