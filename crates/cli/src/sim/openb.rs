@@ -178,7 +178,9 @@ pub fn run(args: &OpenbArgs, json: bool) -> anyhow::Result<String> {
         s.push('\n');
         return Ok(s);
     }
-    let mut text = fgd::render_table(&rows);
+    // The mix changes what `fragmentation` weighs; say which one these figures had.
+    let mut text = format!("mix of request shapes: {} (--mix)\n", mix.name());
+    text.push_str(&fgd::render_table(&rows));
     if let Some(out) = &args.out {
         text.push_str(&format!("\nwritten to {}\n", out.display()));
     }
