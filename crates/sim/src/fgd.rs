@@ -37,7 +37,6 @@ use scheduler_core::config::{ActionKind, Config, PlacementStrategy};
 use scheduler_core::cycle;
 use scheduler_core::model::group_status::SeenStatus;
 use scheduler_core::model::pod_rules::{Labels, RulesSpec};
-use scheduler_core::model::shapes::Shape;
 use scheduler_core::model::{
     ApiView, Cluster, Group, GroupKey, GroupKind, Node, NodeId, PodUpdate, TaskStatus,
 };
@@ -239,9 +238,9 @@ impl Mix {
 fn know_mix(cluster: &mut Cluster, pods: &[OpenbPod]) {
     for pod in pods {
         let constraints = cluster.constraints.intern(pod.constraints());
-        if let Some(shape) = Shape::of(pod.request().cpu(), pod.gpu_request(), constraints) {
-            cluster.shapes.observe(shape);
-        }
+        cluster
+            .shapes
+            .observe_pod(pod.request().cpu(), pod.gpu_request(), constraints);
     }
 }
 

@@ -47,8 +47,12 @@ pub struct OpenbArgs {
     /// What the core knows of the request shapes at the start: `observed` (counted as pods arrive, as
     /// on a live cluster) or `known` (the list's shapes counted once up front, as the paper's simulator
     /// gives FGD its typical pods).
-    #[arg(long, default_value = "observed")]
-    pub mix: String,
+    #[arg(long, default_value = "observed", value_parser = parse_mix)]
+    pub mix: fgd::Mix,
+}
+
+fn parse_mix(text: &str) -> Result<fgd::Mix, String> {
+    fgd::Mix::parse(text.trim()).ok_or_else(|| format!("unknown mix {text:?} (known: observed, known)"))
 }
 
 fn parse_seeds(text: &str) -> anyhow::Result<Vec<u64>> {
@@ -88,8 +92,7 @@ pub fn run(args: &OpenbArgs, json: bool) -> anyhow::Result<String> {
         })
         .collect::<anyhow::Result<_>>()?;
     let seeds = parse_seeds(&args.seeds)?;
-    let mix = fgd::Mix::parse(args.mix.trim())
-        .with_context(|| format!("unknown --mix {:?} (known: observed, known)", args.mix))?;
+    let mix = args.mix;
     if !(args.ratio > 0.0 && args.ratio <= 10.0) {
         bail!("--ratio must be in (0, 10]");
     }

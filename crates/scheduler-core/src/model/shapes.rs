@@ -74,6 +74,14 @@ impl ShapeBook {
         }
     }
 
+    /// Counts one arrival of a pod asking `cpu_milli` and `gpu` under `constraints` (nothing for a
+    /// request without a fixed shape).
+    pub fn observe_pod(&mut self, cpu_milli: i64, gpu: GpuRequest, constraints: ConstraintsId) {
+        if let Some(shape) = Shape::of(cpu_milli, gpu, constraints) {
+            self.observe(shape);
+        }
+    }
+
     /// Arrivals counted (after decay).
     #[must_use]
     pub fn total(&self) -> u64 {

@@ -342,10 +342,8 @@ impl Cluster {
             reservation_for: update.reservation_for,
             gpu_device: update.gpu_device,
         };
-        if task.ours
-            && let Some(shape) = crate::model::shapes::Shape::of(task.request.cpu(), task.gpu, constraints)
-        {
-            self.shapes.observe(shape);
+        if task.ours {
+            self.shapes.observe_pod(task.request.cpu(), task.gpu, constraints);
         }
         let id = TaskId(self.tasks.insert(task));
         self.task_index.insert(update.uid, id);
