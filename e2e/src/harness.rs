@@ -440,6 +440,22 @@ impl TestEnv {
         crate::webhook::LocalWebhook::register(&self.client, self.rbac, &self.namespace).await
     }
 
+    /// Stops every component started with [`TestEnv::start_component`] (each killed and waited for).
+    pub fn stop_components(&self) {
+        self.components.lock().map(|mut c| c.clear()).ok();
+    }
+
+    /// Removes the test's GPU-sharing webhook ([`crate::webhook::LocalWebhook::remove`]) after stopping
+    /// the components: the scheduler keeping the webhook's CA bundle reads its configuration every
+    /// second, and a read after the grant is gone is refused (the RBAC audit fails on it).
+    ///
+    /// # Errors
+    /// When the server refuses a deletion.
+    pub async fn remove_webhook(&self, webhook: &crate::webhook::LocalWebhook) -> anyhow::Result<()> {
+        self.stop_components();
+        webhook.remove(&self.client).await
+    }
+
     /// Stops a component started with [`TestEnv::start_component`]: SIGTERM, then a kill after `grace`.
     ///
     /// # Errors
@@ -507,7 +523,7 @@ impl TestEnv {
     /// When the cleanup fails.
     pub async fn finish(mut self) -> anyhow::Result<()> {
         self.finished = true;
-        self.components.lock().map(|mut c| c.clear()).ok();
+        self.stop_components();
         if keep_requested() {
             self.print_kept();
             return Ok(());
@@ -533,7 +549,7 @@ impl Drop for TestEnv {
         if self.finished {
             return;
         }
-        self.components.lock().map(|mut c| c.clear()).ok();
+        self.stop_components();
         self.agent.take();
         let panicking = std::thread::panicking();
         let keep = keep_requested();

@@ -216,7 +216,7 @@ async fn run_walkthrough(file: &str) -> anyhow::Result<()> {
             started.elapsed().as_secs_f64()
         );
         if !output.status.success() {
-            webhook.remove(t.client()).await?;
+            t.remove_webhook(&webhook).await?;
             bail!(
                 "{file}: sh block {} failed ({}):\n{block}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n{}",
                 i + 1,
@@ -225,7 +225,7 @@ async fn run_walkthrough(file: &str) -> anyhow::Result<()> {
             );
         }
     }
-    webhook.remove(t.client()).await?;
+    t.remove_webhook(&webhook).await?;
     t.finish().await
 }
 

@@ -477,7 +477,8 @@ async fn with_the_webhook_down_sharing_pods_wait_with_a_message_and_other_pods_a
 }
 
 /// Ends a test whose body gave `outcome`: on failure, the reservation pods of `nodes` removed and the
-/// report printed; the webhook configuration removed in every case, then the namespace.
+/// report printed; the components stopped and the webhook configuration removed in every case, then the
+/// namespace.
 async fn finish(
     t: TestEnv,
     webhook: LocalWebhook,
@@ -488,7 +489,7 @@ async fn finish(
         remove_reservations(&t, nodes).await?;
         println!("{}", t.report().await);
     }
-    webhook.remove(t.client()).await?;
+    t.remove_webhook(&webhook).await?;
     outcome?;
     t.finish().await
 }
