@@ -55,7 +55,8 @@ pub struct Args {
     /// Label key of node pools.
     #[arg(long, global = true, env = "KAI_NODE_POOL_LABEL", default_value = api::keys::NODE_POOL)]
     pub node_pool_label: String,
-    /// The scheduler's configuration file (actions and plugin settings), to simulate exactly what it runs.
+    /// The scheduler's configuration file (actions and plugin settings), to simulate exactly what it runs;
+    /// `kai sim replay` and `kai sim philly` start each policy from it (the policy sets the actions).
     #[arg(long, global = true, env = "KAI_SCHEDULER_CONFIG", value_name = "FILE")]
     pub scheduler_config: Option<String>,
     /// ConfigMap of the usage record for usage-based fair share (read only when the configuration has
@@ -213,7 +214,9 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
     } = args;
     // A simulation reads traces, not the cluster.
     let command = match command {
-        Command::Sim { what } => return crate::sim::run(what, output == Output::Json),
+        Command::Sim { what } => {
+            return crate::sim::run(what, scheduler_config.as_deref(), output == Output::Json);
+        }
         other => other,
     };
     let config = match &scheduler_config {
@@ -293,7 +296,7 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
             }
         }
         // Taken before the snapshot is read (a replay needs no cluster); kept here for completeness.
-        Command::Sim { what } => crate::sim::run(what, output == Output::Json),
+        Command::Sim { what } => crate::sim::run(what, scheduler_config.as_deref(), output == Output::Json),
         Command::Top { what: _ } => {
             let r = top::report(&model);
             match output {

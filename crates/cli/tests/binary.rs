@@ -132,3 +132,97 @@ fn a_bad_file_is_a_clear_error() {
         text(&out.stderr)
     );
 }
+
+/// Writes `text` to a file of this test process and returns its path.
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("kai-cli-{name}-{}", std::process::id()));
+    std::fs::write(&path, text).expect("writing a test file");
+    path
+}
+
+/// Two 4-GPU jobs start together on two 8-GPU nodes and run long; an 8-GPU job comes a minute later.
+/// Packed, the first two share a node and the third starts at once; spread, they take one node each
+/// and the third waits for the first to end (99,940 s), a third of that on the mean over three jobs.
+const SPREAD_OR_PACK: &str = "\
+nodes:
+  - {name: n, count: 2, cpu: 64, memoryGiB: 512, gpus: 8}
+queues:
+  - {name: q, quota: 16}
+jobs:
+  - {name: a, queue: q, arrival: 0, duration: 100000, pods: {gpus: 4}}
+  - {name: b, queue: q, arrival: 0, duration: 100000, pods: {gpus: 4}}
+  - {name: c, queue: q, arrival: 60, duration: 100, pods: {gpus: 8}}
+";
+
+fn mean_delay(out: &Output) -> f64 {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    report["summaries"][0]["delay"]["mean"]
+        .as_f64()
+        .expect("a mean delay")
+}
+
+#[test]
+fn a_replay_starts_each_policy_from_the_scheduler_configuration_file() {
+    let workload = temp_file("spread-or-pack.yaml", SPREAD_OR_PACK);
+    let workload = workload.to_str().expect("a UTF-8 path");
+    let replay = ["sim", "replay", workload, "--policies", "gang-fair", "-o", "json"];
+    let packed = kai(env!("CARGO_BIN_EXE_kai"), &replay);
+    assert_eq!(mean_delay(&packed), 0.0);
+
+    // A whole scheduler file is accepted; the policy sets the actions (`Policy::config`).
+    let spread = temp_file(
+        "spread-config.yaml",
+        "actions: [allocate, reclaim]\nplugins:\n  nodeplacement: {gpu: spread, cpu: spread}\n",
+    );
+    let spread = spread.to_str().expect("a UTF-8 path");
+    let mut args = vec!["--scheduler-config", spread];
+    args.extend(replay);
+    let out = kai(env!("CARGO_BIN_EXE_kai"), &args);
+    assert!(
+        (mean_delay(&out) - 99_940.0 / 3.0).abs() < 1e-6,
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stdout).contains(&format!("\"scheduler_config\": \"{spread}\"")));
+}
+
+#[test]
+fn a_replay_refuses_a_configuration_it_cannot_replay() {
+    let usage = temp_file("usage-config.yaml", "usageDBConfig: {clientType: scheduler}\n");
+    let usage = usage.to_str().expect("a UTF-8 path");
+    let out = kai(
+        env!("CARGO_BIN_EXE_kai"),
+        &[
+            "--scheduler-config",
+            usage,
+            "sim",
+            "philly",
+            "--trace",
+            "/nonexistent.csv",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("usageDBConfig (usage-based fair share) is not replayed"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = kai(
+        env!("CARGO_BIN_EXE_kai"),
+        &[
+            "--scheduler-config",
+            usage,
+            "sim",
+            "openb",
+            "--traces",
+            "/nonexistent",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("`kai sim openb` replays the FGD paper's setup"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -26,7 +26,7 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read scheduler configuration {path}: {source}")]
+    #[error("cannot read scheduler configuration {path}")]
     Read {
         /// Path.
         path: String,

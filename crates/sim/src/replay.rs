@@ -87,10 +87,11 @@ impl Policy {
         self != Self::FifoNoGang
     }
 
-    /// The core's configuration for the policy (the scheduler's defaults but the actions; GPU sharing
-    /// on when the workload shares GPUs, without reservation pods, which the replay does not play).
+    /// The core's configuration for the policy: `base` (the scheduler's configuration, by default its
+    /// defaults) with the policy's actions; GPU sharing on when the workload shares GPUs, without
+    /// reservation pods, which the replay does not play.
     #[must_use]
-    pub fn config(self, shares_gpus: bool) -> Config {
+    pub fn config(self, shares_gpus: bool, base: &Config) -> Config {
         let actions = match self {
             Self::FifoNoGang | Self::GangIsolated | Self::GangFair => vec![ActionKind::Allocate],
             Self::GangReclaim => vec![ActionKind::Allocate, ActionKind::Reclaim, ActionKind::Preempt],
@@ -103,7 +104,7 @@ impl Policy {
         };
         let mut config = Config {
             actions,
-            ..Config::default()
+            ..base.clone()
         };
         if shares_gpus {
             config.plugins.gpusharing.enabled = true;
@@ -114,12 +115,14 @@ impl Policy {
 }
 
 /// Replay settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Options {
     /// Cycle period (ms of simulated time).
     pub tick: Millis,
     /// Most cycles before giving up (a policy that keeps evicting and placing forever).
     pub max_cycles: u64,
+    /// The scheduler's configuration each policy starts from (see [`Policy::config`]).
+    pub config: Config,
 }
 
 impl Default for Options {
@@ -127,6 +130,7 @@ impl Default for Options {
         Self {
             tick: 10_000,
             max_cycles: 50_000_000,
+            config: Config::default(),
         }
     }
 }
@@ -211,10 +215,10 @@ fn group_name(job: usize, pod: Option<u32>) -> String {
 }
 
 impl<'a> Replay<'a> {
-    fn new(w: &'a Checked, policy: Policy) -> Self {
+    fn new(w: &'a Checked, policy: Policy, base: &Config) -> Self {
         let shares = w.jobs.iter().any(|j| j.shared);
         let mut sim = Sim::new();
-        sim.config = policy.config(shares);
+        sim.config = policy.config(shares, base);
         for n in &w.workload.nodes {
             let labels: Vec<(&str, &str)> = n.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let cpu_milli = (n.cpu * 1000.0).round() as i64;
@@ -628,7 +632,7 @@ impl<'a> Replay<'a> {
 /// that finishes).
 #[must_use]
 pub fn replay(workload: &Checked, policy: Policy, options: &Options, progress: &AtomicUsize) -> Outcome {
-    Replay::new(workload, policy).run(options, progress)
+    Replay::new(workload, policy, &options.config).run(options, progress)
 }
 
 /// Replays the workload under each policy side by side, one thread each; `progress[i]` counts the
@@ -735,6 +739,25 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn a_policy_keeps_the_base_configuration_but_sets_the_actions() {
+        let mut base = Config {
+            actions: vec![ActionKind::Preempt],
+            ..Config::default()
+        };
+        base.plugins.nodeplacement.gpu = scheduler_core::config::PlacementStrategy::Spread;
+        base.plugins.consolidation.max_preemptees = 3;
+        for policy in Policy::ALL {
+            let config = policy.config(false, &base);
+            assert_eq!(config.actions, policy.config(false, &Config::default()).actions);
+            assert_eq!(config.plugins, base.plugins, "{policy:?}");
+            // A workload that shares GPUs turns sharing on, without reservation pods.
+            let shared = policy.config(true, &base);
+            assert!(shared.plugins.gpusharing.enabled && !shared.plugins.gpusharing.reservation_pods);
+            assert_eq!(shared.plugins.nodeplacement, base.plugins.nodeplacement);
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
+use scheduler_core::config::Config;
 use serde::Serialize;
 use sim::metrics::Summary;
 use sim::replay::{self, Outcome, Policy};
@@ -81,23 +82,38 @@ struct RunReport<'a, S: Serialize> {
     summaries: &'a [Summary],
 }
 
-/// Runs `kai sim ...` and returns the text to print (tables, or JSON when `json`).
+/// Runs `kai sim ...` and returns the text to print (tables, or JSON when `json`). `scheduler_config`
+/// is the scheduler's configuration file (`--scheduler-config`) the replays start from.
 ///
 /// # Errors
-/// Unreadable or invalid inputs, unknown policies, unwritable outputs.
-pub fn run(command: SimCommand, json: bool) -> anyhow::Result<String> {
+/// Unreadable or invalid inputs, unknown policies, a configuration the command cannot replay,
+/// unwritable outputs.
+pub fn run(command: SimCommand, scheduler_config: Option<&str>, json: bool) -> anyhow::Result<String> {
+    if let SimCommand::Openb(args) = &command {
+        if let Some(path) = scheduler_config {
+            bail!(
+                "--scheduler-config {path}: `kai sim openb` replays the FGD paper's setup, whose policies \
+                 are whole configurations; the configuration file applies to `kai sim replay` and `kai sim philly`"
+            );
+        }
+        return openb::run(args, json);
+    }
+    let base = base_config(scheduler_config)?;
     match command {
-        SimCommand::Openb(args) => openb::run(&args, json),
+        SimCommand::Openb(_) => bail!("invariant: openb was run above"),
         SimCommand::Replay { file, run: args } => {
             let workload = Workload::load(&file)?.check()?;
-            let setup = serde_json::json!({
+            let mut setup = serde_json::json!({
                 "workload": file.display().to_string(),
                 "nodes": workload.workload.nodes.iter().map(|n| n.count).sum::<u32>(),
                 "gpus": workload.gpus,
                 "jobs": workload.jobs.len(),
             });
+            if let Some(path) = scheduler_config {
+                setup["scheduler_config"] = path.into();
+            }
             let title = format!("GPU allocation, {}", file.display());
-            execute(&workload, &args, setup, &title, json)
+            execute(&workload, &args, base, setup, &title, json)
         }
         SimCommand::Philly {
             trace,
@@ -120,14 +136,46 @@ pub fn run(command: SimCommand, json: bool) -> anyhow::Result<String> {
                 "Philly, {} jobs, {} GPUs, load {:.2}",
                 setup.jobs, setup.gpus, setup.offered_load
             );
-            execute(&workload, &args, setup, &title, json)
+            let setup = PhillySetup {
+                slice: setup,
+                scheduler_config,
+            };
+            execute(&workload, &args, base, setup, &title, json)
         }
     }
+}
+
+/// The Philly slice's setup and the configuration file it was replayed with.
+#[derive(Debug, Serialize)]
+struct PhillySetup<'a> {
+    #[serde(flatten)]
+    slice: philly::Setup,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scheduler_config: Option<&'a str>,
+}
+
+/// The configuration the replays start from: the scheduler's defaults, or its configuration file. Each
+/// policy then sets the actions, so the file's `actions` are not used; usage-based fair share needs the
+/// usage record the scheduler keeps, which a replay does not, so a file with `usageDBConfig` is refused
+/// rather than replayed without it.
+fn base_config(path: Option<&str>) -> anyhow::Result<Config> {
+    let Some(path) = path else {
+        return Ok(Config::default());
+    };
+    let config = Config::load(path).with_context(|| format!("--scheduler-config {path}"))?;
+    if config.usage_db.is_some() {
+        bail!(
+            "--scheduler-config {path}: usageDBConfig (usage-based fair share) is not replayed: a replay keeps \
+             no usage record; remove it from a copy of the file to replay the rest"
+        );
+    }
+    Ok(config)
 }
 
 fn execute<S: Serialize>(
     workload: &Checked,
     args: &RunArgs,
+    base: Config,
     setup: S,
     title: &str,
     json: bool,
@@ -147,6 +195,7 @@ fn execute<S: Serialize>(
     }
     let options = replay::Options {
         tick: i64::from(args.tick_seconds.max(1)) * 1000,
+        config: base,
         ..replay::Options::default()
     };
     let counters: Vec<AtomicUsize> = policies.iter().map(|_| AtomicUsize::new(0)).collect();
