@@ -473,3 +473,33 @@ fn a_like_gang_of_a_capped_queue_is_told_its_queue_rule() {
     let why = s.why("in-q").expect("a reason");
     assert!(why.contains("ns/in-q-0"), "{why}");
 }
+
+/// Like gangs are answered from one attempt and share its fit summary: each message still names its own
+/// pod, word for word as an attempt of its own would read.
+#[test]
+fn like_gangs_waiting_each_name_their_own_pod() {
+    let mut s = sim();
+    s.nodes("gpu", 1, 2);
+    for name in ["big-a", "big-b", "big-c"] {
+        s.gang(GangSpec::new(name, "q", 1).gpus(4));
+    }
+    s.gang(GangSpec::new("pair", "q", 2).gpus(4));
+    s.rounds(2);
+    for name in ["big-a", "big-b", "big-c"] {
+        let pod = s.pods(name).into_keys().next().expect("a pod");
+        assert_eq!(
+            s.why(name).expect("an Unschedulable condition"),
+            format!(
+                "pod needs 4 nvidia.com/gpu, 2 free on 1 node. Pod ns/{pod} fits 0/1 nodes: 1 insufficient nvidia.com/gpu."
+            )
+        );
+    }
+    let pod = s.pods("pair").into_keys().next().expect("a pod");
+    assert_eq!(
+        s.why("pair").expect("an Unschedulable condition"),
+        format!(
+            "2 pods need 8 nvidia.com/gpu, 2 free on 1 node: room for 0 of 2 (gang scheduling places all or none). \
+             Pod ns/{pod} fits 0/1 nodes: 1 insufficient nvidia.com/gpu."
+        )
+    );
+}

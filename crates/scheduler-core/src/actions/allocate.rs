@@ -33,6 +33,9 @@ pub fn task_order(cluster: &Cluster, a: TaskId, b: TaskId) -> Ordering {
 /// Runs allocate over every gang with pods waiting.
 pub fn allocate(ssn: &mut Session<'_>) {
     let mut candidates = Vec::new();
+    // Nothing journaled: no pod was placed or evicted in this session before allocate (it runs first by
+    // default), so every gang has exactly the work it had at open.
+    let as_at_open = ssn.checkpoint() == 0;
     for g in 0..ssn.gangs.len() {
         // Most gangs of a busy cluster run with nothing to place: those known so at open are passed
         // over without a look at their pods.
@@ -44,7 +47,9 @@ pub fn allocate(ssn: &mut Session<'_>) {
             continue;
         }
         ssn.attempt(g);
-        if !ssn.gangs[g].has_work(ssn.cluster) {
+        if as_at_open {
+            debug_assert!(ssn.gangs[g].has_work(ssn.cluster), "gang {g} lost work untouched");
+        } else if !ssn.gangs[g].has_work(ssn.cluster) {
             continue;
         }
         if let Some(why) = blocked(ssn, g) {

@@ -103,7 +103,7 @@ struct LastPop {
 /// KAI's job order inside a queue: higher priority, then gangs below their minimum before those at it
 /// before elastic growth, then older, then by name.
 #[must_use]
-pub fn job_key(ssn: &Session<'_>, gang: usize) -> (i32, u8, i64, SlashJoined) {
+pub fn job_key<'a>(ssn: &'a Session<'_>, gang: usize) -> (i32, u8, i64, SlashJoined<'a>) {
     let g = &ssn.gangs[gang];
     let cluster = &*ssn.cluster;
     let elastic = if !g.is_satisfied(cluster) {
@@ -122,24 +122,25 @@ pub fn job_key(ssn: &Session<'_>, gang: usize) -> (i32, u8, i64, SlashJoined) {
         -g.priority,
         elastic,
         g.created,
-        SlashJoined(cluster.group(g.root).key.clone()),
+        SlashJoined(&cluster.group(g.root).key),
     )
 }
 
 /// A gang's key ordered as its `namespace/name` text orders, without making the text (the last tie
-/// breaker of the job order; compared once per pair, not formatted once per comparison).
-#[derive(Clone, Debug)]
-pub struct SlashJoined(GroupKey);
+/// breaker of the job order; compared once per pair, not formatted once per comparison). Borrowed: a
+/// cycle keys every waiting gang, and a copy would count references up and down for each.
+#[derive(Clone, Copy, Debug)]
+pub struct SlashJoined<'a>(&'a GroupKey);
 
-impl PartialEq for SlashJoined {
+impl PartialEq for SlashJoined<'_> {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
     }
 }
 
-impl Eq for SlashJoined {}
+impl Eq for SlashJoined<'_> {}
 
-impl SlashJoined {
+impl SlashJoined<'_> {
     fn bytes(&self) -> impl Iterator<Item = u8> + '_ {
         self.0
             .namespace
@@ -149,9 +150,9 @@ impl SlashJoined {
     }
 }
 
-impl Ord for SlashJoined {
+impl Ord for SlashJoined<'_> {
     fn cmp(&self, other: &Self) -> Ordering {
-        let (a, b) = (&self.0, &other.0);
+        let (a, b) = (self.0, other.0);
         // Sorting thousands of gangs compares names by the million: compare whole slices where the
         // texts' order follows from them, byte by byte only where one namespace is a prefix of the other.
         if a.namespace == b.namespace {
@@ -166,7 +167,7 @@ impl Ord for SlashJoined {
     }
 }
 
-impl PartialOrd for SlashJoined {
+impl PartialOrd for SlashJoined<'_> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
@@ -218,7 +219,7 @@ impl JobQueues {
             reverse,
             ..Self::default()
         };
-        let mut keyed: Vec<((i32, u8, i64, SlashJoined), usize)> = gangs
+        let mut keyed: Vec<((i32, u8, i64, SlashJoined<'_>), usize)> = gangs
             .filter_map(|g| {
                 let queue = dense_of(ssn.gangs[g].queue?);
                 (queue != NONE).then(|| (job_key(ssn, g), g))
@@ -563,12 +564,12 @@ mod slash_joined_tests {
     use super::SlashJoined;
     use crate::model::{GroupKey, GroupKind};
 
-    fn key(namespace: &str, name: &str) -> SlashJoined {
-        SlashJoined(GroupKey {
+    fn key(namespace: &str, name: &str) -> GroupKey {
+        GroupKey {
             kind: GroupKind::Kai,
             namespace: Arc::from(namespace),
             name: Arc::from(name),
-        })
+        }
     }
 
     #[test]
@@ -588,7 +589,12 @@ mod slash_joined_tests {
         ];
         for (n1, m1, n2, m2) in pairs {
             let text = format!("{n1}/{m1}").cmp(&format!("{n2}/{m2}"));
-            assert_eq!(key(n1, m1).cmp(&key(n2, m2)), text, "{n1}/{m1} vs {n2}/{m2}");
+            let (a, b) = (key(n1, m1), key(n2, m2));
+            assert_eq!(
+                SlashJoined(&a).cmp(&SlashJoined(&b)),
+                text,
+                "{n1}/{m1} vs {n2}/{m2}"
+            );
         }
     }
 }
