@@ -191,38 +191,21 @@ fn a_replay_starts_each_policy_from_the_scheduler_configuration_file() {
 fn a_replay_refuses_a_configuration_it_cannot_replay() {
     let usage = temp_file("usage-config.yaml", "usageDBConfig: {clientType: scheduler}\n");
     let usage = usage.to_str().expect("a UTF-8 path");
-    let out = kai(
-        env!("CARGO_BIN_EXE_kai"),
-        &[
-            "--scheduler-config",
-            usage,
-            "sim",
-            "philly",
-            "--trace",
-            "/nonexistent.csv",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("usageDBConfig (usage-based fair share) is not replayed"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = kai(
-        env!("CARGO_BIN_EXE_kai"),
-        &[
-            "--scheduler-config",
-            usage,
-            "sim",
-            "openb",
-            "--traces",
-            "/nonexistent",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("`kai sim openb` replays the FGD paper's setup"),
-        "{}",
-        text(&out.stderr)
-    );
+    let refusals = [
+        (
+            ["philly", "--trace", "/nonexistent.csv"],
+            "usageDBConfig (usage-based fair share) is not replayed",
+        ),
+        (
+            ["openb", "--traces", "/nonexistent"],
+            "`kai sim openb` replays the FGD paper's setup",
+        ),
+    ];
+    for (command, refusal) in refusals {
+        let mut args = vec!["--scheduler-config", usage, "sim"];
+        args.extend(command);
+        let out = kai(env!("CARGO_BIN_EXE_kai"), &args);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(text(&out.stderr).contains(refusal), "{}", text(&out.stderr));
+    }
 }
