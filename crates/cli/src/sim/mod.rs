@@ -89,19 +89,18 @@ struct RunReport<'a, S: Serialize> {
 /// Unreadable or invalid inputs, unknown policies, a configuration the command cannot replay,
 /// unwritable outputs.
 pub fn run(command: SimCommand, scheduler_config: Option<&str>, json: bool) -> anyhow::Result<String> {
-    if let SimCommand::Openb(args) = &command {
-        if let Some(path) = scheduler_config {
-            bail!(
-                "--scheduler-config {path}: `kai sim openb` replays the FGD paper's setup, whose policies \
-                 are whole configurations; the configuration file applies to `kai sim replay` and `kai sim philly`"
-            );
-        }
-        return openb::run(args, json);
-    }
-    let base = base_config(scheduler_config)?;
     match command {
-        SimCommand::Openb(_) => bail!("invariant: openb was run above"),
+        SimCommand::Openb(args) => {
+            if let Some(path) = scheduler_config {
+                bail!(
+                    "--scheduler-config {path}: `kai sim openb` replays the FGD paper's setup, whose policies \
+                     are whole configurations; the configuration file applies to `kai sim replay` and `kai sim philly`"
+                );
+            }
+            openb::run(&args, json)
+        }
         SimCommand::Replay { file, run: args } => {
+            let base = base_config(scheduler_config)?;
             let workload = Workload::load(&file)?.check()?;
             let mut setup = serde_json::json!({
                 "workload": file.display().to_string(),
@@ -122,6 +121,7 @@ pub fn run(command: SimCommand, scheduler_config: Option<&str>, json: bool) -> a
             limit,
             run: args,
         } => {
+            let base = base_config(scheduler_config)?;
             let rows = philly::read(&trace)?;
             let (workload, setup) = philly::workload(
                 &rows,
