@@ -102,17 +102,14 @@ pub fn run(command: SimCommand, scheduler_config: Option<&str>, json: bool) -> a
         SimCommand::Replay { file, run: args } => {
             let base = base_config(scheduler_config)?;
             let workload = Workload::load(&file)?.check()?;
-            let mut setup = serde_json::json!({
+            let setup = serde_json::json!({
                 "workload": file.display().to_string(),
                 "nodes": workload.workload.nodes.iter().map(|n| n.count).sum::<u32>(),
                 "gpus": workload.gpus,
                 "jobs": workload.jobs.len(),
             });
-            if let Some(path) = scheduler_config {
-                setup["scheduler_config"] = path.into();
-            }
             let title = format!("GPU allocation, {}", file.display());
-            execute(&workload, &args, base, setup, &title, json)
+            execute(&workload, &args, (base, scheduler_config), setup, &title, json)
         }
         SimCommand::Philly {
             trace,
@@ -136,20 +133,16 @@ pub fn run(command: SimCommand, scheduler_config: Option<&str>, json: bool) -> a
                 "Philly, {} jobs, {} GPUs, load {:.2}",
                 setup.jobs, setup.gpus, setup.offered_load
             );
-            let setup = PhillySetup {
-                slice: setup,
-                scheduler_config,
-            };
-            execute(&workload, &args, base, setup, &title, json)
+            execute(&workload, &args, (base, scheduler_config), setup, &title, json)
         }
     }
 }
 
-/// The Philly slice's setup and the configuration file it was replayed with.
+/// A replay's setup and the configuration file it was replayed with, if any.
 #[derive(Debug, Serialize)]
-struct PhillySetup<'a> {
+struct ReplaySetup<'a, S> {
     #[serde(flatten)]
-    slice: philly::Setup,
+    setup: S,
     #[serde(skip_serializing_if = "Option::is_none")]
     scheduler_config: Option<&'a str>,
 }
@@ -172,14 +165,21 @@ fn base_config(path: Option<&str>) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// Replays `workload` under the policies of `args`, each starting from `config` (the configuration and
+/// the file it came from, which the setup names).
 fn execute<S: Serialize>(
     workload: &Checked,
     args: &RunArgs,
-    base: Config,
+    config: (Config, Option<&str>),
     setup: S,
     title: &str,
     json: bool,
 ) -> anyhow::Result<String> {
+    let (base, scheduler_config) = config;
+    let setup = ReplaySetup {
+        setup,
+        scheduler_config,
+    };
     let policies = args
         .policies
         .iter()
