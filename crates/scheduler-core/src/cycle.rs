@@ -85,8 +85,9 @@ where
 ///
 /// A cycle is a pure function of the model and the time, and the time matters only through deadlines
 /// the cycle records. So after a cycle that placed, evicted and reserved nothing, the next one is
-/// skipped until the model changes ([`crate::model::Epochs::changes`]) or the earliest deadline passes:
-/// it would decide the same nothing, and an idle cluster costs nothing to schedule.
+/// skipped until the model changes ([`crate::model::Epochs::changes`]) or the earliest deadline passes
+/// (a rule's, or a held-back status's, [`SessionStats::report_due`]): it would decide the same
+/// nothing, and an idle cluster costs nothing to schedule.
 pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
     if let Some(quiet) = cluster.quiet
         && quiet.changes == cluster.epochs.changes
@@ -124,9 +125,13 @@ pub fn run(cluster: &mut Cluster, config: &Config, now: Millis) -> CycleResult {
         && decisions.reservations.is_empty()
         && !stats.attempt_budget_exhausted;
     if settled {
+        let until = [stats.next_deadline, stats.report_due]
+            .into_iter()
+            .flatten()
+            .min();
         cluster.quiet = Some(Quiet {
             changes: cluster.epochs.changes,
-            until: stats.next_deadline.unwrap_or(Millis::MAX),
+            until: until.unwrap_or(Millis::MAX),
         });
     } else {
         cluster.epochs.changed();

@@ -16,23 +16,44 @@ fn forget_memos(sim: &mut Sim) {
     }
 }
 
-/// The decisions of each round, as text.
-fn rounds(spec: &Synthetic, config: &Config, forget: bool) -> Vec<String> {
+/// How a scenario's rounds are spaced: how many, the clock's step between them, and the rounds before
+/// which pods churn (every other one below this).
+#[derive(Clone, Copy)]
+struct Pace {
+    rounds: usize,
+    step_ms: i64,
+    churn_before: usize,
+}
+
+/// Eight rounds a second apart, churning before every other one.
+const BRISK: Pace = Pace {
+    rounds: 8,
+    step_ms: 1000,
+    churn_before: 8,
+};
+
+/// The decisions of each round, as text, and how many rounds held a status back for its figures'
+/// refresh.
+fn rounds(spec: &Synthetic, config: &Config, forget: bool, pace: Pace) -> (Vec<String>, usize) {
     let mut sim = Sim::with_cluster(spec.cluster());
     sim.config = config.clone();
     sim.now = 1_000_000;
     let mut out = Vec::new();
     let mut most_carried = 0;
-    for round in 0..8 {
-        if round % 2 == 1 {
+    let mut held = 0;
+    for round in 0..pace.rounds {
+        if round % 2 == 1 && round < pace.churn_before {
             spec.churn(&mut sim.cluster, 0.05, round);
         }
         if forget {
             forget_memos(&mut sim);
         }
+        let start = sim.now;
         let result = sim.round();
         out.push(format!("{:?}", result.decisions));
         most_carried = most_carried.max(result.stats.gangs_carried);
+        held += usize::from(result.stats.report_due.is_some());
+        sim.now = start + pace.step_ms;
     }
     if forget {
         assert_eq!(most_carried, 0, "a forgotten carry was used");
@@ -52,15 +73,22 @@ fn rounds(spec: &Synthetic, config: &Config, forget: bool) -> Vec<String> {
             .count();
         assert!(memos * 2 > sim.cluster.groups.len(), "{memos} memos");
     }
-    out
+    (out, held)
 }
 
-fn same_as_from_scratch(spec: &Synthetic, config: &Config) {
-    let kept = rounds(spec, config, false);
-    let scratch = rounds(spec, config, true);
+/// Runs the scenario both ways; returns how many rounds held a status back.
+fn same_as_from_scratch_at(spec: &Synthetic, config: &Config, pace: Pace) -> usize {
+    let (kept, held) = rounds(spec, config, false, pace);
+    let (scratch, scratch_held) = rounds(spec, config, true, pace);
     for (round, (k, s)) in kept.iter().zip(&scratch).enumerate() {
         assert_eq!(k, s, "round {round}");
     }
+    assert_eq!(held, scratch_held, "rounds holding a status back");
+    held
+}
+
+fn same_as_from_scratch(spec: &Synthetic, config: &Config) {
+    same_as_from_scratch_at(spec, config, BRISK);
 }
 
 #[test]
@@ -86,6 +114,31 @@ fn preempt_with_churn() {
         ..Config::default()
     };
     same_as_from_scratch(&spec, &config);
+}
+
+/// Statuses held back because only their figures changed, and written at the refresh: rounds 7 s apart,
+/// churn before the first few, then quiet rounds past every refresh; the same decisions as reports
+/// that remember nothing.
+#[test]
+fn figures_held_back_and_refreshed_with_churn() {
+    let mut spec = Synthetic::new(80, 3);
+    spec.running_fraction = 1.0;
+    spec.running_spread = true;
+    spec.pending_pods = 80;
+    spec.pending_classes = &kai_scheduler_core::sim::MIXED_PRIORITIES;
+    spec.gpus_per_pod = 2;
+    let config = Config {
+        actions: vec![ActionKind::Allocate, ActionKind::Preempt],
+        ..Config::default()
+    };
+    let pace = Pace {
+        rounds: 16,
+        step_ms: 7_000,
+        churn_before: 6,
+    };
+    let held = same_as_from_scratch_at(&spec, &config, pace);
+    // Not vacuous: some rounds held a status back.
+    assert!(held > 0, "no status held back");
 }
 
 fn group_named(sim: &Sim, name: &str) -> GroupId {

@@ -165,5 +165,9 @@ const PREEMPT: u64 = 4382342950778472555;
 const CONSOLIDATE: u64 = 13517960684756271234;
 const FRAGMENTATION_RULES: u64 = 12810671263265075139;
 const PREEMPT_SPREAD: u64 = 8133165991709395356;
-const PREEMPT_RULES: u64 = 818733344401069237;
+/// Re-recorded when statuses that change only in live figures began to wait for the refresh
+/// (`FIGURES_REFRESH_MS`): the last round no longer rewrites the statuses (33), events (33) and pod
+/// conditions (99) of waiting gangs whose only change was what is free; every bind, eviction and
+/// reservation is the same.
+const PREEMPT_RULES: u64 = 10065880077330160034;
 const EVERY_ACTION: u64 = 6236639224859236727;

@@ -17,7 +17,7 @@ use super::units::{UNLIMITED, le_tol, to_raw, to_share};
 use crate::model::resources::{ResourceNames, Resources};
 
 /// Which bound a [`Shortfall`] is about.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Bound {
     /// The queue's limit; `used` is allocated.
     Limit,

@@ -56,7 +56,7 @@ pub struct Gang {
 }
 
 /// Why a gang is not ready to be tried.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum NotReady {
     /// Fewer pods exist than the gang needs, or some that exist cannot be placed.
     MissingPods {

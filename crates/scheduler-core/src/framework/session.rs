@@ -260,6 +260,8 @@ pub struct Session<'c> {
     pub annotations_changed: std::collections::HashSet<GroupId>,
     /// See [`SessionStats::next_deadline`]; a cell so rules reading the session can record theirs.
     deadline: std::cell::Cell<Option<Millis>>,
+    /// See [`SessionStats::report_due`].
+    report_due: std::cell::Cell<Option<Millis>>,
     /// When each group's report inputs were last fingerprinted (see [`Carry::reports`]; left for the
     /// next session).
     pub(crate) reports: DenseMap<GroupId, ReportStamp>,
@@ -307,6 +309,10 @@ pub struct SessionStats {
     /// The earliest time a time-based rule seen in this cycle could decide otherwise (a gang's
     /// timeout, a grace period ending, a minimum runtime ending, a reservation lapsing).
     pub next_deadline: Option<Millis>,
+    /// The earliest time a waiting gang's status, held back because only its live figures changed, is
+    /// due to be written (`report::status::FIGURES_REFRESH_MS`). Apart from [`Self::next_deadline`]: no
+    /// decision waits for it, so a replay with no statuses to write need not run a cycle then.
+    pub report_due: Option<Millis>,
     /// Gangs taken as the last session built them (nothing in them changed since).
     pub gangs_carried: u64,
 }
@@ -483,6 +489,7 @@ impl<'c> Session<'c> {
                 ..SessionStats::default()
             },
             deadline: std::cell::Cell::new(None),
+            report_due: std::cell::Cell::new(None),
             reports,
             usage,
             reads_devices: reads,
@@ -500,6 +507,12 @@ impl<'c> Session<'c> {
     pub fn wake_at(&self, at: Millis) {
         let earliest = self.deadline.get().map_or(at, |d| d.min(at));
         self.deadline.set(Some(earliest));
+    }
+
+    /// A status held back at this report is due to be written at `at`: the cycle then is not skipped.
+    pub(crate) fn report_due_at(&self, at: Millis) {
+        let earliest = self.report_due.get().map_or(at, |d| d.min(at));
+        self.report_due.set(Some(earliest));
     }
 
     /// For each gang, whether it is as the last session saw it: carried (nothing of it changed since
@@ -798,6 +811,7 @@ impl<'c> Session<'c> {
             }
         }
         self.stats.next_deadline = self.deadline.get();
+        self.stats.report_due = self.report_due.get();
         self.leave_carry();
         // Last: a panic anywhere before (status reports included) must still find the undo records.
         self.cluster.cycle_completed();

@@ -246,6 +246,24 @@ pub struct ObservedStatus {
     pub event_fingerprint: u64,
 }
 
+/// A status the scheduler decided for a group: when, its fingerprint, and its gist (the fingerprint with
+/// every live figure of the reasons left out, so two statuses that differ only in "5 free on 3 nodes"
+/// against "6 free on 3 nodes" have the same gist).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusWritten {
+    /// When it was decided.
+    pub at: Millis,
+    /// [`crate::model::group_status::DecidedStatus::fingerprint`].
+    pub fingerprint: u64,
+    /// [`crate::model::group_status::DecidedStatus::gist`].
+    pub gist: u64,
+    /// How long after `at` a status differing from it only in live figures may replace it: doubled at
+    /// each such refresh, from the first wait again when anything else changes.
+    pub refresh_ms: Millis,
+    /// A later status, differing from it only in live figures, is held back until the refresh.
+    pub newer_held_back: bool,
+}
+
 /// A gang in the model.
 #[derive(Clone, Debug)]
 pub struct Group {
@@ -316,6 +334,9 @@ pub struct Group {
     pub waiting_since: Option<Millis>,
     /// Whether it timed out (`scheduleTimeoutSeconds`) and is now Failed.
     pub timed_out: bool,
+    /// The last status decided for it (in memory only), which paces rewrites that change nothing but
+    /// live figures (`framework::report::status::FIGURES_REFRESH_MS`, `FIGURES_REFRESH_MAX_MS`).
+    pub status_written: Option<StatusWritten>,
     /// Bumped whenever its definition or members change (memo key for "still does not fit").
     pub version: u64,
     /// Fingerprint of everything its last status report read, taken after that report's writes
@@ -362,6 +383,7 @@ impl Group {
             problems: Vec::new(),
             observed: ObservedStatus::default(),
             waiting_since: None,
+            status_written: None,
             timed_out: false,
             version: 0,
             report_inputs: 0,

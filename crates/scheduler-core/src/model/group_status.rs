@@ -23,6 +23,8 @@ use super::resources::{GPU, MAX_RESOURCES, PODS, Resources};
 
 /// Type of the per-pool scheduling condition.
 const POOL_CONDITION_TYPE: &str = "UnschedulableOnNodePool";
+/// The PodGroup condition that says why a gang waits.
+pub const UNSCHEDULABLE_CONDITION_TYPE: &str = "Unschedulable";
 /// Reason of the per-pool scheduling condition.
 const POOL_CONDITION_REASON: &str = "Unschedulable";
 
@@ -178,6 +180,19 @@ impl DecidedStatus {
     /// [`status_fingerprint`] of [`Self::render`], without rendering.
     #[must_use]
     pub fn fingerprint(&self) -> u64 {
+        self.hashed(None)
+    }
+
+    /// The fingerprint with the texts that quote why the gang waits (the `Unschedulable` condition's
+    /// message, the pool record's message and reasons' messages) replaced by `reasons_gist`, a
+    /// fingerprint of those reasons without their live figures: two statuses that differ only in "6 free
+    /// on 3 nodes" against "5 free on 3 nodes" have the same gist.
+    #[must_use]
+    pub fn gist(&self, reasons_gist: u64) -> u64 {
+        self.hashed(Some(reasons_gist))
+    }
+
+    fn hashed(&self, reasons_gist: Option<u64>) -> u64 {
         let mut h = WordHasher::default();
         Some(self.phase.as_str()).hash(&mut h);
         (
@@ -188,22 +203,37 @@ impl DecidedStatus {
         )
             .hash(&mut h);
         for c in &self.conditions {
-            (c.type_, c.status_text(), Some(c.reason), Some(&*c.message)).hash(&mut h);
+            match reasons_gist {
+                Some(gist) if c.type_ == UNSCHEDULABLE_CONDITION_TYPE => {
+                    (c.type_, c.status_text(), Some(c.reason), gist).hash(&mut h);
+                }
+                _ => (c.type_, c.status_text(), Some(c.reason), Some(&*c.message)).hash(&mut h),
+            }
         }
         for c in &self.foreign {
             (&c.type_, &c.status, &c.reason, &c.message).hash(&mut h);
         }
         if let Some(p) = &self.pool {
-            (
-                POOL_CONDITION_TYPE,
-                Some(&*p.node_pool),
-                Some(POOL_CONDITION_REASON),
-                Some(&*p.message),
-                Some("True"),
-            )
-                .hash(&mut h);
-            for (reason, message) in &p.reasons {
-                (Some(*reason), Some(&**message)).hash(&mut h);
+            match reasons_gist {
+                Some(gist) => {
+                    (POOL_CONDITION_TYPE, Some(&*p.node_pool), gist).hash(&mut h);
+                    for (reason, _) in &p.reasons {
+                        Some(*reason).hash(&mut h);
+                    }
+                }
+                None => {
+                    (
+                        POOL_CONDITION_TYPE,
+                        Some(&*p.node_pool),
+                        Some(POOL_CONDITION_REASON),
+                        Some(&*p.message),
+                        Some("True"),
+                    )
+                        .hash(&mut h);
+                    for (reason, message) in &p.reasons {
+                        (Some(*reason), Some(&**message)).hash(&mut h);
+                    }
+                }
             }
         }
         let mut text = String::new();

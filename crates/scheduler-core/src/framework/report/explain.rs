@@ -3,10 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use crate::fairshare::Bound;
 use crate::framework::gang::NotReady;
 use crate::framework::policy::placement::NodeMiss;
+use crate::model::ids::WordHasher;
 use crate::model::resources::{GPU, ResourceNames};
 use crate::model::{GroupProblem, PodName, Resources};
 
@@ -220,6 +223,60 @@ impl Why {
             }
         }
     }
+
+    /// Hashes what the reason says, leaving out its live figures: what is free and on how many nodes,
+    /// how many nodes answered which way, how many of the gang's pods found room, a queue's current use
+    /// and fair share, the freest topology domain. What is left changes only when the reason itself
+    /// does: another kind of reason, another request, a node refusing for another cause.
+    fn hash_gist(&self, h: &mut WordHasher) {
+        self.reason().hash(h);
+        match self {
+            Self::Problem(p) => p.hash(h),
+            Self::NotReady(n) => n.hash(h),
+            Self::Queue(gate) => {
+                let s = gate.shortfall();
+                (&s.queue_name, s.slot, s.bound_kind, s.requested.to_bits()).hash(h);
+                // A limit or quota is configuration; a fair share moves with every queue's demand.
+                if s.bound_kind != Bound::FairShare {
+                    s.bound.to_bits().hash(h);
+                }
+            }
+            Self::MinResources { needed, .. } => needed.hash(h),
+            Self::NoFit(f) => {
+                (
+                    f.failed_pod.is_empty(),
+                    f.pods_needed,
+                    f.request_total,
+                    f.pod_request,
+                    f.scarce_slot(),
+                    f.topology.is_some(),
+                )
+                    .hash(h);
+                for miss in f.misses.keys() {
+                    miss.hash(h);
+                }
+            }
+            Self::TimedOut { after_secs, .. } => after_secs.hash(h),
+            Self::Pipelined => {}
+            Self::Elastic(m) => m.hash(h),
+            Self::SchedulingBackoff { node_pool } => node_pool.hash(h),
+            Self::BindFailed { pod, reason, count } => (pod, reason, count).hash(h),
+        }
+    }
+}
+
+/// A fingerprint of why a gang waits without the live figures of its reasons ([`Why`]'s gist), never
+/// 0: equal for "8 pods need 8 nvidia.com/gpu, 6 free on 3 nodes" and "..., 5 free on 3 nodes". The
+/// status report emits an event only when it changes, and writes a status whose only change is in the
+/// figures at a bounded rate.
+#[must_use]
+pub fn gist_fingerprint(whys: &[Why]) -> u64 {
+    let mut h = WordHasher::default();
+    whys.len().hash(&mut h);
+    for why in whys {
+        why.hash_gist(&mut h);
+    }
+    h.finish() | 1
 }
 
 fn queue_message(gate: &QueueGate, names: &ResourceNames) -> String {

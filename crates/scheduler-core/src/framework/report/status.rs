@@ -12,19 +12,19 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::framework::decisions::{
     Decisions, Event, EventObject, EventType, GroupStatus, PodCondition, QueueStatus,
 };
-use crate::framework::report::explain::{ComparedSummaries, Why};
+use crate::framework::report::explain::{ComparedSummaries, Why, gist_fingerprint};
 use crate::framework::{GangOutcome, Session};
 use crate::model::group_status::{DecidedCondition, DecidedStatus, PoolCondition, SeenStatus, SlotNames};
 use crate::model::ids::WordHasher;
 use crate::model::resources::{GPU, PODS};
-use crate::model::{Cluster, Group, GroupId, GroupKind, Millis, Resources, TaskStatus};
+use crate::model::{Cluster, Group, GroupId, GroupKind, Millis, Resources, StatusWritten, TaskStatus};
 
 /// Condition types written on PodGroups.
 pub mod condition {
     /// At least minMember pods are placed.
     pub const SCHEDULED: &str = "Scheduled";
     /// Why the gang waits.
-    pub const UNSCHEDULABLE: &str = "Unschedulable";
+    pub const UNSCHEDULABLE: &str = crate::model::group_status::UNSCHEDULABLE_CONDITION_TYPE;
     /// Something in the PodGroup or what it references is wrong.
     pub const INVALID: &str = "Invalid";
     /// A warning that does not stop scheduling (e.g. unknown priority class).
@@ -516,6 +516,29 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     }
 }
 
+/// How long a waiting gang's status keeps its live figures ("6 free on 3 nodes") when nothing else in
+/// it changed: a status that differs from the one last written only in those figures is written this
+/// long after it, not at once, and raises no event. Each such refresh doubles the wait for the next,
+/// up to [`FIGURES_REFRESH_MAX_MS`]; any other change starts again from this one. With a backlog every
+/// bind changes what is free, and rewriting every waiting gang's status and pods' conditions at each
+/// one would cost the API server more writes than the binds themselves; a gang that has waited for
+/// hours gains nothing from figures fresher than minutes. A change of reason, of the gang's pods or of
+/// anything else in the status is written at once; `kai explain` always shows the live figures.
+pub const FIGURES_REFRESH_MS: Millis = 30_000;
+
+/// The longest wait between two refreshes of a waiting gang's figures (see [`FIGURES_REFRESH_MS`]).
+pub const FIGURES_REFRESH_MAX_MS: Millis = 600_000;
+
+/// When a status differing only in live figures from the one last decided for the group may replace
+/// it; `None` when no decided status holds it back (none in memory, or the API no longer holds it:
+/// someone else wrote the status, or the write failed).
+fn figures_refresh_at(group: &Group) -> Option<Millis> {
+    group
+        .status_written
+        .filter(|w| w.fingerprint == group.observed.fingerprint)
+        .map(|w| w.at.saturating_add(w.refresh_ms))
+}
+
 /// How long a new PodGroup whose pods are still arriving goes without a status. The podgrouper makes a
 /// workload's PodGroup just before it puts the pods in it, and a Job's pods join its gang one by one
 /// within a second: a status written in between ("0 of minMember placed", "the gang needs 8, 3 exist so
@@ -619,18 +642,35 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
         ..
     } = derived;
     // Nothing it reads changed since its last report, which left the model as that report wanted:
-    // the same report again would write, emit and mark nothing. A gang placed in this cycle always
-    // reports (its event is news even when the rest is the same).
+    // the same report again would write, emit and mark nothing. Or only the live figures of its
+    // reasons changed while the status written is younger than the refresh: the report would hold the
+    // new status back. A gang placed in this cycle always reports (its event is news even when the rest
+    // is the same).
     if outcome.placed_by.is_none()
         && group.report_inputs != 0
-        && group
+        && let Some(recorded) = group
             .report_why
             .as_ref()
             .and_then(|w| w.downcast_ref::<Vec<Why>>())
-            .is_some_and(|w| same_reasons(w, &outcome.why, &mut shared.compared_summaries))
-        && inputs_unchanged(ssn, id, derived)
     {
-        return;
+        let refresh = figures_refresh_at(group).filter(|at| now < *at);
+        let held_back = group.status_written.is_some_and(|w| w.newer_held_back);
+        let skip = if same_reasons(recorded, &outcome.why, &mut shared.compared_summaries) {
+            // A status held back at that report is written at the refresh.
+            (!held_back || refresh.is_some()).then_some(refresh.filter(|_| held_back))
+        } else {
+            refresh
+                .filter(|_| gist_fingerprint(recorded) == gist_fingerprint(&outcome.why))
+                .map(Some)
+        };
+        if let Some(due) = skip
+            && inputs_unchanged(ssn, id, derived)
+        {
+            if let Some(at) = due {
+                ssn.report_due_at(at);
+            }
+            return;
+        }
     }
     let cluster = &*ssn.cluster;
     let group = cluster.group(id);
@@ -814,8 +854,9 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
             message,
         });
     }
-    let event_print = if waiting {
-        message.as_deref().map_or(0, fingerprint_str)
+    // The first reason's gist: a new event when the reason changes, not when its figures do.
+    let event_print = if waiting && !whys.is_empty() {
+        gist_fingerprint(&outcome.why[..1])
     } else {
         0
     };
@@ -828,7 +869,15 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
             message: message.as_deref().unwrap_or_default().to_owned(),
         });
     }
-    // Pod conditions for waiting pods.
+    let changed = fingerprint != group.observed.fingerprint;
+    let status_gist = status.gist(gist_fingerprint(&outcome.why));
+    // A status that differs from the one written only in live figures waits for the refresh: a
+    // backlog's every status rewritten at every bind would cost the API server more than the binds.
+    let held_until = figures_refresh_at(group).filter(|at| {
+        changed && waiting && now < *at && group.status_written.is_some_and(|w| w.gist == status_gist)
+    });
+    // Pod conditions for waiting pods. They quote the status's message, so a rewrite is held back with
+    // it; a pod told nothing yet is told now.
     let mut pod_updates = Vec::new();
     if waiting
         && group.mark_unschedulable
@@ -842,6 +891,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
                 && task.ours
                 && task.problem.is_none()
                 && task.condition_fingerprint != print
+                && (held_until.is_none() || task.condition_fingerprint == 0)
             {
                 pod_updates.push((*t, print));
                 decisions.pod_conditions.push(PodCondition {
@@ -853,10 +903,9 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
             }
         }
     }
-    let changed = fingerprint != group.observed.fingerprint;
     // One status, shared by the decision and the model.
     let status = Arc::new(status);
-    let status_update = changed.then(|| GroupStatus {
+    let status_update = (changed && held_until.is_none()).then(|| GroupStatus {
         key: key.clone(),
         status: Arc::clone(&status),
         fingerprint,
@@ -868,10 +917,36 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
     } else {
         group.observed.event_fingerprint = 0;
     }
-    if let Some(update) = status_update {
+    if let Some(at) = held_until {
+        if let Some(written) = &mut group.status_written {
+            written.newer_held_back = true;
+        }
+        ssn.report_due_at(at);
+    } else if let Some(update) = status_update {
+        // A refresh of the figures alone waits twice as long for the next one.
+        let refresh_ms = match group.status_written {
+            Some(w) if waiting && w.gist == status_gist && w.fingerprint == group.observed.fingerprint => {
+                w.refresh_ms.saturating_mul(2).min(FIGURES_REFRESH_MAX_MS)
+            }
+            _ => FIGURES_REFRESH_MS,
+        };
+        group.status_written = Some(StatusWritten {
+            at: now,
+            fingerprint,
+            gist: status_gist,
+            refresh_ms,
+            newer_held_back: false,
+        });
         group.observed.fingerprint = fingerprint;
         group.observed.status = Some(SeenStatus::Decided(status));
         decisions.group_statuses.push(update);
+    } else if let Some(written) = &mut group.status_written
+        && written.fingerprint == fingerprint
+    {
+        // The status the API holds is the one decided: nothing is held back, and its gist is this
+        // report's (the same texts).
+        written.newer_held_back = false;
+        written.gist = status_gist;
     }
     for (t, print) in pod_updates {
         if let Some(task) = ssn.cluster.tasks.get_mut(t.0) {

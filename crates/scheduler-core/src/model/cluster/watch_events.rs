@@ -513,6 +513,7 @@ impl Cluster {
             group.tasks = std::mem::take(&mut old.tasks);
             group.observed.event_fingerprint = old.observed.event_fingerprint;
             group.waiting_since = old.waiting_since;
+            group.status_written = old.status_written;
             group.timed_out = old.timed_out;
             group.stale_since = stale_since;
             group.version = old.version + 1;
