@@ -13,7 +13,10 @@
 //!   over their current demand (GPUs of their arrived, unfinished jobs): each gets its demand up to its
 //!   quota, the rest is divided by over-quota weight, water-filling;
 //! - Jain's index over `allocated / fair share` of the queues with demand: `(sum x)^2 / (n sum x^2)`,
-//!   1 when every queue holds the same fraction of its fair share.
+//!   1 when every queue holds the same fraction of its fair share;
+//! - API writes decided: what the cycles asked the API server to write (binds, PodGroup statuses,
+//!   events, pods' `PodScheduled` conditions), before the scheduler's applier merges or drops any; the
+//!   load a backlog of waiting gangs puts on a live cluster's API server.
 
 use serde::Serialize;
 
@@ -192,6 +195,30 @@ pub struct QueueSummary {
     pub lost_gpu_hours: f64,
 }
 
+/// The API writes a replay's cycles decided, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Writes {
+    /// Pod binds.
+    pub binds: u64,
+    /// PodGroup statuses.
+    pub statuses: u64,
+    /// Events.
+    pub events: u64,
+    /// Pods' `PodScheduled=False` conditions.
+    pub pod_conditions: u64,
+}
+
+impl Writes {
+    /// Writes other than binds per bind (0 without binds).
+    #[must_use]
+    pub fn per_bind(&self) -> f64 {
+        if self.binds == 0 {
+            return 0.0;
+        }
+        (self.statuses + self.events + self.pod_conditions) as f64 / self.binds as f64
+    }
+}
+
 /// Figures of one policy's replay.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Summary {
@@ -228,6 +255,8 @@ pub struct Summary {
     pub lost_gpu_hours: f64,
     /// Cycles run (not skipped) by the core.
     pub cycles: u64,
+    /// API writes the cycles decided.
+    pub writes: Writes,
     /// Wall-clock seconds of the replay.
     pub wall_seconds: f64,
     /// Per leaf queue.

@@ -165,6 +165,8 @@ pub struct Outcome {
     pub timeline: Vec<(Millis, i64)>,
     /// Cycles run (not skipped).
     pub cycles: u64,
+    /// API writes the cycles decided.
+    pub writes: metrics::Writes,
     /// The replay stopped at `max_cycles`.
     pub stopped_early: bool,
     /// Highest allocated GPU-milli seen (never above the capacity).
@@ -307,6 +309,7 @@ impl<'a> Replay<'a> {
                 held_idle_all: TimeAverage::default(),
                 timeline: Vec::new(),
                 cycles: 0,
+                writes: metrics::Writes::default(),
                 stopped_early: false,
                 peak_allocated: 0,
                 wall_seconds: 0.0,
@@ -488,6 +491,12 @@ impl<'a> Replay<'a> {
             self.out.cycles += 1;
         }
         let d = &result.decisions;
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let writes = &mut self.out.writes;
+        writes.binds += count(d.binds.len());
+        writes.statuses += count(d.group_statuses.len());
+        writes.events += count(d.events.len());
+        writes.pod_conditions += count(d.pod_conditions.len());
         let mut touched = Vec::new();
         for e in &d.evictions {
             let Some(&job) = self.pods.get(&e.name) else {
@@ -702,6 +711,7 @@ pub fn summarize(workload: &Checked, outcome: &Outcome) -> Summary {
         pods_evicted: all.pods_evicted,
         lost_gpu_hours: all.lost_gpu_hours,
         cycles: outcome.cycles,
+        writes: outcome.writes,
         wall_seconds: outcome.wall_seconds,
         queues,
     }
@@ -828,6 +838,38 @@ mod tests {
         assert_eq!((s.partial_jobs, s.held_idle_pct), (0, 0.0));
         // The gang's 16 GPUs never fit in the 8 idle ones.
         assert!(close(s.idle_while_fit_pct, 0.0));
+    }
+
+    #[test]
+    fn a_waiting_gang_is_not_rewritten_for_every_change_of_what_is_free() {
+        // L holds 5 GPUs of one node for 40 s; W (two 5-GPU pods) waits for it; ten 1-GPU jobs come
+        // and go from 2 s to 24 s. W's message quotes what is free on the two nodes: 11, 10, 9 GPUs
+        // as they come and go.
+        let mut jobs = vec![("q", 0, 40, 1, 5), ("q", 1, 10, 2, 5)];
+        jobs.extend((0..10).map(|i| ("q", 2 + 2 * i, 3 + i % 4, 1, 1)));
+        let w = workload(&[("q", 16.0)], &jobs);
+        // A cycle a second, so every arrival and completion has its own.
+        let options = Options {
+            tick: 1000,
+            ..Options::default()
+        };
+        let run = |w: &Checked| {
+            let o = replay(w, Policy::GangFair, &options, &AtomicUsize::new(0));
+            let s = summarize(w, &o);
+            (o, s)
+        };
+        let (o, s) = run(&w);
+        assert_eq!(o.jobs[1].first_start, Some(40_000), "W starts when L ends");
+        assert_eq!(s.writes.binds, 1 + 2 + 10, "every pod bound once");
+        // An event per gang placed and one Unschedulable for W: its reason never changed, only the
+        // figures (six times, each within 30 s of its first status).
+        assert_eq!(s.writes.events, 12 + 1);
+        // W's pods are told why they wait once.
+        assert_eq!(s.writes.pod_conditions, 2);
+        // W's statuses: the first and the placed one; every other gang's are the same without W.
+        let alone = workload(&[("q", 16.0)], &[&jobs[..1], &jobs[2..]].concat());
+        let (_, without) = run(&alone);
+        assert_eq!(s.writes.statuses - without.writes.statuses, 2);
     }
 
     #[test]

@@ -147,12 +147,19 @@ pub fn queue_rows(queues: &[QueueSummary]) -> Vec<Vec<String>> {
 pub fn render(summaries: &[Summary]) -> String {
     let mut out = table(&SUMMARY_HEADERS, &summary_rows(summaries));
     for s in summaries {
+        let w = &s.writes;
         let _ = write!(
             out,
-            "\n{} ({} cycles, {:.1} s)\n{}",
+            "\n{} ({} cycles, {:.1} s; API writes decided: {} binds, {} PodGroup statuses, {} events, \
+             {} pod conditions, {:.2} per bind)\n{}",
             s.policy,
             s.cycles,
             s.wall_seconds,
+            w.binds,
+            w.statuses,
+            w.events,
+            w.pod_conditions,
+            w.per_bind(),
             table(&QUEUE_HEADERS, &queue_rows(&s.queues))
         );
     }
@@ -186,6 +193,10 @@ pub fn summary_csv<W: std::io::Write>(summaries: &[Summary], out: W) -> Result<(
         "pods_evicted",
         "lost_gpu_hours",
         "cycles",
+        "binds",
+        "status_writes",
+        "events",
+        "pod_conditions",
         "wall_seconds",
     ])?;
     for s in summaries {
@@ -210,6 +221,10 @@ pub fn summary_csv<W: std::io::Write>(summaries: &[Summary], out: W) -> Result<(
             s.pods_evicted.to_string(),
             format!("{:.2}", s.lost_gpu_hours),
             s.cycles.to_string(),
+            s.writes.binds.to_string(),
+            s.writes.statuses.to_string(),
+            s.writes.events.to_string(),
+            s.writes.pod_conditions.to_string(),
             format!("{:.2}", s.wall_seconds),
         ])?;
     }
