@@ -619,7 +619,6 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
     }
     let cluster = &*ssn.cluster;
     let group = cluster.group(id);
-    let c = counts(cluster, group);
     let no_outcome = GangOutcome::default();
     let outcome = gang_index
         .and_then(|g| ssn.outcomes.get(&g))
@@ -677,6 +676,7 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
     let outcome = gang_index
         .and_then(|g| ssn.outcomes.get(&g))
         .unwrap_or(&no_outcome);
+    let c = counts(cluster, group);
     let phase = phase(c, group.min_member, satisfied, group.timed_out, has_children);
     // Resources: allocated (placed pods) and requested (placed + waiting).
     let mut allocated = Resources::ZERO;
