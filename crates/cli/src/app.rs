@@ -212,9 +212,18 @@ pub async fn run(args: Args) -> anyhow::Result<String> {
         usage_namespace,
         command,
     } = args;
-    // A simulation reads traces, not the cluster.
+    // A simulation reads traces, not the cluster: a flag that names one is refused, not ignored.
     let command = match command {
         Command::Sim { what } => {
+            if let Some(flag) = [("--context", &context), ("--from-file", &from_file)]
+                .into_iter()
+                .find_map(|(flag, value)| value.is_some().then_some(flag))
+            {
+                anyhow::bail!(
+                    "{flag} names a cluster to read, and `kai sim` reads no cluster: it replays the \
+                     trace or workload file it is given; drop {flag}"
+                );
+            }
             return crate::sim::run(what, scheduler_config.as_deref(), output == Output::Json);
         }
         other => other,

@@ -188,6 +188,24 @@ fn a_replay_starts_each_policy_from_the_scheduler_configuration_file() {
 }
 
 #[test]
+fn a_simulation_refuses_flags_that_name_a_cluster() {
+    for flag in ["--context", "--from-file"] {
+        let out = kai(
+            env!("CARGO_BIN_EXE_kai"),
+            &[flag, "x", "sim", "philly", "--trace", "/nonexistent.csv"],
+        );
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "{flag} names a cluster to read, and `kai sim` reads no cluster"
+            )),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
 fn a_replay_refuses_a_configuration_it_cannot_replay() {
     let usage = temp_file("usage-config.yaml", "usageDBConfig: {clientType: scheduler}\n");
     let usage = usage.to_str().expect("a UTF-8 path");
