@@ -109,6 +109,112 @@ async fn seed_003_gang_waits_whole_then_binds_when_room_appears_while_kube_sched
     t.finish().await
 }
 
+/// A waiting gang's message quotes what is free; on a real API server, when only that changes (a pod
+/// that held a GPU is deleted, still too little for the gang), the status keeps its figures and no
+/// second event is raised, and the figures are refreshed about 30 s after the status was written,
+/// still without an event.
+#[tokio::test]
+async fn a_waiting_gangs_figures_are_refreshed_not_rewritten_at_every_change() -> anyhow::Result<()> {
+    let t = start("figures", &[]).await?;
+    t.create_nodes(pool_nodes(&t, "f").count(1).gpus(3)).await?;
+    // A one-GPU pod first, then a gang of two 2-GPU pods: 2 GPUs free for 4 needed.
+    let filler = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "filler", "namespace": t.namespace(), "labels": pool_labels(&t),
+            "annotations": { keys::POD_GROUP_SEED: "filler" },
+        },
+        "spec": {
+            "schedulerName": keys::SCHEDULER_NAME,
+            "containers": [{
+                "name": "c", "image": "example.com/c:1",
+                "resources": { "limits": { "nvidia.com/gpu": "1" } },
+            }],
+        },
+    });
+    apply(
+        &t,
+        &[
+            pod_group(
+                &t,
+                "filler",
+                json!({ "minMember": 1, "queue": keys::DEFAULT_QUEUE }),
+            ),
+            filler,
+        ],
+    )
+    .await?;
+    t.wait_for_pods("the filler bound", "!job-name", TIMEOUT, |p| bound(p) == 1)
+        .await?;
+    apply(
+        &t,
+        &[
+            pod_group(
+                &t,
+                "pair",
+                json!({ "minMember": 2, "queue": keys::DEFAULT_QUEUE }),
+            ),
+            job(&t, "pair", "pair", 2, 2, json!({})),
+        ],
+    )
+    .await?;
+    let first = t
+        .wait_until("the gang's first reason", TIMEOUT, async || {
+            Ok(condition(&t, "pair", "Unschedulable")
+                .await?
+                .filter(|m| !m.starts_with("waiting for pods")))
+        })
+        .await?;
+    let told = std::time::Instant::now();
+    assert!(
+        first.starts_with("2 pods need 4 nvidia.com/gpu, 2 free on 1 node"),
+        "{first}"
+    );
+    // The PodGroup's own Unschedulable events, with how many times each was emitted.
+    let events = async || -> anyhow::Result<Vec<(String, i32)>> {
+        Ok(events_with_reason(&t, keys::EVENT_UNSCHEDULABLE)
+            .await?
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some("pair"))
+            .filter(|e| e.involved_object.kind.as_deref() == Some("PodGroup"))
+            .map(|e| (e.message.unwrap_or_default(), e.count.unwrap_or(1)))
+            .collect())
+    };
+    t.wait_until("the Unschedulable event", TIMEOUT, async || {
+        Ok((!events().await?.is_empty()).then_some(()))
+    })
+    .await?;
+    // The filler goes: 3 free on 1 node, still too little. The status keeps its figures for now.
+    t.api::<Pod>()
+        .delete("filler", &kube::api::DeleteParams::default())
+        .await?;
+    t.wait_for_pods("the filler gone", "!job-name", TIMEOUT, |p| p.is_empty())
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    if told.elapsed() < Duration::from_secs(25) {
+        let now = condition(&t, "pair", "Unschedulable").await?.unwrap_or_default();
+        assert_eq!(now, first, "held back: only the figures changed");
+    }
+    // Refreshed about 30 s after the first status (a minute allowed for a loaded machine).
+    let refreshed = t
+        .wait_until("the figures refreshed", TIMEOUT, async || {
+            Ok(condition(&t, "pair", "Unschedulable")
+                .await?
+                .filter(|m| m.starts_with("2 pods need 4 nvidia.com/gpu, 3 free on 1 node")))
+        })
+        .await?;
+    assert!(
+        told.elapsed() >= Duration::from_secs(25),
+        "refreshed after {:?}, before its time: {refreshed}",
+        told.elapsed()
+    );
+    // One event for one reason: the first text, emitted once.
+    let events = events().await?;
+    assert_eq!(events, [(first, 1)]);
+    assert_eq!(bound(&pods(&t, "job-name=pair").await?), 0);
+    t.finish().await
+}
+
 /// kube-scheduler v1.20.2 (from the local control plane's build) on 3 nodes x 2 GPUs of its own and an
 /// 8-pod job: how many pods it binds and how many it leaves pending.
 async fn kube_scheduler_outcome(t: &TestEnv) -> anyhow::Result<(usize, usize)> {
