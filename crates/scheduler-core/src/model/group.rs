@@ -242,7 +242,8 @@ pub struct ObservedStatus {
     pub status: Option<super::group_status::SeenStatus>,
     /// Fingerprint of that status, timestamps excluded.
     pub fingerprint: u64,
-    /// Fingerprint of the last Unschedulable event emitted (in memory only).
+    /// Gist of the reason the last Unschedulable event gave (`explain::gist_fingerprint` of the first
+    /// reason: a new event when the reason changes, not its figures; in memory only).
     pub event_fingerprint: u64,
 }
 
