@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::config::ActionKind;
 use crate::framework::Session;
+use crate::framework::gang::PlainPod;
 use crate::framework::policy::ordering::JobQueues;
 use crate::framework::policy::placement::{Mode, NodeMiss, main_slot};
 use crate::framework::policy::topology;
@@ -136,11 +137,11 @@ pub fn allocate(ssn: &mut Session<'_>) {
 /// no rules about other pods and none of theirs about it, no reservation or chosen device).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct AttemptShape {
+    pod: PlainPod,
     preemptible: bool,
     pods: usize,
     min: u32,
     max: Option<u32>,
-    pod: (Resources, GpuRequest, crate::model::constraints::ConstraintsId),
 }
 
 impl AttemptShape {
@@ -148,42 +149,31 @@ impl AttemptShape {
     fn of(ssn: &Session<'_>, g: usize) -> Option<Self> {
         let gang = &ssn.gangs[g];
         let cluster = &*ssn.cluster;
-        if gang.nodes.len() != 1
-            || gang.nodes[0].topology.is_some()
-            || cluster.group(gang.root).min_resources.is_some()
+        if cluster.group(gang.root).min_resources.is_some()
             // A seeded draw per pod picks among the nodes: a gang's first pods may land elsewhere.
             || ssn.policy.gpu == crate::config::PlacementStrategy::Random
             || ssn.policy.cpu == crate::config::PlacementStrategy::Random
+            || ssn.gang_satisfied(g)
         {
             return None;
         }
-        let mut pod = None;
-        for t in gang.tasks() {
-            let task = cluster.task(t);
-            let plain = task.ours
-                && task.status == TaskStatus::Pending
-                && task.problem.is_none()
-                && task.bind_failure.is_none()
-                && task.claims.is_empty()
-                && task.reservation_for.is_none()
-                && task.gpu_device.is_none()
-                && !ssn.index.rules.relevant(task);
-            let shape = (task.request, task.gpu, task.constraints);
-            if !plain || pod.is_some_and(|p| p != shape) {
-                return None;
-            }
-            pod = Some(shape);
-        }
-        if gang.is_satisfied(cluster) {
+        // A gang none of whose pods changed in this session is as it was built.
+        let pod = if ssn.gang_touched(g) {
+            gang.plain_pod(cluster)
+        } else {
+            debug_assert_eq!(gang.plain_pod_at_build, gang.plain_pod(cluster));
+            gang.plain_pod_at_build
+        }?;
+        if gang.tasks().any(|t| ssn.index.rules.relevant(cluster.task(t))) {
             return None;
         }
         let leaf = &gang.nodes[0];
         Some(Self {
+            pod,
             preemptible: gang.preemptible,
             pods: leaf.tasks.len(),
             min: leaf.min,
             max: leaf.max,
-            pod: pod?,
         })
     }
 }
@@ -194,8 +184,14 @@ impl AttemptShape {
 /// capacity frees up.
 #[derive(Default)]
 struct LikeFailures {
-    /// Per shape, the reason found since the last placement.
-    by_shape: HashMap<AttemptShape, Why, std::hash::BuildHasherDefault<crate::model::ids::WordHasher>>,
+    /// Per shape, the reason found since the last placement, and what its attempt asks of the queue
+    /// (the same for every gang of the shape: its pods ask alike and all wait; found at the first
+    /// answer).
+    by_shape: HashMap<
+        AttemptShape,
+        (Why, Option<Resources>),
+        std::hash::BuildHasherDefault<crate::model::ids::WordHasher>,
+    >,
 }
 
 impl LikeFailures {
@@ -215,15 +211,15 @@ impl LikeFailures {
             && f.failed_task.is_some()
             && f.topology.is_none()
         {
-            self.by_shape.insert(shape, why.clone());
+            self.by_shape.insert(shape, (why.clone(), None));
         }
     }
 
     /// Why gang `g` of `shape` fails, if a like gang's pods found no place since the last placement:
     /// its own queue's rule if one stops it (checked first, as an attempt does), else the same reason,
     /// naming its own pod.
-    fn answer(&self, ssn: &Session<'_>, g: usize, shape: &AttemptShape) -> Option<Why> {
-        let Why::NoFit(f) = self.by_shape.get(shape)? else {
+    fn answer(&mut self, ssn: &Session<'_>, g: usize, shape: &AttemptShape) -> Option<Why> {
+        let (Why::NoFit(f), known_request) = self.by_shape.get_mut(shape)? else {
             return None;
         };
         let cluster = &*ssn.cluster;
@@ -250,9 +246,20 @@ impl LikeFailures {
         };
         let failed = *tasks.get(usize::try_from(f.pods_placed).ok()?)?;
         let queue = ssn.gangs[g].queue?;
-        let mut request = Resources::ZERO;
-        for t in tasks {
-            request.add(&ssn.share_request(*t));
+        let request = *known_request.get_or_insert_with(|| {
+            let mut request = Resources::ZERO;
+            for t in tasks {
+                request.add(&ssn.share_request(*t));
+            }
+            request
+        });
+        #[cfg(debug_assertions)]
+        {
+            let mut own = Resources::ZERO;
+            for t in tasks {
+                own.add(&ssn.share_request(*t));
+            }
+            debug_assert_eq!(own, request, "gang {g} asks otherwise than its shape");
         }
         if let Err(gate) = ssn.fairness.gate(ssn.cluster, queue, &request, shape.preemptible) {
             return Some(Why::Queue(gate));
@@ -304,12 +311,15 @@ fn check_like_failure(ssn: &mut Session<'_>, g: usize, why: &Why) {
     );
 }
 
+/// The gang's version (kept when it was built: a PodGroup that changes builds its gang again).
 fn gang_version(ssn: &Session<'_>, g: usize) -> u64 {
-    ssn.gangs[g]
-        .groups
-        .iter()
-        .map(|id| ssn.cluster.group(*id).version)
-        .sum()
+    let gang = &ssn.gangs[g];
+    debug_assert_eq!(
+        gang.version,
+        gang.live_version(ssn.cluster),
+        "gang {g}'s version moved"
+    );
+    gang.version
 }
 
 /// Reasons a gang cannot be tried at all.

@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::model::group::TopologyRequirement;
-use crate::model::{Cluster, GroupId, GroupKey, GroupKind, GroupProblem, QueueId, TaskId, TaskStatus};
+use crate::model::{
+    Cluster, GroupId, GroupKey, GroupKind, GroupProblem, QueueId, Resources, TaskId, TaskStatus,
+};
 
 /// A node of the gang tree.
 #[derive(Clone, Debug)]
@@ -53,6 +55,82 @@ pub struct Gang {
     pub preemptible: bool,
     /// Creation time of the root.
     pub created: i64,
+    /// The sum of its PodGroups' versions when built (the same while it is carried: a version changes
+    /// only with its PodGroup, which then is built again).
+    pub version: u64,
+    /// What its next attempt asks for when built ([`Self::next_request`]; the same until a pod of it
+    /// changes, in the model or in a session).
+    pub next_request_at_build: Resources,
+    /// Whether it was satisfied when built (the same until a pod of it changes: see
+    /// `Session::gang_satisfied`).
+    pub satisfied_at_build: bool,
+    /// The one shape its pods shared when built, if it was one PodGroup without sub-groups or topology
+    /// whose pods were all plain then ([`PlainPod::of`]); allocate answers like gangs by it.
+    pub plain_pod_at_build: Option<PlainPod>,
+}
+
+/// What a plain pod asks for and where it may go, with a fingerprint of the three: a backlog's like
+/// gangs are looked up by it every cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlainPod {
+    /// Folded from the rest (compared first: unlike pods differ here almost always).
+    pub fingerprint: u64,
+    /// Its request.
+    pub request: Resources,
+    /// Its GPU request.
+    pub gpu: crate::model::GpuRequest,
+    /// Its node constraints.
+    pub constraints: crate::model::constraints::ConstraintsId,
+}
+
+impl std::hash::Hash for PlainPod {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.fingerprint);
+    }
+}
+
+impl PlainPod {
+    /// The shape of task `t` if it is plain: ours, pending, without a problem, a failed bind, claims, a
+    /// reservation or a chosen device, so that where it goes depends on the nodes alone (rules about
+    /// other pods, which change with them, are checked apart).
+    #[must_use]
+    pub fn of(cluster: &Cluster, t: TaskId) -> Option<Self> {
+        let task = cluster.task(t);
+        let plain = task.ours
+            && task.status == TaskStatus::Pending
+            && task.problem.is_none()
+            && task.bind_failure.is_none()
+            && task.claims.is_empty()
+            && task.reservation_for.is_none()
+            && task.gpu_device.is_none();
+        if !plain {
+            return None;
+        }
+        // The sixteen request slots, mostly zero, folded into one word (equal shapes fold alike; a
+        // rare collision costs a comparison).
+        let mut folded = u64::from(task.constraints.0);
+        for (slot, amount) in (0u32..).zip(task.request.0) {
+            folded ^= amount
+                .cast_unsigned()
+                .rotate_left(slot.wrapping_mul(5).wrapping_add(7));
+        }
+        let gpu = match task.gpu {
+            crate::model::GpuRequest::None => 0,
+            crate::model::GpuRequest::Whole(n) => 1 | (u64::from(n) << 8),
+            crate::model::GpuRequest::Fraction { milli, devices } => {
+                2 | (u64::from(milli) << 8) | (u64::from(devices) << 32)
+            }
+            crate::model::GpuRequest::Memory { mib, devices } => {
+                3 | (u64::from(mib) << 8) | (u64::from(devices) << 40)
+            }
+        };
+        Some(Self {
+            fingerprint: folded ^ gpu.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            request: task.request,
+            gpu: task.gpu,
+            constraints: task.constraints,
+        })
+    }
 }
 
 /// Why a gang is not ready to be tried.
@@ -205,9 +283,62 @@ impl Gang {
             priority: group.priority,
             preemptible: group.preemptible,
             created: group.created,
+            version: 0,
+            next_request_at_build: Resources::ZERO,
+            satisfied_at_build: false,
+            plain_pod_at_build: None,
         };
         gang.add_group(cluster, children, root, 0);
+        gang.version = gang.live_version(cluster);
+        gang.next_request_at_build = gang.next_request(cluster);
+        gang.satisfied_at_build = gang.is_satisfied(cluster);
+        gang.plain_pod_at_build = gang.plain_pod(cluster);
         gang
+    }
+
+    /// The one shape its pods share, if it is one PodGroup without sub-groups or topology whose pods
+    /// are all plain ([`PlainPod::of`]).
+    #[must_use]
+    pub fn plain_pod(&self, cluster: &Cluster) -> Option<PlainPod> {
+        if self.nodes.len() != 1 || self.nodes[0].topology.is_some() {
+            return None;
+        }
+        let mut shared: Option<PlainPod> = None;
+        for t in self.tasks() {
+            let pod = PlainPod::of(cluster, t)?;
+            if shared.is_some_and(|s| s != pod) {
+                return None;
+            }
+            shared = Some(pod);
+        }
+        shared
+    }
+
+    /// The sum of its PodGroups' versions in the model now (the no-fit memo's key: any change of a
+    /// PodGroup may change its gang's answer).
+    #[must_use]
+    pub fn live_version(&self, cluster: &Cluster) -> u64 {
+        self.groups.iter().map(|id| cluster.group(*id).version).sum()
+    }
+
+    /// What its next attempt asks for (compared across queues by fair share): its pending pods up to
+    /// its minimum, at least one.
+    #[must_use]
+    pub fn next_request(&self, cluster: &Cluster) -> Resources {
+        let active = self
+            .tasks()
+            .filter(|t| cluster.task(*t).status.is_active_allocated())
+            .count();
+        let missing = (self.required_pods(0) as usize).saturating_sub(active).max(1);
+        let mut total = Resources::ZERO;
+        for t in self
+            .tasks()
+            .filter(|t| cluster.task(*t).status == TaskStatus::Pending)
+            .take(missing)
+        {
+            total.add(&crate::framework::policy::fairness::share_request(cluster, t));
+        }
+        total
     }
 
     /// Adds a PodGroup (and its children) as a node; returns its index.
@@ -620,4 +751,66 @@ fn refused_for(cluster: &Cluster, t: TaskId) -> Option<&str> {
 /// KAI's *alive* pods: waiting, gated or placed; not being deleted and not finished.
 fn is_alive(status: TaskStatus) -> bool {
     status == TaskStatus::Pending || status == TaskStatus::Gated || status.is_active_allocated()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PlainPod;
+    use crate::framework::Session;
+    use crate::model::Resources;
+    use crate::sim::{GangSpec, Sim};
+
+    /// The shape each gang's pods shared when built, by gang name.
+    fn plain_pods(sim: &mut Sim) -> std::collections::BTreeMap<String, Option<PlainPod>> {
+        let config = sim.config.clone();
+        let ssn = Session::open(&mut sim.cluster, &config, 1_000_000);
+        ssn.gangs
+            .iter()
+            .map(|g| (g.nodes[0].name.to_string(), g.plain_pod_at_build))
+            .collect()
+    }
+
+    #[test]
+    fn like_pods_share_a_plain_shape_and_unlike_ones_do_not() {
+        let mut sim = Sim::new();
+        sim.node("n1", 64_000, 256, 8)
+            .gang(GangSpec::new("a", "default", 2).gpus(2))
+            .gang(GangSpec::new("b", "default", 1).gpus(2))
+            .gang(GangSpec::new("c", "default", 1).gpus(4))
+            .gang(GangSpec::new("d", "default", 1).gpus(2).selector("zone", "z1"))
+            .gang(GangSpec::new("running", "default", 1).gpus(2).running_on(&["n1"]));
+        let pods = plain_pods(&mut sim);
+        let (a, b, c, d) = (
+            pods["a"].unwrap(),
+            pods["b"].unwrap(),
+            pods["c"].unwrap(),
+            pods["d"].unwrap(),
+        );
+        assert_eq!(a, b, "two gangs of the same pods");
+        assert_eq!(a.fingerprint, b.fingerprint);
+        assert_ne!(a, c, "another GPU count");
+        assert_ne!(a.fingerprint, c.fingerprint);
+        assert_ne!(a, d, "a node selector");
+        assert_ne!(a.fingerprint, d.fingerprint);
+        assert_eq!(pods["running"], None, "a placed pod is not plain");
+    }
+
+    #[test]
+    fn a_fingerprint_collision_still_tells_shapes_apart() {
+        let one = PlainPod {
+            fingerprint: 7,
+            request: Resources::new(1000, 0, 1),
+            gpu: crate::model::GpuRequest::Whole(1),
+            constraints: crate::model::constraints::ConstraintsId(0),
+        };
+        let other = PlainPod {
+            request: Resources::new(2000, 0, 1),
+            ..one
+        };
+        assert_ne!(one, other);
+        let mut shapes = std::collections::HashSet::new();
+        shapes.insert(one);
+        assert!(!shapes.contains(&other));
+        assert!(shapes.contains(&one));
+    }
 }

@@ -274,6 +274,9 @@ pub struct Session<'c> {
     carried: Vec<bool>,
     /// For each gang, whether it had work at open ([`Gang::has_work`]; kept for the carry).
     work: Vec<bool>,
+    /// For each gang, whether a pod of it changed placement in this session (placed, reserved, evicted
+    /// or released, even if rolled back since): one that did not is as it was built.
+    gangs_touched: Vec<bool>,
     /// Where the last status report left off, taken by this session's report, which leaves its own.
     pub(crate) report_carry: Option<status::ReportCarry>,
     /// What fair share divided, and what it was computed for (left for the next session).
@@ -495,6 +498,7 @@ impl<'c> Session<'c> {
             reads_devices: reads,
             carried: carried_flags,
             work,
+            gangs_touched: vec![false; gangs_len],
             report_carry,
             capacity: (capacity, capacity_key),
             tasks_at_open,
@@ -546,6 +550,29 @@ impl<'c> Session<'c> {
     #[must_use]
     pub fn had_work_at_open(&self, g: usize) -> bool {
         self.work.get(g).copied().unwrap_or(true)
+    }
+
+    /// Whether gang `g` is satisfied now ([`Gang::is_satisfied`]), without counting its pods while none
+    /// of them changed in this session: a backlog's every waiting gang is asked this several times a
+    /// cycle (queue order, allocate, timeouts, status report).
+    #[must_use]
+    pub fn gang_satisfied(&self, g: usize) -> bool {
+        let gang = &self.gangs[g];
+        if self.gang_touched(g) {
+            return gang.is_satisfied(self.cluster);
+        }
+        debug_assert_eq!(
+            gang.satisfied_at_build,
+            gang.is_satisfied(self.cluster),
+            "gang {g} changed untouched"
+        );
+        gang.satisfied_at_build
+    }
+
+    /// Whether a pod of gang `g` changed placement in this session (even if rolled back since).
+    #[must_use]
+    pub fn gang_touched(&self, g: usize) -> bool {
+        self.gangs_touched.get(g).copied().unwrap_or(true)
     }
 
     /// Whether a pod of gang `g` has a share read through its node's devices.
@@ -619,6 +646,11 @@ impl<'c> Session<'c> {
         let before_node = self.nodes_of(task);
         let before_allocated = self.cluster.task(task).status.is_allocated();
         let first_change = !self.touched.contains_key(&task);
+        if let Some(g) = self.cluster.task(task).group.and_then(|g| self.gang_of.get(&g))
+            && let Some(touched) = self.gangs_touched.get_mut(*g)
+        {
+            *touched = true;
+        }
         if first_change {
             self.touched.insert(task, self.cluster.task(task).assumed.clone());
         }

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use crate::fairshare::OrderKey;
 use crate::framework::Session;
-use crate::model::{GroupKey, QueueId, Resources, TaskStatus};
+use crate::model::{GroupKey, QueueId, Resources};
 
 /// A leaf queue (dense index) and its front gang: the next gang to try under some queue.
 type Pick = Option<(u32, usize)>;
@@ -106,7 +106,7 @@ struct LastPop {
 pub fn job_key<'a>(ssn: &'a Session<'_>, gang: usize) -> (i32, u8, i64, SlashJoined<'a>) {
     let g = &ssn.gangs[gang];
     let cluster = &*ssn.cluster;
-    let elastic = if !g.is_satisfied(cluster) {
+    let elastic = if !ssn.gang_satisfied(gang) {
         0
     } else if g
         .tasks()
@@ -495,21 +495,17 @@ impl JobQueues {
 /// What a gang asks for in its next attempt: its pending pods up to its minimum (at least one).
 fn pending_request(ssn: &Session<'_>, gang: usize) -> Resources {
     let g = &ssn.gangs[gang];
-    let cluster = &*ssn.cluster;
-    let active = g
-        .tasks()
-        .filter(|t| cluster.task(*t).status.is_active_allocated())
-        .count();
-    let missing = (g.required_pods(0) as usize).saturating_sub(active).max(1);
-    let mut total = Resources::ZERO;
-    for t in g
-        .tasks()
-        .filter(|t| cluster.task(*t).status == TaskStatus::Pending)
-        .take(missing)
-    {
-        total.add(&ssn.share_request(t));
+    // Nothing placed or evicted in this session (none yet, or all rolled back): every pod is as its gang
+    // was built with (a carried gang's pods did not change since), so the request is the one kept then.
+    if ssn.checkpoint() == 0 {
+        debug_assert_eq!(
+            g.next_request_at_build,
+            g.next_request(ssn.cluster),
+            "gang {gang}'s request changed since it was built"
+        );
+        return g.next_request_at_build;
     }
-    total
+    g.next_request(ssn.cluster)
 }
 
 #[cfg(test)]

@@ -194,7 +194,7 @@ pub fn timeouts(ssn: &mut Session<'_>) {
         }
         ssn.attempt(g);
         let root = ssn.gangs[g].root;
-        let satisfied = ssn.gangs[g].is_satisfied(ssn.cluster);
+        let satisfied = ssn.gang_satisfied(g);
         let waiting = !satisfied && ssn.gangs[g].pending(ssn.cluster).next().is_some();
         // The group is written only when a value changes: a write marks it changed (`Arena::stamp`),
         // and the next session would build its gang again.
@@ -413,7 +413,11 @@ fn derived(ssn: &Session<'_>, id: GroupId, gang_index: Option<usize>) -> Derived
             let gang = &ssn.gangs[g];
             let node = gang.nodes.iter().position(|n| n.group == id).unwrap_or(0);
             (
-                gang.satisfied(cluster, node),
+                if node == 0 {
+                    ssn.gang_satisfied(g)
+                } else {
+                    gang.satisfied(cluster, node)
+                },
                 gang.root == id,
                 gang.nodes[node]
                     .children
