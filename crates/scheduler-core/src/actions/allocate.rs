@@ -164,7 +164,13 @@ impl AttemptShape {
             debug_assert_eq!(gang.plain_pod_at_build, gang.plain_pod(cluster));
             gang.plain_pod_at_build
         }?;
-        if gang.tasks().any(|t| ssn.index.rules.relevant(cluster.task(t))) {
+        // A plain pod's rules are its own (a pod that changes builds its gang again).
+        debug_assert_eq!(
+            gang.pod_rules_at_build,
+            gang.tasks()
+                .any(|t| cluster.task(t).rules != crate::model::pod_rules::PodRulesId(0))
+        );
+        if ssn.index.rules.relevant_to_any(gang.pod_rules_at_build) {
             return None;
         }
         let leaf = &gang.nodes[0];
@@ -341,10 +347,14 @@ fn blocked(ssn: &Session<'_>, g: usize) -> Option<Why> {
         let name = ssn.cluster.group(gang.root).queue_name.to_string();
         return Some(Why::Problem(crate::model::GroupProblem::QueueNotFound(name)));
     }
-    if let Err(not_ready) = gang.ready(ssn.cluster) {
+    if let Err(not_ready) = ssn.gang_ready(g) {
         return Some(Why::NotReady(not_ready));
     }
-    // A pod whose bind just failed holds its gang back until its back-off ends.
+    // A pod whose bind just failed holds its gang back until its back-off ends (a failed bind is
+    // recorded on its pod, which builds the gang again).
+    if !gang.bind_failure_at_build {
+        return None;
+    }
     let backing_off = gang
         .tasks()
         .map(|t| ssn.cluster.task(t))

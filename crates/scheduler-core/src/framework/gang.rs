@@ -67,6 +67,18 @@ pub struct Gang {
     /// The one shape its pods shared when built, if it was one PodGroup without sub-groups or topology
     /// whose pods were all plain then ([`PlainPod::of`]); allocate answers like gangs by it.
     pub plain_pod_at_build: Option<PlainPod>,
+    /// Its pods (the tree's leaves' lists, which a built gang keeps).
+    pub pod_count: usize,
+    /// Whether a pod of its own waited when built ([`Self::pending`]; the same until a pod of it
+    /// changes).
+    pub pending_at_build: bool,
+    /// Whether enough of its pods could be placed when built ([`Self::ready`]; the same until a pod of it
+    /// changes).
+    pub coverable_at_build: bool,
+    /// Whether a pod of it had a failed bind (set only as a pod changes, which builds it again).
+    pub bind_failure_at_build: bool,
+    /// Whether a pod of it has rules about other pods (set only with the pod).
+    pub pod_rules_at_build: bool,
 }
 
 /// What a plain pod asks for and where it may go, with a fingerprint of the three: a backlog's like
@@ -287,12 +299,27 @@ impl Gang {
             next_request_at_build: Resources::ZERO,
             satisfied_at_build: false,
             plain_pod_at_build: None,
+            pod_count: 0,
+            pending_at_build: false,
+            coverable_at_build: false,
+            bind_failure_at_build: false,
+            pod_rules_at_build: false,
         };
         gang.add_group(cluster, children, root, 0);
         gang.version = gang.live_version(cluster);
         gang.next_request_at_build = gang.next_request(cluster);
         gang.satisfied_at_build = gang.is_satisfied(cluster);
         gang.plain_pod_at_build = gang.plain_pod(cluster);
+        gang.pod_count = gang.tasks().count();
+        let pending = gang.pending(cluster).next().is_some();
+        gang.pending_at_build = pending;
+        gang.coverable_at_build = gang.coverable(cluster, 0);
+        let bind_failure = gang.tasks().any(|t| cluster.task(t).bind_failure.is_some());
+        gang.bind_failure_at_build = bind_failure;
+        let pod_rules = gang
+            .tasks()
+            .any(|t| cluster.task(t).rules != crate::model::pod_rules::PodRulesId(0));
+        gang.pod_rules_at_build = pod_rules;
         gang
     }
 

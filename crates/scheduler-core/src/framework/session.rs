@@ -569,6 +569,36 @@ impl<'c> Session<'c> {
         gang.satisfied_at_build
     }
 
+    /// Whether gang `g` has a pod of its own waiting ([`Gang::pending`]), without a look at its pods while
+    /// none of them changed in this session.
+    #[must_use]
+    pub fn gang_has_pending(&self, g: usize) -> bool {
+        let gang = &self.gangs[g];
+        if self.gang_touched(g) {
+            return gang.pending(self.cluster).next().is_some();
+        }
+        debug_assert_eq!(
+            gang.pending_at_build,
+            gang.pending(self.cluster).next().is_some(),
+            "gang {g} changed untouched"
+        );
+        gang.pending_at_build
+    }
+
+    /// Whether gang `g` may be tried ([`Gang::ready`]), without a look at its pods while none of them
+    /// changed in this session and it was ready when built.
+    ///
+    /// # Errors
+    /// How many pods are missing.
+    pub fn gang_ready(&self, g: usize) -> Result<(), crate::framework::gang::NotReady> {
+        let gang = &self.gangs[g];
+        if !self.gang_touched(g) && gang.coverable_at_build {
+            debug_assert!(gang.ready(self.cluster).is_ok(), "gang {g} changed untouched");
+            return Ok(());
+        }
+        gang.ready(self.cluster)
+    }
+
     /// Whether a pod of gang `g` changed placement in this session (even if rolled back since).
     #[must_use]
     pub fn gang_touched(&self, g: usize) -> bool {

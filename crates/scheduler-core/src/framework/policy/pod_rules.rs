@@ -214,6 +214,13 @@ impl RuleLookups {
         }
     }
 
+    /// Whether the answer of some pod of a set can depend on other pods: one of them has rules of its
+    /// own (`with_rules`), or some pod's anti-affinity may select it.
+    #[must_use]
+    pub fn relevant_to_any(&self, with_rules: bool) -> bool {
+        with_rules || !self.anti_terms.is_empty()
+    }
+
     /// Whether a pod's answer on a node can depend on other pods at all.
     #[must_use]
     pub fn relevant(&self, task: &Task) -> bool {

@@ -195,7 +195,7 @@ pub fn timeouts(ssn: &mut Session<'_>) {
         ssn.attempt(g);
         let root = ssn.gangs[g].root;
         let satisfied = ssn.gang_satisfied(g);
-        let waiting = !satisfied && ssn.gangs[g].pending(ssn.cluster).next().is_some();
+        let waiting = !satisfied && ssn.gang_has_pending(g);
         // The group is written only when a value changes: a write marks it changed (`Arena::stamp`),
         // and the next session would build its gang again.
         let group = ssn.cluster.group(root);
@@ -437,7 +437,7 @@ fn derived(ssn: &Session<'_>, id: GroupId, gang_index: Option<usize>) -> Derived
                 gang.is_satisfied(cluster)
             };
             debug_assert_eq!(whole_satisfied, gang.is_satisfied(cluster));
-            !whole_satisfied && gang.pending(cluster).next().is_some()
+            !whole_satisfied && ssn.gang_has_pending(g)
         });
     Derived {
         gang: gang_index.is_some(),
@@ -557,7 +557,7 @@ fn filling_and_young(ssn: &Session<'_>, id: GroupId, gang_index: Option<usize>, 
     let group = ssn.cluster.group(id);
     let filling = match gang_index {
         Some(g) => {
-            ssn.gangs[g].tasks().next().is_none()
+            ssn.gangs[g].pod_count == 0
                 || ssn.outcomes.get(&g).and_then(|o| o.why.first()).is_some_and(|w| {
                     matches!(
                         w,
