@@ -118,14 +118,7 @@ impl PlainPod {
         if !plain {
             return None;
         }
-        // The sixteen request slots, mostly zero, folded into one word (equal shapes fold alike; a
-        // rare collision costs a comparison).
-        let mut folded = u64::from(task.constraints.0);
-        for (slot, amount) in (0u32..).zip(task.request.0) {
-            folded ^= amount
-                .cast_unsigned()
-                .rotate_left(slot.wrapping_mul(5).wrapping_add(7));
-        }
+        let folded = u64::from(task.constraints.0) ^ task.request.folded();
         let gpu = match task.gpu {
             crate::model::GpuRequest::None => 0,
             crate::model::GpuRequest::Whole(n) => 1 | (u64::from(n) << 8),

@@ -108,13 +108,19 @@ impl CarriedGang {
 /// (`Arena::stamp`), and none has a share read through its node (a `gpu-memory` request, sized by the
 /// node's devices, which a pod's stamp does not cover).
 pub(crate) fn pods_unchanged_since(cluster: &Cluster, group: &crate::model::Group, since: u64) -> bool {
-    group.tasks.iter().all(|t| {
-        cluster.tasks.stamp(t.0) <= since
-            && cluster
+    pods_stamped_by(cluster, group, since)
+        && group.tasks.iter().all(|t| {
+            cluster
                 .tasks
                 .get(t.0)
                 .is_some_and(|task| !matches!(task.gpu, crate::model::GpuRequest::Memory { .. }))
-    })
+        })
+}
+
+/// Whether no pod of a PodGroup was stamped after the task arena's clock read `since` (the arena's
+/// stamps alone: no pod is read).
+pub(crate) fn pods_stamped_by(cluster: &Cluster, group: &crate::model::Group, since: u64) -> bool {
+    group.tasks.iter().all(|t| cluster.tasks.stamp(t.0) <= since)
 }
 
 /// Whether some pod of the gang has a share read through its node's devices (a `gpu-memory` request).
@@ -349,6 +355,9 @@ impl<'c> Session<'c> {
                 last.summaries.clone(),
             ),
         };
+        // The carried gangs, moved out of a carry this session owns (a clone and a drop of each gang's
+        // pointer would touch every gang's memory once more per cycle).
+        let mut owned_gangs = Arc::get_mut(&mut last).map(|own| std::mem::take(&mut own.gangs));
         let same_hierarchy = last.children == children;
         let tasks_at_open = cluster.tasks.clock();
         let mut gangs_carried = 0;
@@ -364,7 +373,8 @@ impl<'c> Session<'c> {
         let mut carried_flags = Vec::with_capacity(roots.len());
         let mut work = Vec::with_capacity(roots.len());
         for r in &roots {
-            let carried = last.gangs.get(r).zip(last.built).filter(|(c, built)| {
+            let kept = owned_gangs.as_ref().unwrap_or(&last.gangs);
+            let carried = kept.get(r).zip(last.built).filter(|(c, built)| {
                 same_hierarchy
                     && match &changed {
                         Some(changed) => {
@@ -382,12 +392,21 @@ impl<'c> Session<'c> {
                         None => c.holds(cluster, *built),
                     }
             });
-            match carried.map(|(c, _)| c) {
+            let carried = carried.is_some();
+            let taken = if carried {
+                match owned_gangs.as_mut() {
+                    Some(own) => own.remove(r),
+                    None => last.gangs.get(r).cloned(),
+                }
+            } else {
+                None
+            };
+            match taken {
                 Some(c) => {
                     gangs_carried += 1;
                     carried_flags.push(true);
-                    gangs.push(Arc::clone(&c.gang));
-                    usage.push(Arc::clone(&c.usage));
+                    gangs.push(c.gang);
+                    usage.push(c.usage);
                     reads.push(c.reads_devices);
                     work.push(c.has_work);
                 }

@@ -39,6 +39,20 @@ impl Resources {
         r
     }
 
+    /// The slots folded into one word, for a hasher to mix once rather than sixteen times (equal
+    /// vectors fold alike; a rare collision of unequal ones costs a comparison). Only for hashing in
+    /// this process: the fold may change between versions.
+    #[must_use]
+    pub fn folded(&self) -> u64 {
+        let mut folded = 0u64;
+        for (slot, amount) in (0u32..).zip(self.0) {
+            folded ^= amount
+                .cast_unsigned()
+                .rotate_left(slot.wrapping_mul(5).wrapping_add(7));
+        }
+        folded
+    }
+
     /// CPU millicores.
     #[must_use]
     pub fn cpu(&self) -> i64 {

@@ -243,11 +243,13 @@ impl Why {
             }
             Self::MinResources { needed, .. } => needed.hash(h),
             Self::NoFit(f) => {
+                // Requests folded: a backlog's every waiting gang's gist is taken each cycle its
+                // figures change.
                 (
                     f.failed_pod.is_empty(),
                     f.pods_needed,
-                    f.request_total,
-                    f.pod_request,
+                    f.request_total.folded(),
+                    f.pod_request.folded(),
                     f.scarce_slot(),
                     f.topology.is_some(),
                 )

@@ -395,10 +395,12 @@ fn check_unvisited_would_be_skipped(ssn: &Session<'_>, visit: &[bool]) {
         assert!(
             group.report_inputs != 0
                 && why_empty
-                && ssn
-                    .reports
-                    .get(&id)
-                    .is_some_and(|stamp| stamp.holds(cluster, id, derived)),
+                && ssn.reports.get(&id).is_some_and(|stamp| stamp.holds(
+                    cluster,
+                    id,
+                    derived,
+                    group_reads_devices(ssn, id)
+                )),
             "{:?}: the report skips it but its stamp does not hold",
             group.key
         );
@@ -981,10 +983,11 @@ fn report_group(ssn: &mut Session<'_>, id: GroupId, shared: &mut Shared, decisio
 /// stamps (no fingerprint to compute), else by the fingerprint, after which the stamps are taken again.
 fn inputs_unchanged(ssn: &mut Session<'_>, id: GroupId, derived: Derived) -> bool {
     let cluster = &*ssn.cluster;
+    let reads_devices = group_reads_devices(ssn, id);
     if ssn
         .reports
         .get(&id)
-        .is_some_and(|stamp| stamp.holds(cluster, id, derived))
+        .is_some_and(|stamp| stamp.holds(cluster, id, derived, reads_devices))
     {
         return true;
     }
@@ -995,6 +998,12 @@ fn inputs_unchanged(ssn: &mut Session<'_>, id: GroupId, derived: Derived) -> boo
     let stamp = ReportStamp::now(cluster, id, derived);
     ssn.reports.insert(id, stamp);
     true
+}
+
+/// Whether a pod of the group may have a share read through its node's devices (unknown, so yes, for
+/// a group outside every gang).
+fn group_reads_devices(ssn: &Session<'_>, id: GroupId) -> bool {
+    ssn.gang_of.get(&id).is_none_or(|g| ssn.gang_reads_devices(*g))
 }
 
 /// The model when a group's report inputs were last fingerprinted: the group's arena stamp, the task
@@ -1037,12 +1046,22 @@ impl ReportStamp {
         }
     }
 
-    fn holds(&self, cluster: &Cluster, id: GroupId, derived: Derived) -> bool {
+    /// Whether it still holds; `reads_devices`: whether a pod of the group may have a share read
+    /// through its node's devices (known per gang: when none may, the pods' stamps are read, not the
+    /// pods; a pod that joins or leaves stamps its group).
+    fn holds(&self, cluster: &Cluster, id: GroupId, derived: Derived, reads_devices: bool) -> bool {
         self.derived == derived
             && cluster.groups.stamp(id.0) <= self.group
             && cluster.groups.get(id.0).is_some_and(|group| {
                 Echoed::of(group) == self.echoed
-                    && crate::framework::session::pods_unchanged_since(cluster, group, self.tasks)
+                    && if reads_devices {
+                        crate::framework::session::pods_unchanged_since(cluster, group, self.tasks)
+                    } else {
+                        debug_assert!(!group.tasks.iter().any(|t| cluster.tasks.get(t.0).is_some_and(
+                            |task| matches!(task.gpu, crate::model::GpuRequest::Memory { .. })
+                        )));
+                        crate::framework::session::pods_stamped_by(cluster, group, self.tasks)
+                    }
             })
     }
 }
