@@ -390,7 +390,7 @@ pub enum Progress {
 /// Why it cannot be placed now; nothing of it is placed then.
 pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<Progress, Why> {
     let checkpoint = ssn.checkpoint();
-    let was_satisfied = ssn.gangs[g].is_satisfied(ssn.cluster);
+    let was_satisfied = ssn.gang_satisfied(g);
     // Reservations from earlier cycles are released and re-placed, preferring the same node.
     let mut nominated = HashMap::new();
     let reserved: Vec<TaskId> = ssn.gangs[g]
