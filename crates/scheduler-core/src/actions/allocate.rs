@@ -161,8 +161,7 @@ impl AttemptShape {
         let pod = if ssn.gang_touched(g) {
             gang.plain_pod(cluster)
         } else {
-            debug_assert_eq!(gang.plain_pod_at_build, gang.plain_pod(cluster));
-            gang.plain_pod_at_build
+            gang.plain_pod_as_built(cluster)
         }?;
         // A plain pod's rules are its own (a pod that changes builds its gang again).
         debug_assert_eq!(

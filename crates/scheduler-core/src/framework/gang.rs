@@ -65,16 +65,18 @@ pub struct Gang {
     /// `Session::gang_satisfied`).
     pub satisfied_at_build: bool,
     /// The one shape its pods shared when built, if it was one PodGroup without sub-groups or topology
-    /// whose pods were all plain then ([`PlainPod::of`]); allocate answers like gangs by it.
-    pub plain_pod_at_build: Option<PlainPod>,
+    /// whose pods were all plain then ([`PlainPod::of`]); allocate answers like gangs by it. Found at
+    /// the first ask while its pods are as built ([`Self::plain_pod_as_built`]): most gangs are
+    /// never asked.
+    plain_pod_at_build: std::sync::OnceLock<Option<PlainPod>>,
     /// Its pods (the tree's leaves' lists, which a built gang keeps).
     pub pod_count: usize,
     /// Whether a pod of its own waited when built ([`Self::pending`]; the same until a pod of it
     /// changes).
     pub pending_at_build: bool,
     /// Whether enough of its pods could be placed when built ([`Self::ready`]; the same until a pod of it
-    /// changes).
-    pub coverable_at_build: bool,
+    /// changes). Found at the first ask while its pods are as built ([`Self::coverable_as_built`]).
+    coverable_at_build: std::sync::OnceLock<bool>,
     /// Whether a pod of it had a failed bind (set only as a pod changes, which builds it again).
     pub bind_failure_at_build: bool,
     /// Whether a pod of it has rules about other pods (set only with the pod).
@@ -102,20 +104,24 @@ impl std::hash::Hash for PlainPod {
 }
 
 impl PlainPod {
+    /// Whether a pod is plain (see [`Self::of`]).
+    fn is_plain(task: &crate::model::Task) -> bool {
+        task.ours
+            && task.status == TaskStatus::Pending
+            && task.problem.is_none()
+            && task.bind_failure.is_none()
+            && task.claims.is_empty()
+            && task.reservation_for.is_none()
+            && task.gpu_device.is_none()
+    }
+
     /// The shape of task `t` if it is plain: ours, pending, without a problem, a failed bind, claims, a
     /// reservation or a chosen device, so that where it goes depends on the nodes alone (rules about
     /// other pods, which change with them, are checked apart).
     #[must_use]
     pub fn of(cluster: &Cluster, t: TaskId) -> Option<Self> {
         let task = cluster.task(t);
-        let plain = task.ours
-            && task.status == TaskStatus::Pending
-            && task.problem.is_none()
-            && task.bind_failure.is_none()
-            && task.claims.is_empty()
-            && task.reservation_for.is_none()
-            && task.gpu_device.is_none();
-        if !plain {
+        if !Self::is_plain(task) {
             return None;
         }
         let folded = u64::from(task.constraints.0) ^ task.request.folded();
@@ -291,29 +297,50 @@ impl Gang {
             version: 0,
             next_request_at_build: Resources::ZERO,
             satisfied_at_build: false,
-            plain_pod_at_build: None,
+            plain_pod_at_build: std::sync::OnceLock::new(),
             pod_count: 0,
             pending_at_build: false,
-            coverable_at_build: false,
+            coverable_at_build: std::sync::OnceLock::new(),
             bind_failure_at_build: false,
             pod_rules_at_build: false,
         };
         gang.add_group(cluster, children, root, 0);
         gang.version = gang.live_version(cluster);
-        gang.next_request_at_build = gang.next_request(cluster);
-        gang.satisfied_at_build = gang.is_satisfied(cluster);
-        gang.plain_pod_at_build = gang.plain_pod(cluster);
-        gang.pod_count = gang.tasks().count();
-        let pending = gang.pending(cluster).next().is_some();
+        // One pass over its pods for what is read of each alone.
+        let (mut pods, mut pending, mut bind_failure, mut pod_rules) = (0, false, false, false);
+        for t in gang.tasks() {
+            let task = cluster.task(t);
+            pods += 1;
+            pending |= task.status == TaskStatus::Pending && task.ours;
+            bind_failure |= task.bind_failure.is_some();
+            pod_rules |= task.rules != crate::model::pod_rules::PodRulesId(0);
+        }
+        gang.pod_count = pods;
         gang.pending_at_build = pending;
-        gang.coverable_at_build = gang.coverable(cluster, 0);
-        let bind_failure = gang.tasks().any(|t| cluster.task(t).bind_failure.is_some());
         gang.bind_failure_at_build = bind_failure;
-        let pod_rules = gang
-            .tasks()
-            .any(|t| cluster.task(t).rules != crate::model::pod_rules::PodRulesId(0));
         gang.pod_rules_at_build = pod_rules;
+        // Without a waiting pod it asks for nothing.
+        if pending {
+            gang.next_request_at_build = gang.next_request(cluster);
+        }
+        gang.satisfied_at_build = gang.is_satisfied(cluster);
         gang
+    }
+
+    /// [`Self::plain_pod`] as the gang was built. Only while its pods are as built (the caller knows:
+    /// `Session::gang_touched`): the first answer is kept.
+    pub fn plain_pod_as_built(&self, cluster: &Cluster) -> Option<PlainPod> {
+        let kept = *self.plain_pod_at_build.get_or_init(|| self.plain_pod(cluster));
+        debug_assert_eq!(kept, self.plain_pod(cluster), "pods changed since built");
+        kept
+    }
+
+    /// Whether enough of its pods could be placed ([`Self::ready`]) as the gang was built. Only while
+    /// its pods are as built (the caller knows: `Session::gang_touched`): the first answer is kept.
+    pub fn coverable_as_built(&self, cluster: &Cluster) -> bool {
+        let kept = *self.coverable_at_build.get_or_init(|| self.coverable(cluster, 0));
+        debug_assert_eq!(kept, self.coverable(cluster, 0), "pods changed since built");
+        kept
     }
 
     /// The one shape its pods share, if it is one PodGroup without sub-groups or topology whose pods
@@ -323,15 +350,18 @@ impl Gang {
         if self.nodes.len() != 1 || self.nodes[0].topology.is_some() {
             return None;
         }
-        let mut shared: Option<PlainPod> = None;
-        for t in self.tasks() {
-            let pod = PlainPod::of(cluster, t)?;
-            if shared.is_some_and(|s| s != pod) {
-                return None;
-            }
-            shared = Some(pod);
-        }
-        shared
+        let mut tasks = self.tasks();
+        let shared = PlainPod::of(cluster, tasks.next()?)?;
+        // The others are compared with the first as they are, not fingerprinted each.
+        tasks
+            .all(|t| {
+                let task = cluster.task(t);
+                PlainPod::is_plain(task)
+                    && task.request == shared.request
+                    && task.gpu == shared.gpu
+                    && task.constraints == shared.constraints
+            })
+            .then_some(shared)
     }
 
     /// The sum of its PodGroups' versions in the model now (the no-fit memo's key: any change of a
@@ -786,7 +816,7 @@ mod tests {
         let ssn = Session::open(&mut sim.cluster, &config, 1_000_000);
         ssn.gangs
             .iter()
-            .map(|g| (g.nodes[0].name.to_string(), g.plain_pod_at_build))
+            .map(|g| (g.nodes[0].name.to_string(), g.plain_pod_as_built(ssn.cluster)))
             .collect()
     }
 
