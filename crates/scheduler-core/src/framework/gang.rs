@@ -307,10 +307,12 @@ impl Gang {
         gang.add_group(cluster, children, root, 0);
         gang.version = gang.live_version(cluster);
         // One pass over its pods for what is read of each alone.
-        let (mut pods, mut pending, mut bind_failure, mut pod_rules) = (0, false, false, false);
+        let (mut pods, mut pending, mut any_pending) = (0, false, false);
+        let (mut bind_failure, mut pod_rules) = (false, false);
         for t in gang.tasks() {
             let task = cluster.task(t);
             pods += 1;
+            any_pending |= task.status == TaskStatus::Pending;
             pending |= task.status == TaskStatus::Pending && task.ours;
             bind_failure |= task.bind_failure.is_some();
             pod_rules |= task.rules != crate::model::pod_rules::PodRulesId(0);
@@ -319,8 +321,8 @@ impl Gang {
         gang.pending_at_build = pending;
         gang.bind_failure_at_build = bind_failure;
         gang.pod_rules_at_build = pod_rules;
-        // Without a waiting pod it asks for nothing.
-        if pending {
+        // Without a waiting pod (its own or another scheduler's) it asks for nothing.
+        if any_pending {
             gang.next_request_at_build = gang.next_request(cluster);
         }
         gang.satisfied_at_build = gang.is_satisfied(cluster);
