@@ -251,21 +251,12 @@ impl LikeFailures {
         };
         let failed = *tasks.get(usize::try_from(f.pods_placed).ok()?)?;
         let queue = ssn.gangs[g].queue?;
-        let request = *known_request.get_or_insert_with(|| {
-            let mut request = Resources::ZERO;
-            for t in tasks {
-                request.add(&ssn.share_request(*t));
-            }
-            request
-        });
-        #[cfg(debug_assertions)]
-        {
-            let mut own = Resources::ZERO;
-            for t in tasks {
-                own.add(&ssn.share_request(*t));
-            }
-            debug_assert_eq!(own, request, "gang {g} asks otherwise than its shape");
-        }
+        let request = *known_request.get_or_insert_with(|| queue_request(ssn, tasks));
+        debug_assert_eq!(
+            queue_request(ssn, tasks),
+            request,
+            "gang {g} asks otherwise than its shape"
+        );
         if let Err(gate) = ssn.fairness.gate(ssn.cluster, queue, &request, shape.preemptible) {
             return Some(Why::Queue(gate));
         }
@@ -314,6 +305,15 @@ fn check_like_failure(ssn: &mut Session<'_>, g: usize, why: &Why) {
         Some(why),
         "a like gang's reason differs from an attempt's"
     );
+}
+
+/// What placing `tasks` asks of their queue (the gate's request).
+fn queue_request(ssn: &Session<'_>, tasks: &[TaskId]) -> Resources {
+    let mut request = Resources::ZERO;
+    for t in tasks {
+        request.add(&ssn.share_request(*t));
+    }
+    request
 }
 
 /// The gang's version (kept when it was built: a PodGroup that changes builds its gang again).
@@ -415,10 +415,7 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<Progress, Why> {
         .queue
         .expect("invariant: blocked() filters gangs without a queue");
     let preemptible = gang.preemptible;
-    let mut request = Resources::ZERO;
-    for t in &tasks {
-        request.add(&ssn.share_request(*t));
-    }
+    let request = queue_request(ssn, &tasks);
     if let Err(gate) = ssn.fairness.gate(ssn.cluster, queue, &request, preemptible) {
         ssn.rollback(checkpoint);
         return Err(Why::Queue(gate));

@@ -495,9 +495,9 @@ impl JobQueues {
 /// What a gang asks for in its next attempt: its pending pods up to its minimum (at least one).
 fn pending_request(ssn: &Session<'_>, gang: usize) -> Resources {
     let g = &ssn.gangs[gang];
-    // Nothing placed or evicted in this session (none yet, or all rolled back): every pod is as its gang
-    // was built with (a carried gang's pods did not change since), so the request is the one kept then.
-    if ssn.checkpoint() == 0 {
+    // No pod of it placed, reserved or evicted in this session: its pods are as its gang was built
+    // with (a carried gang's pods did not change since), so the request is the one kept then.
+    if !ssn.gang_touched(gang) {
         debug_assert_eq!(
             g.next_request_at_build,
             g.next_request(ssn.cluster),
