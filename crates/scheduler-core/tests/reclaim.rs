@@ -2,6 +2,7 @@
 //! cycle (allocate fails, reclaim evicts, the reclaimer is reserved, then bound once victims are gone),
 //! then extra rounds to show nothing oscillates.
 
+use kai_scheduler_core::framework::decisions::EventObject;
 use kai_scheduler_core::model::TaskStatus;
 use kai_scheduler_core::sim::{GangSpec, Sim};
 
@@ -154,5 +155,52 @@ fn a_reclaimer_whose_pods_never_preempt_takes_nothing_back() {
     s.rounds(3);
     assert_eq!(s.count("small", TaskStatus::Running), 0);
     assert!(s.evicted.is_empty(), "{:?}", s.evicted);
+    stable(&mut s);
+}
+
+/// Allocate places a gang of an over-quota queue in the last free GPUs; reclaim, later in the same
+/// cycle, needs them for a queue below its share. The gang never left its pending state: no bind and
+/// no eviction is decided for it (evicting a pod that never ran would delete it for nothing), its
+/// status says what took its room, and it waits as any pending gang does.
+#[test]
+fn a_gang_placed_and_reclaimed_in_one_cycle_is_neither_bound_nor_evicted() {
+    let mut s = queues(&[("q0", 2.0, 2.0), ("q1", 6.0, 6.0)]);
+    s.node("n0", 64_000, 256, 8);
+    s.gang(train("old", "q0", 4, 0).running_on(&["n0"]));
+    s.gang(train("big", "q1", 6, 10));
+    s.gang(train("late", "q0", 4, 20));
+    let first = s.step();
+    let d = &first.decisions;
+    let names = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(
+        names(d.evictions.iter().map(|e| &*e.name).collect()),
+        names(vec!["old-0"])
+    );
+    assert!(d.binds.is_empty(), "{:?}", d.binds);
+    let late: Vec<&str> = d
+        .events
+        .iter()
+        .filter(|e| matches!(&e.object, EventObject::PodGroup { name, .. } if &**name == "late"))
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(
+        late,
+        vec![
+            "placed in this cycle, then its room was given to ns/big by reclaim; nothing was bound, and \
+             it is tried again in the next cycle"
+        ]
+    );
+    let status = d
+        .group_statuses
+        .iter()
+        .find(|g| &*g.key.name == "late")
+        .expect("late's status");
+    assert!(format!("{status:?}").contains("PlacementWithdrawn"), "{status:?}");
+    // Pending again in the model, holding nothing.
+    assert_eq!(s.count("late", TaskStatus::Pending), 1);
+    s.cluster.check_invariants().expect("model invariants");
+    s.rounds(3);
+    assert_eq!(s.count("big", TaskStatus::Running), 1);
+    assert_eq!(s.evicted, vec!["ns/old-0".to_owned()]);
     stable(&mut s);
 }

@@ -17,7 +17,7 @@
 //! lost.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -195,6 +195,8 @@ struct Replay<'a> {
     runs: Vec<Run>,
     records: Vec<JobRecord>,
     pods: HashMap<Arc<str>, usize>,
+    /// Pods bound and not yet evicted or completed, by name: what an eviction frees.
+    bound: HashSet<Arc<str>>,
     completions: BinaryHeap<Reverse<(Millis, usize, u32)>>,
     capacity: i64,
     allocated: i64,
@@ -286,6 +288,7 @@ impl<'a> Replay<'a> {
                 })
                 .collect(),
             pods: HashMap::new(),
+            bound: HashSet::new(),
             completions: BinaryHeap::new(),
             capacity,
             allocated: 0,
@@ -473,10 +476,14 @@ impl<'a> Replay<'a> {
             self.sim.remove_gang(NAMESPACE, &g);
             if self.policy.gangs() {
                 for k in 0..j.pods {
-                    self.pods.remove(format!("{g}-{k}").as_str());
+                    let pod = format!("{g}-{k}");
+                    self.pods.remove(pod.as_str());
+                    self.bound.remove(pod.as_str());
                 }
             } else {
-                self.pods.remove(format!("{g}-0").as_str());
+                let pod = format!("{g}-0");
+                self.pods.remove(pod.as_str());
+                self.bound.remove(pod.as_str());
             }
         }
         self.out.timeline.push((at, self.allocated));
@@ -502,6 +509,12 @@ impl<'a> Replay<'a> {
             let Some(&job) = self.pods.get(&e.name) else {
                 continue;
             };
+            // The core decides evictions of pods that hold a node only; one that does not frees nothing.
+            let held = self.bound.remove(&e.name);
+            debug_assert!(held, "eviction of {} which holds no node", e.name);
+            if !held {
+                continue;
+            }
             let w = self.w;
             let j = &w.jobs[job];
             self.allocated -= j.gpu_milli;
@@ -526,6 +539,7 @@ impl<'a> Replay<'a> {
             let Some(&job) = self.pods.get(&b.name) else {
                 continue;
             };
+            self.bound.insert(b.name.clone());
             let w = self.w;
             let j = &w.jobs[job];
             self.allocated += j.gpu_milli;
@@ -929,6 +943,35 @@ mod tests {
             let work = 3.0 * 8000.0 * 1_000_000.0 - 8000.0 * 950_000.0;
             let lost = s.lost_gpu_hours * metrics::GPU_HOUR;
             assert!((o.allocated_all.integral - work - lost).abs() < 1.0, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn a_job_placed_and_reclaimed_in_one_cycle_is_not_counted_as_run_or_evicted() {
+        // a (quota 4) runs `old` on one node. At 100 s `big` (b, two 6-GPU pods) and `late` (a, 8 GPUs)
+        // arrive: big fits nowhere, late takes the idle node, and reclaim, in the same cycle, needs both
+        // nodes for big. late never held its node: only old is evicted, and the GPUs counted held stay
+        // those of pods that were bound.
+        let w = workload(
+            &[("a", 4.0), ("b", 12.0)],
+            &[("a", 0, 1000, 1, 8), ("b", 100, 50, 2, 6), ("a", 100, 50, 1, 8)],
+        );
+        for policy in [Policy::GangReclaim, Policy::GangConsolidate] {
+            let (o, s) = run(&w, policy);
+            let evicted: Vec<u32> = o.jobs.iter().map(|j| j.evictions).collect();
+            assert_eq!(evicted, [1, 0, 0], "{policy:?}");
+            assert_eq!(s.pods_evicted, 1, "{policy:?}");
+            let big = o.jobs[1].first_start.expect("big started");
+            assert!(big < 200_000, "{policy:?}: {big}");
+            assert!(
+                o.jobs[2].first_start.expect("late started") >= big + 50_000,
+                "{policy:?}"
+            );
+            // Everything allocated was work done or old's first run, thrown away.
+            let work = (8.0 * 1000.0 + 12.0 * 50.0 + 8.0 * 50.0) * 1_000_000.0;
+            let lost = s.lost_gpu_hours * metrics::GPU_HOUR;
+            assert!((o.allocated_all.integral - work - lost).abs() < 1.0, "{policy:?}");
+            assert_eq!(s.finished, 3, "{policy:?}");
         }
     }
 

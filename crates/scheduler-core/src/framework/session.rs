@@ -824,11 +824,20 @@ impl<'c> Session<'c> {
         let mut decisions = Decisions::default();
         let mut touched: Vec<(TaskId, Assumed)> = self.touched.drain().collect();
         touched.sort_by_key(|(t, _)| *t);
+        let mut withdrawn = Vec::new();
         for (task, before) in touched {
             let Some(t) = self.cluster.tasks.get(task.0) else {
                 continue;
             };
-            if !same_placement(&before, &t.assumed) {
+            // Placed in this session and taken by a later action: the pod never left its pending
+            // state, so neither its bind nor an eviction (which would delete a pod that never ran) is
+            // decided, and it ends the session pending (`withdraw`).
+            let withdrawn_now = t.assumed == Assumed::Evicting
+                && before != Assumed::Evicting
+                && !matches!(before, Assumed::Binding { .. })
+                && !t.api.status.holds_node();
+            let after = if withdrawn_now { &Assumed::None } else { &t.assumed };
+            if !same_placement(&before, after) {
                 self.stats.placement_changed = true;
             }
             let group_key = t.group.map(|g| self.cluster.group(g).key.clone());
@@ -864,6 +873,10 @@ impl<'c> Session<'c> {
                         .map_or((EvictionCause::Preempt, None, String::new()), |n| {
                             (n.cause, n.for_gang, n.message)
                         });
+                    if withdrawn_now {
+                        withdrawn.push((task, cause, for_gang));
+                        continue;
+                    }
                     decisions.evictions.push(Evict {
                         uid: t.uid.clone(),
                         namespace: t.namespace.clone(),
@@ -877,6 +890,7 @@ impl<'c> Session<'c> {
                 _ => {}
             }
         }
+        self.withdraw(withdrawn);
         let mut by_reason = BTreeMap::new();
         for why in self.outcomes.values().filter_map(|o| o.why.first()) {
             *by_reason.entry(why.reason()).or_insert(0) += 1;
@@ -900,6 +914,35 @@ impl<'c> Session<'c> {
 }
 
 impl Session<'_> {
+    /// Pods placed in this session and then taken as victims by a later action (`close` decides
+    /// nothing for them): they are pending again in the model, and their gangs are not reported placed
+    /// but waiting, with what took their room.
+    fn withdraw(&mut self, withdrawn: Vec<(TaskId, EvictionCause, Option<GroupId>)>) {
+        for (task, cause, for_gang) in withdrawn {
+            // Not journaled: the session is closing, and a crash from here on restores the state the
+            // cycle started with (the first change of the task is recorded), which is the same.
+            let _ = self.cluster.set_assumed(task, Assumed::None, None);
+            let Some(g) = self
+                .cluster
+                .task(task)
+                .group
+                .and_then(|g| self.gang_of.get(&g))
+                .copied()
+            else {
+                continue;
+            };
+            let why = Why::Withdrawn {
+                cause,
+                for_gang: for_gang.map(|f| self.cluster.group(f).key.to_string()),
+            };
+            let outcome = self.outcomes.get_or_default(g);
+            outcome.placed_by = None;
+            if !outcome.why.contains(&why) {
+                outcome.why.insert(0, why);
+            }
+        }
+    }
+
     /// Leaves the gangs as built (they do not change during a session) and the report stamps for the
     /// next session.
     fn leave_carry(&mut self) {

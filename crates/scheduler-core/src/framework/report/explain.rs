@@ -7,6 +7,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::fairshare::Bound;
+use crate::framework::decisions::EvictionCause;
 use crate::framework::gang::NotReady;
 use crate::framework::policy::placement::NodeMiss;
 use crate::model::ids::WordHasher;
@@ -158,6 +159,14 @@ pub enum Why {
         /// The pool.
         node_pool: Arc<str>,
     },
+    /// Placed in this cycle, then its room was taken by a later action (reclaim for a queue below its
+    /// fair share, say): nothing was bound, and it is tried again in the next cycle.
+    Withdrawn {
+        /// The action that took the room.
+        cause: EvictionCause,
+        /// `namespace/name` of the gang the room went to, if one.
+        for_gang: Option<String>,
+    },
     /// A pod's bind failed; the gang is tried again after a back-off.
     BindFailed {
         /// `namespace/name` of the pod.
@@ -183,6 +192,7 @@ impl Why {
             Self::Pipelined => "WaitingForEvictions",
             Self::Elastic(_) => "Elastic",
             Self::BindFailed { .. } => "BindFailed",
+            Self::Withdrawn { .. } => "PlacementWithdrawn",
             Self::SchedulingBackoff { .. } => "SchedulingBackoff",
         }
     }
@@ -213,6 +223,17 @@ impl Why {
                  sets schedulingBackoff; its status keeps the reason found then. Remove that \
                  schedulingConditions entry, or move the PodGroup to another node pool, to try again"
             ),
+            Self::Withdrawn { cause, for_gang } => {
+                let cause = cause.as_str();
+                let taken = match for_gang {
+                    Some(g) => format!("its room was given to {g} by {cause}"),
+                    None => format!("it was taken back by {cause}"),
+                };
+                format!(
+                    "placed in this cycle, then {taken}; nothing was bound, and it is tried again in the \
+                     next cycle"
+                )
+            }
             Self::BindFailed { pod, reason, count } => {
                 let times = if *count > 1 {
                     format!(" ({count} times in a row)")
@@ -263,6 +284,7 @@ impl Why {
             Self::Elastic(m) => m.hash(h),
             Self::SchedulingBackoff { node_pool } => node_pool.hash(h),
             Self::BindFailed { pod, reason, count } => (pod, reason, count).hash(h),
+            Self::Withdrawn { cause, for_gang } => (cause, for_gang).hash(h),
         }
     }
 }
