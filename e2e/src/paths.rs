@@ -118,6 +118,24 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
+/// Writes a file a test hands to a component (a scheduler configuration, say) to
+/// `<target>/e2e-logs/files/<test>-<pid>/<name>`, beside the logs of the run (kept for reading after a
+/// failure, gone with `cargo clean`; never left in the system's temporary directory), and returns its
+/// path.
+///
+/// # Errors
+/// When the directory or the file cannot be written.
+pub fn test_file(test: &str, name: &str, contents: &str) -> std::io::Result<PathBuf> {
+    let dir = target_dir()
+        .join("e2e-logs")
+        .join("files")
+        .join(format!("{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(name);
+    std::fs::write(&path, contents)?;
+    Ok(path)
+}
+
 /// The generated CRDs of the project (`crds/`).
 #[must_use]
 pub fn crds_dir() -> PathBuf {

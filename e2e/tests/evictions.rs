@@ -95,12 +95,10 @@ async fn complete_pod(t: &TestEnv, name: &str) -> anyhow::Result<()> {
 /// A test environment whose scheduler evicts stale gangs after [`GRACE`], set through its configuration
 /// file as the chart passes it.
 async fn start_with_short_grace(test: &str) -> anyhow::Result<TestEnv> {
-    let dir = std::env::temp_dir().join(format!("kai-e2e-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("scheduler.yaml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = e2e::paths::test_file(
+        test,
+        "scheduler.yaml",
+        &format!(
             "plugins:\n  stalegangeviction:\n    gracePeriod: {}s\n",
             GRACE.as_secs()
         ),

@@ -30,11 +30,9 @@ async fn start(test: &str, serve: bool, extra_args: &[&str]) -> anyhow::Result<(
     workloads::build().await?;
     let t = TestEnv::start(test).await?;
     let webhook = t.register_gpu_webhook().await?;
-    let dir = std::env::temp_dir().join(format!("kai-e2e-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("scheduler.yaml");
-    std::fs::write(
-        &config,
+    let config = e2e::paths::test_file(
+        test,
+        "scheduler.yaml",
         "plugins:\n  gpusharing:\n    enabled: true\n    requireWebhook: true\n    reservationTimeout: 30s\n",
     )?;
     let config = config.to_string_lossy().into_owned();
@@ -621,10 +619,11 @@ async fn certificates_kept_by_cert_manager_are_served_and_left_alone() -> anyhow
             .patch(webhook.configuration(), &PatchParams::default(), &Patch::<()>::Json(serde_json::from_value(inject)?))
             .await?;
 
-        let config_dir = std::env::temp_dir().join(format!("kai-e2e-external-{}", std::process::id()));
-        std::fs::create_dir_all(&config_dir)?;
-        let config = config_dir.join("scheduler.yaml");
-        std::fs::write(&config, "plugins:\n  gpusharing:\n    enabled: true\n    requireWebhook: true\n")?;
+        let config = e2e::paths::test_file(
+            "external",
+            "scheduler.yaml",
+            "plugins:\n  gpusharing:\n    enabled: true\n    requireWebhook: true\n",
+        )?;
         let args = [
             "--config".to_owned(),
             config.to_string_lossy().into_owned(),

@@ -521,11 +521,9 @@ async fn a_podgroup_naming_a_missing_queue_waits_and_says_so() -> anyhow::Result
 async fn usage_record_is_stored_in_a_configmap_and_read_back_by_the_next_leader() -> anyhow::Result<()> {
     e2e::workloads::build().await?;
     let t = TestEnv::start("queues-usage").await?;
-    let dir = std::env::temp_dir().join(format!("kai-e2e-queues-usage-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("scheduler.yaml");
-    std::fs::write(
-        &config,
+    let config = e2e::paths::test_file(
+        "queues-usage",
+        "scheduler.yaml",
         "usageDBConfig:\n  clientType: scheduler\n  usageParams:\n    halfLifePeriod: 10m\n    windowSize: 1h\n",
     )?;
     let rbac = [

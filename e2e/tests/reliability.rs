@@ -720,11 +720,9 @@ async fn a_shared_gpu_bind_waiting_for_its_device_is_not_sent_after_the_lease_is
 
     build().await?;
     let t = TestEnv::start("fenced-shared-bind").await?;
-    let dir = std::env::temp_dir().join(format!("kai-e2e-fence-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("scheduler.yaml");
-    std::fs::write(
-        &config,
+    let config = e2e::paths::test_file(
+        "fence",
+        "scheduler.yaml",
         "plugins:\n  gpusharing:\n    enabled: true\n    reservationTimeout: 120s\n",
     )?;
     let config = config.to_string_lossy().into_owned();

@@ -37,11 +37,9 @@ fn seed_documents(file: &str) -> anyhow::Result<Vec<Value>> {
 /// The scheduler with GPU sharing on (the chart's `global.gpuSharing: true`), through its configuration
 /// file, as the chart passes it.
 async fn start_sharing(test: &str) -> anyhow::Result<TestEnv> {
-    let dir = std::env::temp_dir().join(format!("kai-e2e-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("scheduler.yaml");
-    std::fs::write(
-        &config,
+    let config = e2e::paths::test_file(
+        test,
+        "scheduler.yaml",
         "plugins:\n  gpusharing:\n    enabled: true\n    reservationTimeout: 30s\n",
     )?;
     let config = config.to_string_lossy().into_owned();

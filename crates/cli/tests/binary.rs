@@ -17,7 +17,8 @@ fn snapshot_file(test: &str) -> PathBuf {
         pod_group("ml", "training-job-pg", "team-a", 8, "train"),
         pods("ml", "training-job-pg", 8, 1, &[], None),
     ]);
-    let path = std::env::temp_dir().join(format!("kai-cli-{test}-{}.yaml", std::process::id()));
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kai-cli-{test}-{}.yaml", std::process::id()));
     std::fs::write(&path, yaml).expect("writing the snapshot file");
     path
 }
@@ -133,9 +134,11 @@ fn a_bad_file_is_a_clear_error() {
     );
 }
 
-/// Writes `text` to a file of this test process and returns its path.
+/// Writes `text` to a file of this test process (in Cargo's directory for tests' files, not the
+/// system's temporary one) and returns its path.
 fn temp_file(name: &str, text: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("kai-cli-{name}-{}", std::process::id()));
+    let path =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("kai-cli-{name}-{}", std::process::id()));
     std::fs::write(&path, text).expect("writing a test file");
     path
 }
