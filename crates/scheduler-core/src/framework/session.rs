@@ -915,12 +915,13 @@ impl<'c> Session<'c> {
 
 impl Session<'_> {
     /// Pods placed in this session and then taken as victims by a later action (`close` decides
-    /// nothing for them): they are pending again in the model, and their gangs are not reported placed
-    /// but waiting, with what took their room.
+    /// nothing for them): they are pending again in the model, and a gang left below its minimum is
+    /// not reported placed but waiting, with what took its room (an elastic gang that lost only pods
+    /// above its minimum stays placed).
     fn withdraw(&mut self, withdrawn: Vec<(TaskId, EvictionCause, Option<GroupId>)>) {
         for (task, cause, for_gang) in withdrawn {
-            // Not journaled: the session is closing, and a crash from here on restores the state the
-            // cycle started with (the first change of the task is recorded), which is the same.
+            // Not journaled: the session is closing, and a crash from here on restores every task's
+            // state at the start of the cycle, as for any other change (its first change is recorded).
             let _ = self.cluster.set_assumed(task, Assumed::None, None);
             let Some(g) = self
                 .cluster
@@ -931,6 +932,9 @@ impl Session<'_> {
             else {
                 continue;
             };
+            if self.gangs[g].is_satisfied(self.cluster) {
+                continue;
+            }
             let why = Why::Withdrawn {
                 cause,
                 for_gang: for_gang.map(|f| self.cluster.group(f).key.to_string()),
