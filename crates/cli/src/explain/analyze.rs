@@ -503,7 +503,7 @@ fn to_fit(
             let s = gate.shortfall();
             let text = |v: f64| amount(names, s.slot, to_raw(s.slot, v));
             let name = names.name(s.slot);
-            let queue = s.queue_name.as_str();
+            let queue = &*s.queue_name;
             let excess = s.used + s.requested - s.bound;
             let summary = match gate {
                 QueueGate::OverLimit(_) if s.requested > s.bound => format!(

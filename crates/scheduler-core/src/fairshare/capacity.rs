@@ -11,6 +11,7 @@
 //! in quota (KAI charges nothing once such a job has reached its minimum).
 
 use std::fmt;
+use std::sync::Arc;
 
 use super::tree::{Preemptibility, QueueId, QueueTree};
 use super::units::{UNLIMITED, le_tol, to_raw, to_share};
@@ -32,8 +33,8 @@ pub enum Bound {
 pub struct Shortfall {
     /// The queue whose bound is exceeded.
     pub queue: QueueId,
-    /// The queue's name, for messages.
-    pub queue_name: String,
+    /// The queue's name, for messages (shared with the queue: compared by identity first).
+    pub queue_name: Arc<str>,
     /// The resource slot.
     pub slot: usize,
     /// What the bound is.
@@ -191,7 +192,7 @@ impl QueueTree {
     ) -> Shortfall {
         Shortfall {
             queue: q,
-            queue_name: self.name(q).to_owned(),
+            queue_name: Arc::clone(&self.nodes[q.index()].name),
             slot,
             bound_kind,
             bound,

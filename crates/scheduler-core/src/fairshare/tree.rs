@@ -9,6 +9,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::FairShareConfig;
 use super::units::{BYTES_PER_MEGABYTE, ShareVec, SlotMask, UNLIMITED};
@@ -43,8 +44,9 @@ pub enum Preemptibility {
 /// [`super::units`]): quota `-1` unlimited, limit `-1` none, weight 0 takes no surplus.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QueueSpec {
-    /// Queue name (unique; jobs refer to queues by name).
-    pub name: String,
+    /// Queue name (unique; jobs refer to queues by name). Shared with the cluster model's queue, so a
+    /// reason naming the queue compares by identity from one cycle to the next.
+    pub name: Arc<str>,
     /// Parent queue name; `None` for a top-level queue.
     pub parent: Option<String>,
     /// Higher priority is served surplus first and ordered first. Default 100.
@@ -64,7 +66,7 @@ pub struct QueueSpec {
 impl QueueSpec {
     /// A top-level queue with the project's API defaults: priority 100, quota 0, no limit, weight 1.
     #[must_use]
-    pub fn new(name: impl Into<String>) -> Self {
+    pub fn new(name: impl Into<Arc<str>>) -> Self {
         Self {
             name: name.into(),
             parent: None,
@@ -114,7 +116,7 @@ impl QueueSpec {
     /// `names`; their names are returned when they cannot be tracked (no free slot, or a name that
     /// maps to pods or to a slot with its own typed field).
     pub fn from_api(
-        name: impl Into<String>,
+        name: impl Into<Arc<str>>,
         created: i64,
         uid: impl Into<String>,
         spec: &api::queue::QueueSpec,
@@ -152,7 +154,7 @@ impl QueueSpec {
     /// equal creation times.
     #[must_use]
     pub fn from_model(queue: &crate::model::queue::Queue) -> Self {
-        let mut spec = Self::new(&*queue.name).with_created(queue.created, String::new());
+        let mut spec = Self::new(Arc::clone(&queue.name)).with_created(queue.created, String::new());
         spec.parent = queue.parent_name.as_deref().map(str::to_owned);
         spec.priority = queue.priority;
         for (slot, r) in queue.resources.iter().enumerate() {
@@ -219,7 +221,7 @@ impl Accounting {
 
 #[derive(Clone, Debug)]
 pub(crate) struct QueueNode {
-    pub(crate) name: String,
+    pub(crate) name: Arc<str>,
     pub(crate) parent: Option<QueueId>,
     pub(crate) children: Vec<QueueId>,
     pub(crate) attached: bool,
@@ -277,12 +279,12 @@ impl QueueTree {
         let mut by_name = HashMap::with_capacity(specs.len());
         let mut kept: Vec<QueueSpec> = Vec::with_capacity(specs.len());
         for spec in specs {
-            if by_name.contains_key(&spec.name) {
-                problems.push(TreeProblem::DuplicateName(spec.name));
+            if by_name.contains_key(&*spec.name) {
+                problems.push(TreeProblem::DuplicateName(spec.name.to_string()));
                 continue;
             }
             let id = QueueId(u32::try_from(kept.len()).expect("invariant: fewer than 2^32 queues"));
-            by_name.insert(spec.name.clone(), id);
+            by_name.insert(spec.name.to_string(), id);
             kept.push(spec);
         }
 
@@ -300,7 +302,7 @@ impl QueueTree {
             .iter()
             .enumerate()
             .map(|(i, spec)| QueueNode {
-                name: spec.name.clone(),
+                name: Arc::clone(&spec.name),
                 parent: None,
                 children: Vec::new(),
                 attached: false,
@@ -319,7 +321,7 @@ impl QueueTree {
             match by_name.get(parent) {
                 Some(&p) => nodes[i].parent = Some(p),
                 None => problems.push(TreeProblem::UnknownParent {
-                    queue: spec.name.clone(),
+                    queue: spec.name.to_string(),
                     parent: parent.clone(),
                 }),
             }
@@ -646,7 +648,7 @@ fn cut_cycles(nodes: &mut [QueueNode], problems: &mut Vec<TreeProblem>) {
                         .position(|&w| w == i)
                         .expect("invariant: node is on the walk");
                     for &member in &walk[from..] {
-                        problems.push(TreeProblem::Cycle(nodes[member].name.clone()));
+                        problems.push(TreeProblem::Cycle(nodes[member].name.to_string()));
                         nodes[member].parent = None;
                     }
                     break;

@@ -364,12 +364,7 @@ fn queue_spec_from_model() {
     };
     let spec = QueueSpec::from_model(&model);
     assert_eq!(
-        (
-            spec.name.as_str(),
-            spec.parent.as_deref(),
-            spec.priority,
-            spec.created
-        ),
+        (&*spec.name, spec.parent.as_deref(), spec.priority, spec.created),
         ("team", Some("dept"), 7, 1_700_000_000_000)
     );
     assert_eq!(

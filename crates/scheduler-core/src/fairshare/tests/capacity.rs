@@ -52,7 +52,7 @@ fn limit_on_leaf_or_department() {
         assert_eq!(violation.reason(), "OverLimit", "{name}");
         let s = violation.shortfall();
         assert_eq!(
-            (s.queue_name.as_str(), s.slot, s.bound, s.used, s.requested),
+            (&*s.queue_name, s.slot, s.bound, s.used, s.requested),
             (blocked_at, GPU, 2.0, 2.0, 2.0),
             "{name}"
         );
@@ -110,7 +110,7 @@ fn non_preemptible_quota() {
     let s = tree
         .non_preemptible_over_quota(q0, &gpus(2.0))
         .expect("scenario 10");
-    assert_eq!((s.queue_name.as_str(), s.bound, s.requested), ("d1", 1.0, 2.0));
+    assert_eq!((&*s.queue_name, s.bound, s.requested), ("d1", 1.0, 2.0));
 }
 
 #[test]
@@ -181,7 +181,7 @@ fn cpu_limit() {
         tree.allocate(q0, &job, Preemptible);
         let s = tree.over_limit(q0, &job).expect("second job over the CPU limit");
         assert_eq!(
-            (s.queue_name.as_str(), s.slot, s.bound, s.used, s.requested),
+            (&*s.queue_name, s.slot, s.bound, s.used, s.requested),
             (at, CPU, 2500.0, 2000.0, 2000.0),
             "{name}"
         );

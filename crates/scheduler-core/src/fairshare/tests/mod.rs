@@ -38,7 +38,7 @@ fn build_with(specs: Vec<QueueSpec>, config: FairShareConfig) -> QueueTree {
         .into_iter()
         .enumerate()
         .map(|(i, s)| {
-            let uid = s.name.clone();
+            let uid = s.name.to_string();
             s.with_created(i as i64, uid)
         })
         .collect();
