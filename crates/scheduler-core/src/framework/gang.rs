@@ -649,7 +649,8 @@ impl Gang {
         }
     }
 
-    /// Pods needed to satisfy a subtree (the cheapest children for inner nodes).
+    /// Pods needed to satisfy a subtree (the cheapest children for inner nodes). Saturating: the
+    /// minimums are the user's, and a sum past `u32::MAX` is as unreachable as the maximum itself.
     #[must_use]
     pub fn required_pods(&self, node: usize) -> u32 {
         let n = &self.nodes[node];
@@ -658,7 +659,10 @@ impl Gang {
         } else {
             let mut costs: Vec<u32> = n.children.iter().map(|c| self.required_pods(*c)).collect();
             costs.sort_unstable();
-            costs.iter().take(n.min as usize).sum()
+            costs
+                .iter()
+                .take(n.min as usize)
+                .fold(0, |sum, c| sum.saturating_add(*c))
         }
     }
 
