@@ -262,7 +262,7 @@ async fn run(admin: &Client, helm: &Helm, kubeconfig: &Path, id: &str) -> anyhow
             .stderr(out)
             .spawn()
             .with_context(|| format!("starting {}", spec.binary))?;
-        let process = Process {
+        let mut process = Process {
             name: spec.component.clone(),
             child,
             log,
@@ -272,12 +272,16 @@ async fn run(admin: &Client, helm: &Helm, kubeconfig: &Path, id: &str) -> anyhow
             Duration::from_secs(60),
             || {
                 let status = http_status(port, "/readyz");
+                // The process itself says whether it ended: its log may name errors it lived through
+                // (another test's objects on this shared cluster, for one).
+                let exited = process.child.try_wait();
                 let log = process.log();
                 async move {
-                    if log.contains("Error:") {
-                        bail!("exited:\n{log}");
+                    match exited {
+                        Ok(Some(code)) => bail!("exited ({code}):\n{log}"),
+                        Ok(None) => Ok((status == Some(200)).then_some(())),
+                        Err(e) => bail!("waiting on the process: {e}\n{log}"),
                     }
-                    Ok((status == Some(200)).then_some(()))
                 }
             },
         )
