@@ -204,3 +204,29 @@ fn a_gang_placed_and_reclaimed_in_one_cycle_is_neither_bound_nor_evicted() {
     assert_eq!(s.evicted, vec!["ns/old-0".to_owned()]);
     stable(&mut s);
 }
+
+/// Two reclaimers of two queues in one pass: the second finds its victim among what the first left,
+/// not the gang the first already took (reclaim keeps its victim lists while nothing changes and lists
+/// them again after an eviction; debug builds compare every kept list with a fresh one).
+#[test]
+fn a_second_reclaimer_in_the_same_pass_takes_the_next_victim() {
+    let mut s = queues(&[("q0", 2.0, 2.0), ("q1", 1.0, 1.0), ("q2", 1.0, 1.0)]);
+    s.node("n0", 64_000, 256, 4);
+    for i in 0..4 {
+        s.gang(train(&format!("q0-{i}"), "q0", 1, i).running_on(&["n0"]));
+    }
+    s.gang(train("q1-new", "q1", 1, 10));
+    s.gang(train("q2-new", "q2", 1, 11));
+    s.round();
+    let mut evicted = s.evicted.clone();
+    evicted.sort();
+    assert_eq!(
+        evicted,
+        vec!["ns/q0-2-0".to_owned(), "ns/q0-3-0".to_owned()],
+        "the newest two of the over-served queue, one per reclaimer"
+    );
+    s.rounds(3);
+    assert_eq!(s.count("q1-new", TaskStatus::Running), 1);
+    assert_eq!(s.count("q2-new", TaskStatus::Running), 1);
+    stable(&mut s);
+}

@@ -136,7 +136,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
 /// pending pods of its own that ask alike and whose place depends on nothing but the nodes (no claims,
 /// no rules about other pods and none of theirs about it, no reservation or chosen device).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct AttemptShape {
+pub(super) struct AttemptShape {
     pod: PlainPod,
     preemptible: bool,
     pods: usize,
@@ -146,7 +146,7 @@ struct AttemptShape {
 
 impl AttemptShape {
     /// The shape of gang `g`'s next attempt, if it is plain.
-    fn of(ssn: &Session<'_>, g: usize) -> Option<Self> {
+    pub(super) fn of(ssn: &Session<'_>, g: usize) -> Option<Self> {
         let gang = &ssn.gangs[g];
         let cluster = &*ssn.cluster;
         if cluster.group(gang.root).min_resources.is_some()

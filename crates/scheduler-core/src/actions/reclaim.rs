@@ -3,8 +3,9 @@
 //! fair share, victims come from the most over-served queues first, and the chosen victims are
 //! validated against the fair-share strategies and saturation boundaries of the queue tree.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
+use super::allocate::AttemptShape;
 use super::victims::{self, Request, Unit};
 use crate::config::ActionKind;
 use crate::fairshare::ReclaimRejection;
@@ -18,7 +19,11 @@ use crate::model::{QueueId, Resources, TaskId};
 pub fn reclaim(ssn: &mut Session<'_>) {
     // Ordered only when some queue may reclaim (the usual answer on a cluster at its fair shares is no).
     let mut waiting = super::preempt::waiting_for_room(ssn);
-    if !some_queue_may_reclaim(ssn, &waiting) {
+    let least = least_requests(ssn, &waiting);
+    if !least
+        .iter()
+        .any(|(queue, bound)| ssn.fairness.can_reclaim(*queue, bound, true).is_ok())
+    {
         // Debug builds (every test) check the bound against each gang's own request.
         #[cfg(debug_assertions)]
         for &g in &waiting {
@@ -38,6 +43,13 @@ pub fn reclaim(ssn: &mut Session<'_>) {
     }
     super::preempt::in_job_order(ssn, &mut waiting);
     let mut order = JobQueues::new(ssn, waiting.into_iter(), false);
+    let mut victims = VictimLists::default();
+    // Per queue, whether its bound is refused, as of a checkpoint of the session.
+    let mut refused: (usize, BTreeMap<QueueId, bool>) = (ssn.checkpoint(), BTreeMap::new());
+    // Plain gangs whose victim search failed, by queue and shape, as of a checkpoint: a like gang of
+    // the same queue asks the same of the same candidates, and a failed search leaves the session as
+    // it found it, so it fails alike until something is evicted (debug builds search and compare).
+    let mut failed: (usize, HashSet<(QueueId, AttemptShape)>) = (ssn.checkpoint(), HashSet::new());
     while let Some(g) = order.pop(ssn) {
         ssn.attempt(g);
         if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
@@ -45,11 +57,60 @@ pub fn reclaim(ssn: &mut Session<'_>) {
         }
         let Some(queue) = ssn.gangs[g].queue else { continue };
         let preemptible = ssn.gangs[g].preemptible;
+        // A queue whose bound is refused refuses each of its gangs (their requests ask at least the
+        // bound): they are passed over without working out their requests.
+        if refused.0 != ssn.checkpoint() {
+            refused = (ssn.checkpoint(), BTreeMap::new());
+        }
+        let bound_refused = *refused.1.entry(queue).or_insert_with(|| {
+            least
+                .get(&queue)
+                .is_none_or(|bound| ssn.fairness.can_reclaim(queue, bound, true).is_err())
+        });
+        if bound_refused {
+            debug_assert!(
+                ssn.fairness
+                    .can_reclaim(queue, &pending_request(ssn, g), preemptible)
+                    .is_err(),
+                "gang {g} could reclaim though its queue's bound could not"
+            );
+            continue;
+        }
         let request = pending_request(ssn, g);
         if ssn.fairness.can_reclaim(queue, &request, preemptible).is_err() {
             continue;
         }
-        let candidates = candidates(ssn, g, queue, &request, preemptible);
+        if failed.0 != ssn.checkpoint() {
+            failed = (ssn.checkpoint(), HashSet::new());
+        }
+        let like = AttemptShape::of(ssn, g).map(|shape| (queue, shape));
+        if like.as_ref().is_some_and(|like| failed.1.contains(like)) {
+            #[cfg(debug_assertions)]
+            {
+                let at = ssn.checkpoint();
+                let candidates = victims.candidates(ssn, queue, &request, preemptible);
+                let baseline = ssn.fairness.snapshot();
+                let validate = |ssn: &Session<'_>, units: &[Unit]| -> Result<(), ReclaimRejection> {
+                    ssn.fairness.validate_reclaim(
+                        &baseline,
+                        queue,
+                        &request,
+                        preemptible,
+                        &chunks(ssn, units),
+                    )
+                };
+                let message = |_: &Session<'_>, _: &Unit| String::new();
+                let search =
+                    Request::new(g, candidates, EvictionCause::Reclaim, &message).validated_by(&validate);
+                assert!(
+                    victims::solve(ssn, &search).is_err(),
+                    "gang {g} found victims where a like gang of its queue found none"
+                );
+                assert_eq!(ssn.checkpoint(), at, "a failed victim search changed the session");
+            }
+            continue;
+        }
+        let candidates = victims.candidates(ssn, queue, &request, preemptible);
         if candidates.is_empty() {
             continue;
         }
@@ -66,19 +127,21 @@ pub fn reclaim(ssn: &mut Session<'_>) {
         if victims::solve(ssn, &request).is_ok() {
             ssn.mark_placed(g, ActionKind::Reclaim);
             ssn.explain(g, Why::Pipelined);
+        } else if let Some(like) = like {
+            failed.1.insert(like);
         }
     }
 }
 
-/// Whether some waiting gang could pass its queue's `can_reclaim` check, judged per queue with a lower
-/// bound of every request its gangs could make: the smallest share, slot by slot, of a pod any of them
-/// could place (nothing, for a gang with no such pod). The check only fails more as a request grows
-/// (allocated + request against the fair share, and for non-preemptible work against the quota too, on
-/// every slot), and reads only the reclaimer's queue, whose accounting nothing changes until some
-/// gang passes it. So when no queue passes with its bound, every gang of the pass below would be
-/// refused, and the pass is skipped: on a cluster where every queue holds its fair share, a backlog
-/// costs one look per pod instead of an ordered pass that works out each gang's request.
-fn some_queue_may_reclaim(ssn: &Session<'_>, waiting: &[usize]) -> bool {
+/// Per queue of the waiting gangs, a lower bound of every request its gangs could make in this pass:
+/// the smallest share, slot by slot, of a pod any of them could place (nothing, for a gang with no such
+/// pod). `can_reclaim` only fails more as a request grows (allocated + request against the fair share,
+/// and for non-preemptible work against the quota too, on every slot), and reads only the reclaimer's
+/// queue. So when no queue passes with its bound, every gang of the pass would be refused and the pass
+/// is skipped (on a cluster where every queue holds its fair share, a backlog costs one look per pod
+/// instead of an ordered pass that works out each gang's request); in the pass, a gang whose queue's
+/// bound is refused at that point is passed over.
+fn least_requests(ssn: &Session<'_>, waiting: &[usize]) -> BTreeMap<QueueId, Resources> {
     let cluster = &*ssn.cluster;
     let mut least: BTreeMap<QueueId, Resources> = BTreeMap::new();
     for &g in waiting {
@@ -102,8 +165,6 @@ fn some_queue_may_reclaim(ssn: &Session<'_>, waiting: &[usize]) -> bool {
             .or_insert(bound);
     }
     least
-        .iter()
-        .any(|(queue, bound)| ssn.fairness.can_reclaim(*queue, bound, true).is_ok())
 }
 
 /// What the gang asks for in this attempt (its shortfall), in queue-share terms.
@@ -117,40 +178,137 @@ fn pending_request(ssn: &Session<'_>, g: usize) -> Resources {
     r
 }
 
-/// Victim units from other queues, the most over-served queue first; inside a queue the lowest
-/// priority and newest gang first.
-fn candidates(
+/// Each queue's possible victims for this pass, in victim order, kept while the session is as it was
+/// when they were listed: most reclaimers find no acceptable victims and leave the session as they
+/// found it, so the gangs are listed once per change, not once per reclaimer (a backlog of reclaimers
+/// over every gang's pods was quadratic).
+#[derive(Default)]
+struct VictimLists {
+    /// The session's checkpoint when listed (its journal only grows, or rolls back to an earlier
+    /// length with everything after undone).
+    at: Option<usize>,
+    /// Per queue, its preemptible gangs with a placed pod, lowest priority and newest first.
+    gangs: BTreeMap<QueueId, Vec<usize>>,
+    /// Per queue, those gangs' units, made when some reclaimer may take from the queue (the minimum
+    /// runtime that protects one wakes the session then, as it would have at that reclaimer).
+    units: BTreeMap<QueueId, VecDeque<Unit>>,
+    /// The interleaved candidates, by the queues a reclaimer may take from (the order reads the
+    /// queues' accounting, which changes only with the session).
+    interleaved: std::collections::HashMap<Vec<QueueId>, Vec<Unit>>,
+}
+
+impl VictimLists {
+    /// Victim units from other queues than `queue`, the most over-served queue first; inside a queue
+    /// the lowest priority and newest gang first.
+    fn candidates(
+        &mut self,
+        ssn: &Session<'_>,
+        queue: QueueId,
+        request: &Resources,
+        preemptible: bool,
+    ) -> Vec<Unit> {
+        if self.at != Some(ssn.checkpoint()) {
+            self.list(ssn);
+        }
+        let from: Vec<QueueId> = self
+            .gangs
+            .keys()
+            .copied()
+            .filter(|&vq| vq != queue && ssn.fairness.may_reclaim_from(queue, request, preemptible, vq))
+            .collect();
+        let out = match self.interleaved.get(&from) {
+            Some(out) => out.clone(),
+            None => {
+                let mut lists: Vec<(QueueId, VecDeque<Unit>, Resources)> = Vec::new();
+                for &vq in &from {
+                    let gangs = self.gangs.get(&vq).map_or(&[][..], Vec::as_slice);
+                    let units = self.units.entry(vq).or_insert_with(|| {
+                        let mut units = VecDeque::new();
+                        for &v in gangs {
+                            let protected = victims::protected_by_min_runtime(ssn, v, true);
+                            units.extend(victims::units_of(ssn, v, !protected));
+                        }
+                        units
+                    });
+                    lists.push((vq, units.clone(), Resources::ZERO));
+                }
+                let out = interleave(ssn, lists);
+                self.interleaved.insert(from, out.clone());
+                out
+            }
+        };
+        #[cfg(debug_assertions)]
+        {
+            let fresh = listed_afresh(ssn, queue, request, preemptible)
+                .into_iter()
+                .map(|(q, units)| (q, units, Resources::ZERO))
+                .collect();
+            assert_eq!(
+                out,
+                interleave(ssn, fresh),
+                "kept victim candidates differ from candidates made afresh"
+            );
+        }
+        out
+    }
+
+    /// Lists every queue's possible victims again.
+    fn list(&mut self, ssn: &Session<'_>) {
+        self.gangs.clear();
+        self.units.clear();
+        self.interleaved.clear();
+        for v in 0..ssn.gangs.len() {
+            let h = &ssn.gangs[v];
+            let Some(vq) = h.queue else { continue };
+            if h.preemptible && super::preempt::has_placed_pod(ssn, v) {
+                self.gangs.entry(vq).or_default().push(v);
+            }
+        }
+        for gangs in self.gangs.values_mut() {
+            gangs.sort_by_key(|v| (ssn.gangs[*v].priority, -ssn.gangs[*v].created));
+        }
+        self.at = Some(ssn.checkpoint());
+    }
+}
+
+/// The victim lists [`VictimLists`] keeps, made from the session as it is (debug builds compare).
+#[cfg(debug_assertions)]
+fn listed_afresh(
     ssn: &Session<'_>,
-    g: usize,
     queue: QueueId,
     request: &Resources,
     preemptible: bool,
-) -> Vec<Unit> {
+) -> Vec<(QueueId, VecDeque<Unit>)> {
     let mut by_queue: BTreeMap<QueueId, Vec<usize>> = BTreeMap::new();
     for v in 0..ssn.gangs.len() {
         let h = &ssn.gangs[v];
         let Some(vq) = h.queue else { continue };
-        if v == g || vq == queue || !h.preemptible || !super::preempt::has_placed_pod(ssn, v) {
+        if vq == queue || !h.preemptible || !super::preempt::has_placed_pod(ssn, v) {
             continue;
         }
-        if !ssn.fairness.may_reclaim_from(queue, request, preemptible, vq) {
-            continue;
+        if ssn.fairness.may_reclaim_from(queue, request, preemptible, vq) {
+            by_queue.entry(vq).or_default().push(v);
         }
-        by_queue.entry(vq).or_default().push(v);
     }
-    // Per queue: its units, lowest priority and newest gang first.
-    let mut lists: Vec<(QueueId, VecDeque<Unit>, Resources)> = Vec::new();
-    for (q, mut gangs) in by_queue {
-        gangs.sort_by_key(|v| (ssn.gangs[*v].priority, -ssn.gangs[*v].created));
-        let mut units = VecDeque::new();
-        for v in gangs {
-            let protected = victims::protected_by_min_runtime(ssn, v, true);
-            units.extend(victims::units_of(ssn, v, !protected));
-        }
-        lists.push((q, units, Resources::ZERO));
-    }
-    // Interleave queues as KAI's victim order does: the most over-served queue gives next, with
-    // what it already gave (and its next unit) taken off its allocation before comparing.
+    by_queue
+        .into_iter()
+        .map(|(q, mut gangs)| {
+            gangs.sort_by_key(|v| (ssn.gangs[*v].priority, -ssn.gangs[*v].created));
+            let units = gangs
+                .into_iter()
+                .flat_map(|v| {
+                    let protected = victims::min_runtime_end(ssn, v, true).is_some();
+                    victims::units_of(ssn, v, !protected)
+                })
+                .collect();
+            (q, units)
+        })
+        .collect()
+}
+
+/// Interleaves the queues' units as KAI's victim order does: the most over-served queue gives next,
+/// with what it already gave (and its next unit) taken off its allocation before comparing.
+fn interleave(ssn: &Session<'_>, mut lists: Vec<(QueueId, VecDeque<Unit>, Resources)>) -> Vec<Unit> {
     let mut out = Vec::new();
     loop {
         let mut best: Option<(usize, Resources)> = None;
