@@ -25,6 +25,7 @@ pub mod audit;
 pub mod memory;
 pub mod pipeline;
 pub mod server_load;
+pub mod write_cost;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -24,6 +24,9 @@ pub(crate) enum Mode {
     Pipeline,
     /// The scheduler's peak memory on a generated cluster served by a fake API server.
     Memory,
+    /// The API server's CPU per write of each kind the pipeline makes (pod, PodGroup, status, binding,
+    /// event), against the local control plane with nothing else of the run's running.
+    WriteCost,
 }
 
 /// Options of `cargo xtask bench`.
@@ -33,7 +36,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_enum, default_value_t = Mode::PreCreated)]
     mode: Mode,
     /// Pods per workload (pre-created: A 1-pod groups, B gangs of 8; pipeline: each workload; memory:
-    /// pending pods in gangs of 8; rounded down to a multiple of 8). [default: 3,000; memory: 50,000]
+    /// pending pods in gangs of 8; write-cost: writes of each kind; rounded down to a multiple of 8).
+    /// [default: 3,000; memory: 50,000; write-cost: 2,000]
     #[arg(long)]
     pods: Option<usize>,
     /// Fake nodes per run (8 GPUs each). [default: 100; memory: 5,000]
@@ -42,6 +46,9 @@ pub(crate) struct BenchArgs {
     /// Binds in flight tried for the raw reference, comma-separated (the best rate is the reference).
     #[arg(long, value_delimiter = ',', default_value = "32,64")]
     raw_concurrency: Vec<usize>,
+    /// Writes in flight (write-cost).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
     /// Pipeline workloads to run for kai, comma-separated: plain, deployments, jobs.
     #[arg(long, value_delimiter = ',', default_value = "plain,deployments,jobs")]
     workloads: Vec<String>,
@@ -59,6 +66,7 @@ pub(crate) struct BenchArgs {
 pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let (default_pods, default_nodes) = match args.mode {
         Mode::Memory => (50_000, 5_000),
+        Mode::WriteCost => (2_000, 1),
         Mode::PreCreated | Mode::Pipeline => (3_000, 100),
     };
     let pods = args.pods.unwrap_or(default_pods);
@@ -67,12 +75,15 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if pods == 0 || nodes == 0 || args.raw_concurrency.is_empty() {
         bail!("--pods must be at least 8, --nodes and --raw-concurrency non-empty");
     }
+    if args.mode == Mode::WriteCost {
+        return write_cost(pods, args.concurrency);
+    }
     let release = args
         .bin_dir
         .clone()
         .unwrap_or_else(|| e2e::paths::target_dir().join("release"));
     let bins: &[&str] = match args.mode {
-        Mode::PreCreated | Mode::Memory => &["kai-scheduler"],
+        Mode::PreCreated | Mode::Memory | Mode::WriteCost => &["kai-scheduler"],
         Mode::Pipeline => &["kai-scheduler", "kai-podgrouper"],
     };
     if !args.no_build && args.bin_dir.is_none() {
@@ -117,6 +128,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     );
     let failures = match args.mode {
         Mode::Memory => return memory(&release.join("kai-scheduler"), nodes, pods),
+        Mode::WriteCost => return write_cost(pods, args.concurrency),
         Mode::PreCreated => {
             let options = e2e::bench::Options {
                 pods,
@@ -178,6 +190,20 @@ fn memory(scheduler: &std::path::Path, nodes: usize, pods: usize) -> anyhow::Res
         load_average()
     );
     print!("{}", e2e::bench::memory::table(&report));
+    Ok(())
+}
+
+/// `--mode write-cost`: no component runs, only writes against the local control plane.
+fn write_cost(writes: usize, concurrency: usize) -> anyhow::Result<()> {
+    let load_before = load_average();
+    let options = e2e::bench::write_cost::Options { writes, concurrency };
+    let costs = crate::async_runtime()?.block_on(e2e::bench::write_cost::run(&options))?;
+    println!(
+        "\n{} cores on this machine; load average before: {load_before}, after: {}",
+        std::thread::available_parallelism().map_or(0, usize::from),
+        load_average()
+    );
+    print!("{}", e2e::bench::write_cost::table(&costs, &options));
     Ok(())
 }
 
