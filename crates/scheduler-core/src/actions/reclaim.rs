@@ -44,12 +44,12 @@ pub fn reclaim(ssn: &mut Session<'_>) {
     super::preempt::in_job_order(ssn, &mut waiting);
     let mut order = JobQueues::new(ssn, waiting.into_iter(), false);
     let mut victims = VictimLists::default();
-    // Per queue, whether its bound is refused, as of a checkpoint of the session.
-    let mut refused: (usize, BTreeMap<QueueId, bool>) = (ssn.checkpoint(), BTreeMap::new());
-    // Plain gangs whose victim search failed, by queue and shape, as of a checkpoint: a like gang of
-    // the same queue asks the same of the same candidates, and a failed search leaves the session as
-    // it found it, so it fails alike until something is evicted (debug builds search and compare).
-    let mut failed: (usize, HashSet<(QueueId, AttemptShape)>) = (ssn.checkpoint(), HashSet::new());
+    // Per queue, whether its bound is refused.
+    let mut refused: UntilEviction<BTreeMap<QueueId, bool>> = UntilEviction::new(ssn);
+    // Plain gangs whose victim search failed, by queue and shape: a like gang of the same queue asks
+    // the same of the same candidates, and a failed search leaves the session as it found it, so it
+    // fails alike until something is evicted (debug builds search and compare).
+    let mut failed: UntilEviction<HashSet<(QueueId, AttemptShape)>> = UntilEviction::new(ssn);
     while let Some(g) = order.pop(ssn) {
         ssn.attempt(g);
         if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
@@ -59,10 +59,7 @@ pub fn reclaim(ssn: &mut Session<'_>) {
         let preemptible = ssn.gangs[g].preemptible;
         // A queue whose bound is refused refuses each of its gangs (their requests ask at least the
         // bound): they are passed over without working out their requests.
-        if refused.0 != ssn.checkpoint() {
-            refused = (ssn.checkpoint(), BTreeMap::new());
-        }
-        let bound_refused = *refused.1.entry(queue).or_insert_with(|| {
+        let bound_refused = *refused.current(ssn).entry(queue).or_insert_with(|| {
             least
                 .get(&queue)
                 .is_none_or(|bound| ssn.fairness.can_reclaim(queue, bound, true).is_err())
@@ -80,30 +77,20 @@ pub fn reclaim(ssn: &mut Session<'_>) {
         if ssn.fairness.can_reclaim(queue, &request, preemptible).is_err() {
             continue;
         }
-        if failed.0 != ssn.checkpoint() {
-            failed = (ssn.checkpoint(), HashSet::new());
-        }
         let like = AttemptShape::of(ssn, g).map(|shape| (queue, shape));
-        if like.as_ref().is_some_and(|like| failed.1.contains(like)) {
+        if like
+            .as_ref()
+            .is_some_and(|like| failed.current(ssn).contains(like))
+        {
             #[cfg(debug_assertions)]
             {
                 let at = ssn.checkpoint();
                 let candidates = victims.candidates(ssn, queue, &request, preemptible);
-                let baseline = ssn.fairness.snapshot();
-                let validate = |ssn: &Session<'_>, units: &[Unit]| -> Result<(), ReclaimRejection> {
-                    ssn.fairness.validate_reclaim(
-                        &baseline,
-                        queue,
-                        &request,
-                        preemptible,
-                        &chunks(ssn, units),
-                    )
-                };
-                let message = |_: &Session<'_>, _: &Unit| String::new();
-                let search =
-                    Request::new(g, candidates, EvictionCause::Reclaim, &message).validated_by(&validate);
+                let found = search(ssn, g, queue, &request, preemptible, candidates, &|_, _| {
+                    String::new()
+                });
                 assert!(
-                    victims::solve(ssn, &search).is_err(),
+                    !found,
                     "gang {g} found victims where a like gang of its queue found none"
                 );
                 assert_eq!(ssn.checkpoint(), at, "a failed victim search changed the session");
@@ -114,22 +101,61 @@ pub fn reclaim(ssn: &mut Session<'_>) {
         if candidates.is_empty() {
             continue;
         }
-        let baseline = ssn.fairness.snapshot();
         let reclaimer = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
         let reclaimed_by = reclaim_message(ssn, queue, &reclaimer);
-        let validate = |ssn: &Session<'_>, units: &[Unit]| -> Result<(), ReclaimRejection> {
-            let chunks = chunks(ssn, units);
-            ssn.fairness
-                .validate_reclaim(&baseline, queue, &request, preemptible, &chunks)
-        };
         let message = |ssn: &Session<'_>, u: &Unit| victim_message(ssn, u, &reclaimed_by);
-        let request = Request::new(g, candidates, EvictionCause::Reclaim, &message).validated_by(&validate);
-        if victims::solve(ssn, &request).is_ok() {
+        if search(ssn, g, queue, &request, preemptible, candidates, &message) {
             ssn.mark_placed(g, ActionKind::Reclaim);
             ssn.explain(g, Why::Pipelined);
         } else if let Some(like) = like {
-            failed.1.insert(like);
+            failed.current(ssn).insert(like);
         }
+    }
+}
+
+/// Searches `candidates` for victims whose eviction lets gang `g` of `queue` place `request`, within
+/// the fair-share rules as the session stands; evicts them when found. Whether it found them.
+fn search(
+    ssn: &mut Session<'_>,
+    g: usize,
+    queue: QueueId,
+    request: &Resources,
+    preemptible: bool,
+    candidates: Vec<Unit>,
+    message: victims::EvictionMessage<'_>,
+) -> bool {
+    let baseline = ssn.fairness.snapshot();
+    let validate = |ssn: &Session<'_>, units: &[Unit]| -> Result<(), ReclaimRejection> {
+        ssn.fairness
+            .validate_reclaim(&baseline, queue, request, preemptible, &chunks(ssn, units))
+    };
+    let request = Request::new(g, candidates, EvictionCause::Reclaim, message).validated_by(&validate);
+    victims::solve(ssn, &request).is_ok()
+}
+
+/// What reclaim's pass works out that only an eviction changes: kept while the session's checkpoint is
+/// the one it was made at (the journal only grows, or rolls back with everything after undone), made
+/// afresh after.
+struct UntilEviction<T> {
+    at: usize,
+    value: T,
+}
+
+impl<T: Default> UntilEviction<T> {
+    fn new(ssn: &Session<'_>) -> Self {
+        Self {
+            at: ssn.checkpoint(),
+            value: T::default(),
+        }
+    }
+
+    /// The value, emptied first if the session moved since it was made.
+    fn current(&mut self, ssn: &Session<'_>) -> &mut T {
+        if self.at != ssn.checkpoint() {
+            self.at = ssn.checkpoint();
+            self.value = T::default();
+        }
+        &mut self.value
     }
 }
 
