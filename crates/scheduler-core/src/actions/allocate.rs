@@ -197,6 +197,9 @@ struct LikeFailures {
         (Why, Option<Resources>),
         std::hash::BuildHasherDefault<crate::model::ids::WordHasher>,
     >,
+    /// The shape answered last, and its reason and request: a backlog's like gangs come in runs, and a
+    /// run's gangs compare with it instead of being hashed and looked up.
+    last: Option<(AttemptShape, Why, Option<Resources>)>,
 }
 
 impl LikeFailures {
@@ -208,6 +211,7 @@ impl LikeFailures {
     /// Something was placed (or reserved): every reason so far may be out of date.
     fn placed(&mut self) {
         self.by_shape.clear();
+        self.last = None;
     }
 
     /// Records why a gang of `shape` failed, if its pods found no place (a queue rule is the gang's own).
@@ -216,6 +220,7 @@ impl LikeFailures {
             && f.failed_task.is_some()
             && f.topology.is_none()
         {
+            self.last = None;
             self.by_shape.insert(shape, (why.clone(), None));
         }
     }
@@ -224,7 +229,11 @@ impl LikeFailures {
     /// its own queue's rule if one stops it (checked first, as an attempt does), else the same reason,
     /// naming its own pod.
     fn answer(&mut self, ssn: &Session<'_>, g: usize, shape: &AttemptShape) -> Option<Why> {
-        let (Why::NoFit(f), known_request) = self.by_shape.get_mut(shape)? else {
+        if self.last.as_ref().is_none_or(|(last, _, _)| last != shape) {
+            let (why, request) = self.by_shape.get(shape)?;
+            self.last = Some((shape.clone(), why.clone(), *request));
+        }
+        let (_, Why::NoFit(f), known_request) = self.last.as_mut()? else {
             return None;
         };
         let cluster = &*ssn.cluster;

@@ -200,14 +200,30 @@ impl std::fmt::Display for NotReady {
 /// Index of PodGroups by (kind, namespace, parentPodGroup), built once per session.
 pub type ChildIndex = HashMap<GroupKey, Vec<GroupId>>;
 
+/// A problem of a group's place in the hierarchy (set by [`index_hierarchy`] alone).
+fn hierarchy_problem(p: &GroupProblem) -> bool {
+    matches!(p, GroupProblem::ParentNotFound(_) | GroupProblem::Cycle(_))
+}
+
+/// Whether a group names a parent.
+fn names_parent(group: &crate::model::Group) -> bool {
+    group.parent_name.as_ref().is_some_and(|p| !p.is_empty())
+}
+
+/// The order of the roots: older first, then by key.
+fn root_order(cluster: &Cluster, a: GroupId, b: GroupId) -> std::cmp::Ordering {
+    let (a, b) = (cluster.group(a), cluster.group(b));
+    a.created.cmp(&b.created).then_with(|| a.key.cmp(&b.key))
+}
+
 /// Builds the child index and records `ParentNotFound`/`Cycle` problems on groups whose
-/// `parentPodGroup` chain is broken. Returns the index and the root gangs' ids.
-pub fn index_hierarchy(cluster: &mut Cluster) -> (ChildIndex, Vec<GroupId>) {
+/// `parentPodGroup` chain is broken. Returns the index, the root gangs' ids and whether the hierarchy
+/// is flat (no group names a parent: every group is a root, none has a hierarchy problem).
+pub fn index_hierarchy(cluster: &mut Cluster) -> (ChildIndex, Vec<GroupId>, bool) {
     let mut children: ChildIndex = HashMap::new();
     let mut roots = Vec::new();
     let ids: Vec<GroupId> = cluster.groups.iter().map(|(i, _)| GroupId(i)).collect();
-    let hierarchy_problem =
-        |p: &GroupProblem| matches!(p, GroupProblem::ParentNotFound(_) | GroupProblem::Cycle(_));
+    let mut flat = true;
     for id in &ids {
         // Only groups that carry one are written: a write marks the group changed (`Arena::stamp`),
         // and the next session would build its gang again.
@@ -221,6 +237,7 @@ pub fn index_hierarchy(cluster: &mut Cluster) -> (ChildIndex, Vec<GroupId>) {
             roots.push(*id);
             continue;
         };
+        flat = false;
         let parent_key = GroupKey {
             kind: GroupKind::Kai,
             namespace: group.key.namespace.clone(),
@@ -273,11 +290,49 @@ pub fn index_hierarchy(cluster: &mut Cluster) -> (ChildIndex, Vec<GroupId>) {
     for list in children.values_mut() {
         list.sort_by(|a, b| cluster.group(*a).key.name.cmp(&cluster.group(*b).key.name));
     }
-    roots.sort_by(|a, b| {
-        let (a, b) = (cluster.group(*a), cluster.group(*b));
-        a.created.cmp(&b.created).then_with(|| a.key.cmp(&b.key))
-    });
-    (children, roots)
+    roots.sort_by(|a, b| root_order(cluster, *a, *b));
+    (children, roots, flat)
+}
+
+/// The roots [`index_hierarchy`] would find in a flat hierarchy, from those of the last session, which
+/// found it flat (`last`, in root order), and the group arena's change log since that session's clock
+/// `since`: an unchanged group keeps its place, a changed one is placed again (a churn cycle sorts its
+/// new groups, not every group). `None` (index it all) when the log no longer reaches back, or a
+/// changed group names a parent or carries a hierarchy problem.
+#[must_use]
+pub fn roots_of_flat(cluster: &Cluster, last: &[GroupId], since: u64) -> Option<Vec<GroupId>> {
+    let changed = cluster.groups.changed_since(since)?;
+    let mut seen = vec![false; cluster.groups.capacity()];
+    let mut fresh = Vec::new();
+    for &slot in changed {
+        let Some(mark) = seen.get_mut(slot as usize) else {
+            continue;
+        };
+        if std::mem::replace(mark, true) {
+            continue;
+        }
+        if let Some(group) = cluster.groups.get(slot) {
+            if names_parent(group) || group.problems.iter().any(hierarchy_problem) {
+                return None;
+            }
+            fresh.push(GroupId(slot));
+        }
+    }
+    fresh.sort_by(|a, b| root_order(cluster, *a, *b));
+    let mut kept = last
+        .iter()
+        .copied()
+        .filter(|id| !seen.get(id.index()).copied().unwrap_or(true))
+        .peekable();
+    let mut roots = Vec::with_capacity(last.len() + fresh.len());
+    for id in fresh {
+        while let Some(k) = kept.next_if(|k| root_order(cluster, *k, id).is_lt()) {
+            roots.push(k);
+        }
+        roots.push(id);
+    }
+    roots.extend(kept);
+    Some(roots)
 }
 
 impl Gang {
@@ -849,6 +904,43 @@ mod tests {
         assert_ne!(a, d, "a node selector");
         assert_ne!(a.fingerprint, d.fingerprint);
         assert_eq!(pods["running"], None, "a placed pod is not plain");
+    }
+
+    /// The groups' names in the order given.
+    fn names(sim: &Sim, ids: &[crate::model::GroupId]) -> Vec<String> {
+        ids.iter()
+            .map(|id| sim.cluster.group(*id).key.name.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_flat_hierarchy_s_roots_are_kept_and_only_changed_groups_placed_again() {
+        let mut sim = Sim::new();
+        sim.node("n1", 64_000, 256, 8)
+            .gang(GangSpec::new("a", "default", 1).created(10))
+            .gang(GangSpec::new("b", "default", 1).created(30))
+            .gang(GangSpec::new("c", "default", 1).created(20));
+        let (children, roots, flat) = super::index_hierarchy(&mut sim.cluster);
+        assert!(children.is_empty() && flat);
+        assert_eq!(names(&sim, &roots), ["a", "c", "b"], "older first");
+        let since = sim.cluster.groups.clock();
+        // A group older than two kept ones arrives, and one goes.
+        sim.gang(GangSpec::new("d", "default", 1).created(15));
+        let b = sim.cluster.group(roots[2]).key.clone();
+        sim.cluster.remove_group(&b);
+        let kept = super::roots_of_flat(&sim.cluster, &roots, since).expect("the log reaches back");
+        assert_eq!(names(&sim, &kept), ["a", "d", "c"]);
+        let (_, full, flat) = super::index_hierarchy(&mut sim.cluster);
+        assert_eq!(kept, full);
+        assert!(flat);
+        // A changed group that names a parent: the hierarchy is indexed in full.
+        let since = sim.cluster.groups.clock();
+        sim.cluster.group_mut(full[1]).parent_name = Some("a".into());
+        assert_eq!(super::roots_of_flat(&sim.cluster, &full, since), None);
+        let (children, roots, flat) = super::index_hierarchy(&mut sim.cluster);
+        assert!(!flat);
+        assert_eq!(children.values().map(Vec::len).sum::<usize>(), 1);
+        assert_eq!(names(&sim, &roots), ["a", "c"]);
     }
 
     #[test]

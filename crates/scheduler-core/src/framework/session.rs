@@ -36,6 +36,9 @@ const MIX_COVERAGE: f64 = 0.95;
 pub(crate) struct Carry {
     /// The PodGroup hierarchy the gangs were built under (any change drops every carried gang).
     children: ChildIndex,
+    /// The roots in order, when no PodGroup named a parent (the next session places only the groups
+    /// changed since: `gang::roots_of_flat`).
+    flat_roots: Option<Vec<GroupId>>,
     /// By root PodGroup.
     gangs: DenseMap<GroupId, CarriedGang>,
     /// By PodGroup: the model when its report inputs were last fingerprinted (`status::report`).
@@ -250,6 +253,8 @@ pub struct Session<'c> {
     pub gang_of: DenseMap<GroupId, usize>,
     /// PodGroup hierarchy.
     pub children: ChildIndex,
+    /// No PodGroup names a parent (every group is a root).
+    flat_hierarchy: bool,
     /// Gang indexes by queue, ascending (gangs without a queue are not listed).
     gangs_by_queue: IdMap<QueueId, Vec<usize>>,
     /// Outcomes by gang index.
@@ -329,7 +334,35 @@ pub struct SessionStats {
 impl<'c> Session<'c> {
     /// Opens a session: resolves hierarchies, builds the gangs, the node index and queue accounting.
     pub fn open(cluster: &'c mut Cluster, config: &'c Config, now: Millis) -> Self {
-        let (children, roots) = gang::index_hierarchy(cluster);
+        let flat_roots = cluster
+            .session_carry
+            .as_ref()
+            .and_then(|c| c.downcast_ref::<Carry>())
+            .and_then(|c| Some((c.flat_roots.as_deref()?, c.built?.groups)))
+            .and_then(|(last, since)| gang::roots_of_flat(cluster, last, since));
+        let (children, roots, flat_hierarchy) = match flat_roots {
+            Some(roots) => {
+                // Debug builds (every test) index it all and compare; a flat hierarchy has no problem
+                // for the full index to clear, so it writes nothing.
+                #[cfg(debug_assertions)]
+                {
+                    let clock = cluster.groups.clock();
+                    let full = gang::index_hierarchy(cluster);
+                    assert_eq!(
+                        full,
+                        (ChildIndex::default(), roots.clone(), true),
+                        "kept roots differ"
+                    );
+                    assert_eq!(
+                        cluster.groups.clock(),
+                        clock,
+                        "a flat hierarchy's index wrote a group"
+                    );
+                }
+                (ChildIndex::default(), roots, true)
+            }
+            None => gang::index_hierarchy(cluster),
+        };
         // Lapsed reservations go back to the pool.
         let lapsed: Vec<TaskId> = cluster
             .tasks
@@ -501,6 +534,7 @@ impl<'c> Session<'c> {
             gangs,
             gang_of,
             children,
+            flat_hierarchy,
             gangs_by_queue,
             outcomes: DenseMap::with_slots(gangs_len),
             journal: Vec::new(),
@@ -891,9 +925,27 @@ impl<'c> Session<'c> {
             }
         }
         self.withdraw(withdrawn);
+        // Counted in runs of one reason first (a backlog's gangs mostly wait for the same one): a map
+        // entry per run, not per gang.
         let mut by_reason = BTreeMap::new();
-        for why in self.outcomes.values().filter_map(|o| o.why.first()) {
-            *by_reason.entry(why.reason()).or_insert(0) += 1;
+        let mut run: Option<(&'static str, u64)> = None;
+        for reason in self
+            .outcomes
+            .values()
+            .filter_map(|o| o.why.first())
+            .map(Why::reason)
+        {
+            match &mut run {
+                Some((current, count)) if std::ptr::eq(*current, reason) || *current == reason => *count += 1,
+                _ => {
+                    if let Some((current, count)) = run.replace((reason, 1)) {
+                        *by_reason.entry(current).or_insert(0) += count;
+                    }
+                }
+            }
+        }
+        if let Some((current, count)) = run {
+            *by_reason.entry(current).or_insert(0) += count;
         }
         self.stats.gangs_waiting = by_reason.values().sum();
         self.stats.gangs_waiting_by_reason = by_reason;
@@ -959,8 +1011,12 @@ impl Session<'_> {
             groups: self.cluster.groups.clock(),
             tasks: self.tasks_at_open,
         };
+        let flat_roots = self
+            .flat_hierarchy
+            .then(|| gangs.iter().map(|gang| gang.root).collect());
         let carry = Carry {
             children: std::mem::take(&mut self.children),
+            flat_roots,
             gangs: {
                 let mut carried = DenseMap::with_slots(self.cluster.groups.capacity());
                 for (((gang, usage), reads_devices), has_work) in

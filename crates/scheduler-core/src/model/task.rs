@@ -294,7 +294,9 @@ impl PodName {
     /// Whether this is `task`'s name.
     #[must_use]
     pub fn names(&self, task: &Task) -> bool {
-        *self.namespace == *task.namespace && *self.name == *task.name
+        // A reason names its pod with the pod's own texts, shared: compared by address first.
+        (Arc::ptr_eq(&self.namespace, &task.namespace) || *self.namespace == *task.namespace)
+            && (Arc::ptr_eq(&self.name, &task.name) || *self.name == *task.name)
     }
 }
 
