@@ -159,7 +159,7 @@ async fn measure_kinds(t: &TestEnv, options: &Options, node: &str) -> anyhow::Re
     for write in Write::ALL {
         eprintln!("bench: {} x {} ...", write.label(), options.writes);
         let start = server_load::probe(t.client(), &processes).await;
-        let outcomes: Vec<Result<Option<String>, String>> = stream::iter(names.iter().enumerate())
+        let outcomes: Vec<anyhow::Result<Option<String>>> = stream::iter(names.iter().enumerate())
             .map(|(i, name)| one(t, write, name, &uids[i], node))
             .buffered(options.concurrency.max(1))
             .collect()
@@ -178,14 +178,10 @@ async fn measure_kinds(t: &TestEnv, options: &Options, node: &str) -> anyhow::Re
             }
         }
         if let Some(err) = &first_error {
-            eprintln!("bench:   {failed} failed, the first: {err}");
+            eprintln!("bench:   {failed} failed, the first: {err:#}");
         }
-        if failed == names.len() {
-            anyhow::bail!(
-                "every {} failed: {}",
-                write.label(),
-                first_error.unwrap_or_default()
-            );
+        if let Some(err) = first_error.filter(|_| failed == names.len()) {
+            return Err(err.context(format!("every {} failed", write.label())));
         }
         costs.push(Cost {
             write,
@@ -200,13 +196,13 @@ async fn measure_kinds(t: &TestEnv, options: &Options, node: &str) -> anyhow::Re
 }
 
 /// Makes one write; a pod's create returns its uid (the PodGroup's owner reference names it).
-async fn one(t: &TestEnv, write: Write, pod: &str, uid: &str, node: &str) -> Result<Option<String>, String> {
+async fn one(t: &TestEnv, write: Write, pod: &str, uid: &str, node: &str) -> anyhow::Result<Option<String>> {
     let group = format!("g-{pod}");
     let posted = format!("c-{pod}");
     let apply = |manager: &str| PatchParams::apply(manager).force();
     let result: Result<Option<String>, kube::Error> = match write {
         Write::PodCreate => {
-            let pod: Pod = serde_json::from_value(pod_body(t, pod)).map_err(|e| e.to_string())?;
+            let pod: Pod = serde_json::from_value(pod_body(t, pod))?;
             t.api::<Pod>()
                 .create(&PostParams::default(), &pod)
                 .await
@@ -222,8 +218,7 @@ async fn one(t: &TestEnv, write: Write, pod: &str, uid: &str, node: &str) -> Res
             .await
             .map(|_| None),
         Write::PodGroupCreate => {
-            let body: api::PodGroup =
-                serde_json::from_value(pod_group(t, &posted, pod, uid)).map_err(|e| e.to_string())?;
+            let body: api::PodGroup = serde_json::from_value(pod_group(t, &posted, pod, uid))?;
             let params = PostParams {
                 field_manager: Some(keys::FIELD_MANAGER_PODGROUPER.to_owned()),
                 ..PostParams::default()
@@ -248,8 +243,7 @@ async fn one(t: &TestEnv, write: Write, pod: &str, uid: &str, node: &str) -> Res
             .await
             .map(|_| None),
         Write::Event => {
-            let event: Event =
-                serde_json::from_value(scheduled_event(t, pod, uid, node)).map_err(|e| e.to_string())?;
+            let event: Event = serde_json::from_value(scheduled_event(t, pod, uid, node))?;
             t.api::<Event>()
                 .create(&PostParams::default(), &event)
                 .await
@@ -268,7 +262,7 @@ async fn one(t: &TestEnv, write: Write, pod: &str, uid: &str, node: &str) -> Res
             bound.map(|_| None)
         }
     };
-    result.map_err(|e| e.to_string())
+    Ok(result?)
 }
 
 /// A plain pod of no scheduler that runs (nothing binds it but this benchmark).
