@@ -75,18 +75,17 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if pods == 0 || nodes == 0 || args.raw_concurrency.is_empty() {
         bail!("--pods must be at least 8, --nodes and --raw-concurrency non-empty");
     }
-    if args.mode == Mode::WriteCost {
-        return write_cost(pods, args.concurrency);
-    }
     let release = args
         .bin_dir
         .clone()
         .unwrap_or_else(|| e2e::paths::target_dir().join("release"));
     let bins: &[&str] = match args.mode {
-        Mode::PreCreated | Mode::Memory | Mode::WriteCost => &["kai-scheduler"],
+        Mode::PreCreated | Mode::Memory => &["kai-scheduler"],
+        // Writes alone: no component runs.
+        Mode::WriteCost => &[],
         Mode::Pipeline => &["kai-scheduler", "kai-podgrouper"],
     };
-    if !args.no_build && args.bin_dir.is_none() {
+    if !bins.is_empty() && !args.no_build && args.bin_dir.is_none() {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut command = Command::new(cargo);
         command.args(["build", "--release"]);
@@ -108,8 +107,8 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
             bail!("{} is missing: drop --no-build", path.display());
         }
     }
-    // The memory mode runs no cluster, so no kube-scheduler either.
-    let kube_scheduler = if args.no_kube_scheduler || args.mode == Mode::Memory {
+    // The memory mode runs no cluster, and the write-cost mode no scheduler: no kube-scheduler either.
+    let kube_scheduler = if args.no_kube_scheduler || matches!(args.mode, Mode::Memory | Mode::WriteCost) {
         None
     } else {
         let path = e2e::DevPaths::from_env().k8s_bin("kube-scheduler");
