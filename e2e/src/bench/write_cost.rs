@@ -265,7 +265,7 @@ async fn one(t: &TestEnv, write: Write, pod: &str, uid: &str, node: &str) -> any
     Ok(result?)
 }
 
-/// A plain pod of no scheduler that runs (nothing binds it but this benchmark).
+/// A plain pod no scheduler takes (only this benchmark binds it).
 fn pod_body(t: &TestEnv, name: &str) -> Value {
     json!({
         "apiVersion": "v1",
