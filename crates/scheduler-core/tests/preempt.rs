@@ -419,3 +419,43 @@ fn a_gang_whose_pods_never_preempt_waits_without_evicting() {
     settle(&mut s, 2);
     assert_eq!(s.count("build", TaskStatus::Running), 1);
 }
+
+/// A backlog of pods each asking more CPU than any node has, beside running pods that preempt,
+/// reclaim or consolidation could take: no eviction makes room for them, so no victim search weighs a
+/// node for them (a search per waiting pod over every node grew with the backlog times the running
+/// pods, every cycle), and nothing is evicted.
+#[test]
+fn pods_larger_than_every_node_weigh_no_node_for_victims() {
+    let mut s = one_queue(1.0);
+    s.node("n0", 64_000, 256, 2).node("n1", 64_000, 256, 2);
+    s.gang(train("a", 1, 1).running_on(&["n0"]).created(0));
+    s.gang(train("b", 1, 1).running_on(&["n1"]).created(1));
+    for i in 0..20 {
+        s.gang(
+            build(&format!("huge-{i}"), 1, 0)
+                .cpu_mem(65_000, 1)
+                .created(10 + i),
+        );
+        s.gang(
+            train(&format!("wide-{i}"), 1, 0)
+                .cpu_mem(65_000, 1)
+                .created(40 + i),
+        );
+    }
+    let result = s.step();
+    assert_eq!(result.stats.victim_nodes_weighed, 0);
+    assert!(result.decisions.evictions.is_empty());
+    assert_eq!(result.stats.gangs_waiting, 40);
+    assert_eq!(
+        s.count("a", TaskStatus::Running) + s.count("b", TaskStatus::Running),
+        2
+    );
+    // The same pods asking what a node has are searched for (and the build preempts).
+    let mut s = one_queue(1.0);
+    s.node("n0", 64_000, 256, 2);
+    s.gang(train("a", 1, 1).cpu_mem(10_000, 1).running_on(&["n0"]).created(0));
+    s.gang(build("fits", 1, 0).cpu_mem(60_000, 1).created(10));
+    let result = s.step();
+    assert!(result.stats.victim_nodes_weighed > 0);
+    assert_eq!(result.decisions.evictions.len(), 1);
+}

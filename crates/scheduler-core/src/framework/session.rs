@@ -297,6 +297,8 @@ pub struct Session<'c> {
     /// The node arena's clock when the node index was last up to date with every node (at open; any
     /// node changed later is updated again by the next session).
     nodes_synced: u64,
+    /// Per resource, the most any node has (found at first use; nodes do not change in a session).
+    largest_node: std::cell::OnceCell<Resources>,
 }
 
 /// Counts of what a session did.
@@ -311,6 +313,8 @@ pub struct SessionStats {
     pub gangs_like_a_failed_one: u64,
     /// Placements attempted (pods).
     pub placements: u64,
+    /// Nodes weighed by victim searches (preempt, reclaim, consolidation) for a waiting pod.
+    pub victim_nodes_weighed: u64,
     /// Gangs left waiting with a reason at the end of the cycle.
     pub gangs_waiting: u64,
     /// The same gangs by the reason of their PodGroup's `Unschedulable` condition (their first reason).
@@ -556,6 +560,7 @@ impl<'c> Session<'c> {
             capacity: (capacity, capacity_key),
             tasks_at_open,
             nodes_synced,
+            largest_node: std::cell::OnceCell::new(),
         }
     }
 
@@ -603,6 +608,20 @@ impl<'c> Session<'c> {
     #[must_use]
     pub fn had_work_at_open(&self, g: usize) -> bool {
         self.work.get(g).copied().unwrap_or(true)
+    }
+
+    /// Whether `request` fits in some node's allocatable resources, bounded per resource: a pod asking
+    /// more of any resource than every node has fits nowhere, whatever is evicted (a victim search
+    /// weighed every node for every such waiting pod, every cycle).
+    #[must_use]
+    pub fn fits_some_node(&self, request: &Resources) -> bool {
+        let largest = self.largest_node.get_or_init(|| {
+            self.cluster
+                .nodes
+                .iter()
+                .fold(Resources::ZERO, |most, (_, n)| most.max(&n.allocatable))
+        });
+        request.fits_in(largest)
     }
 
     /// Whether gang `g` is satisfied now ([`Gang::is_satisfied`]), without counting its pods while none

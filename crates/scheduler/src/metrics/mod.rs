@@ -93,6 +93,7 @@ pub struct CycleMetrics {
     /// The reasons that have a series now.
     waiting_reasons: Arc<Mutex<BTreeSet<&'static str>>>,
     gangs_skipped_unchanged: Counter,
+    victim_nodes_weighed: Counter,
     nodes: Gauge,
     pods: Gauge,
     podgroups: Gauge,
@@ -114,6 +115,7 @@ impl Default for CycleMetrics {
             gangs_waiting_by_reason: Family::default(),
             waiting_reasons: Arc::default(),
             gangs_skipped_unchanged: Counter::default(),
+            victim_nodes_weighed: Counter::default(),
             nodes: Gauge::default(),
             pods: Gauge::default(),
             podgroups: Gauge::default(),
@@ -181,6 +183,11 @@ impl CycleMetrics {
             "Gang attempts skipped because nothing changed since they last failed",
             self.gangs_skipped_unchanged.clone(),
         );
+        r.register(
+            "victim_nodes_weighed",
+            "Nodes weighed by victim searches (preempt, reclaim, consolidation) for waiting pods",
+            self.victim_nodes_weighed.clone(),
+        );
         r.register("nodes", "Nodes in the model", self.nodes.clone());
         r.register("pods", "Pods in the model", self.pods.clone());
         r.register("podgroups", "PodGroups in the model", self.podgroups.clone());
@@ -222,6 +229,8 @@ impl CycleMetrics {
         self.queues.update(&result.queues);
         self.gangs_skipped_unchanged
             .inc_by(result.stats.gangs_skipped_unchanged);
+        self.victim_nodes_weighed
+            .inc_by(result.stats.victim_nodes_weighed);
         self.nodes
             .set(i64::try_from(cluster.nodes.len()).unwrap_or(i64::MAX));
         self.pods

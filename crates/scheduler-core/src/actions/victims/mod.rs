@@ -987,6 +987,10 @@ impl Search {
         last_pod: bool,
         domain: Option<&[NodeId]>,
     ) -> Option<Choice> {
+        // No eviction makes room for a pod larger than every node (the search would weigh them all).
+        if !ssn.fits_some_node(&ssn.cluster.task(t).request) {
+            return None;
+        }
         let mut best: Option<Choice> = None;
         if req.victims_must_move && last_pod {
             return self.best_node_by_bound(ssn, req, t, domain);
@@ -1029,6 +1033,7 @@ impl Search {
         domain: Option<&[NodeId]>,
         best: &mut Option<Choice>,
     ) {
+        ssn.stats.victim_nodes_weighed += 1;
         if let Some(choice) = self.on_node(ssn, req, t, node, domain)
             && best.as_ref().is_none_or(|b| choice.rank < b.rank)
         {
