@@ -5,7 +5,8 @@
 //!   rate, kube-scheduler v1.20.2 and this scheduler;
 //! - `--mode pipeline`: workloads as users write them (plain pods, Deployments, Jobs of 8 with the gang
 //!   annotation), the podgrouper and the scheduler as the chart runs them, kube-scheduler on the plain
-//!   pods, the raw rate, and the API writes per bound pod from the audit log;
+//!   pods, the raw rate, and the API writes per bound pod from the audit log; `--backlog N` runs each
+//!   beside N waiting pods that never fit;
 //! - `--mode memory`: the scheduler alone on a generated cluster (default 5,000 nodes, 50,000 pods in
 //!   gangs of 8) served by a fake API server, its resident memory at each step (no local cluster needed).
 //!
@@ -52,6 +53,10 @@ pub(crate) struct BenchArgs {
     /// Pipeline workloads to run for kai, comma-separated: plain, deployments, jobs.
     #[arg(long, value_delimiter = ',', default_value = "plain,deployments,jobs")]
     workloads: Vec<String>,
+    /// Pipeline: bare pods that never fit, made and reported unschedulable before each run's clock starts
+    /// (what a standing backlog of waiting gangs costs; its writes are counted apart).
+    #[arg(long, default_value_t = 0)]
+    backlog: usize,
     /// Leave kube-scheduler out.
     #[arg(long)]
     no_kube_scheduler: bool,
@@ -155,6 +160,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 podgrouper: release.join("kai-podgrouper"),
                 kube_scheduler,
                 workloads,
+                backlog: args.backlog,
             };
             let (results, failures) = crate::async_runtime()?.block_on(e2e::bench::pipeline::run(&options));
             println!("{header}");

@@ -14,6 +14,17 @@ use std::time::SystemTime;
 use anyhow::Context as _;
 use serde_json::Value;
 
+/// Name prefix of a pipeline run's backlog pods (`bench::pipeline`): their writes, and those on their
+/// PodGroups (`pg-<pod>-...`) and events (`<object>.<hex>`), are counted apart, as `backlog: <kind>`.
+pub const BACKLOG_PREFIX: &str = "waiting-";
+
+/// Whether an object named `name` belongs to the backlog.
+fn is_backlog(name: &str) -> bool {
+    name.strip_prefix("pg-")
+        .unwrap_or(name)
+        .starts_with(BACKLOG_PREFIX)
+}
+
 /// Requests of one run by kind (`"binding"`, `"PodGroup status"`, ...), in the run's namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Requests {
@@ -55,14 +66,15 @@ pub fn write_kind(user: &str, verb: &str, resource: &str, subresource: &str) -> 
     }
 }
 
-/// Counts the audited requests in `namespace` from the audit logs in `dir` modified since `since`
-/// (the current file and the backups rotated during the run).
+/// Counts the audited requests in `namespace` received since `since`, from the audit logs in `dir`
+/// modified since then (the current file and the backups rotated during the run).
 ///
 /// # Errors
 /// When the directory cannot be read.
 pub fn count(dir: &Path, namespace: &str, since: SystemTime) -> anyhow::Result<Requests> {
     let mut requests = Requests::default();
     let needle = format!("\"namespace\":\"{namespace}\"");
+    let received_since = jiff::Timestamp::try_from(since).context("the run's start as a timestamp")?;
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let entry = entry?;
         let path = entry.path();
@@ -81,7 +93,14 @@ pub fn count(dir: &Path, namespace: &str, since: SystemTime) -> anyhow::Result<R
             let Ok(event) = serde_json::from_str::<Value>(&line) else {
                 continue;
             };
-            tally(&mut requests, &event, namespace);
+            let received = event
+                .get("requestReceivedTimestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            // What was made before the run (a backlog) is not the run's.
+            if received.is_some_and(|r| r >= received_since) {
+                tally(&mut requests, &event, namespace);
+            }
         }
     }
     Ok(requests)
@@ -96,7 +115,10 @@ pub fn tally(requests: &mut Requests, event: &Value, namespace: &str) {
     let (verb, user) = (s("/verb"), s("/user/username"));
     match verb {
         "create" | "update" | "patch" | "delete" => {
-            let kind = write_kind(user, verb, s("/objectRef/resource"), s("/objectRef/subresource"));
+            let mut kind = write_kind(user, verb, s("/objectRef/resource"), s("/objectRef/subresource"));
+            if is_backlog(s("/objectRef/name")) {
+                kind.insert_str(0, "backlog: ");
+            }
             *requests.writes.entry(kind).or_default() += 1;
         }
         "get" | "list" => {
@@ -112,7 +134,11 @@ mod tests {
     use serde_json::json;
 
     fn event(user: &str, verb: &str, resource: &str, sub: Option<&str>, ns: &str) -> Value {
-        let mut object = json!({ "resource": resource, "namespace": ns });
+        named(user, verb, resource, sub, ns, "p-000001")
+    }
+
+    fn named(user: &str, verb: &str, resource: &str, sub: Option<&str>, ns: &str, name: &str) -> Value {
+        let mut object = json!({ "resource": resource, "namespace": ns, "name": name });
         if let Some(sub) = sub {
             object["subresource"] = json!(sub);
         }
@@ -150,5 +176,87 @@ mod tests {
         );
         assert_eq!(r.total_writes(), 6);
         assert_eq!(r.reads.get("kai-podgrouper"), Some(&1));
+    }
+
+    #[test]
+    fn the_backlogs_writes_are_counted_apart() {
+        let mut r = Requests::default();
+        for e in [
+            named(
+                "kai-scheduler",
+                "patch",
+                "podgroups",
+                Some("status"),
+                "ns",
+                "pg-waiting-00001-uid",
+            ),
+            named(
+                "kai-scheduler",
+                "patch",
+                "podgroups",
+                Some("status"),
+                "ns",
+                "pg-p-000001-uid",
+            ),
+            named(
+                "kai-scheduler",
+                "create",
+                "events",
+                None,
+                "ns",
+                "pg-waiting-00001-uid.17a3f",
+            ),
+            named(
+                "kai-scheduler",
+                "patch",
+                "pods",
+                Some("status"),
+                "ns",
+                "waiting-00001",
+            ),
+            named(
+                "kai-scheduler",
+                "patch",
+                "pods",
+                Some("status"),
+                "ns",
+                "p-waiting-1",
+            ),
+        ] {
+            tally(&mut r, &e, "ns");
+        }
+        let writes: Vec<(&str, usize)> = r.writes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(
+            writes,
+            [
+                ("PodGroup status", 1),
+                ("backlog: PodGroup status", 1),
+                ("backlog: event", 1),
+                ("backlog: pod status", 1),
+                ("pod status", 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn requests_received_before_the_run_are_not_counted() {
+        let dir = std::env::temp_dir().join(format!("kai-audit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let since = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let at = |secs: u64, name: &str| {
+            let mut e = named("kai-scheduler", "patch", "podgroups", Some("status"), "ns", name);
+            let t = jiff::Timestamp::from_second(i64::try_from(secs).expect("secs")).expect("timestamp");
+            e["requestReceivedTimestamp"] = json!(t.to_string());
+            e.to_string()
+        };
+        let lines = [
+            at(1_699_999_999, "pg-waiting-00001-uid"),
+            at(1_700_000_001, "pg-p-000001-uid"),
+        ];
+        std::fs::write(dir.join("audit.log"), lines.join("\n")).expect("write");
+        let r = count(&dir, "ns", since).expect("count");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+        let writes: Vec<(&str, usize)> = r.writes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(writes, [("PodGroup status", 1)]);
     }
 }

@@ -18,6 +18,12 @@
 //! limits to 200 QPS: their pods cannot appear faster, so the table also shows when the last pod was seen.
 //! API writes per bound pod come from the audit log ([`super::audit`]), counted until the components
 //! stop, 12 s after the last bind (writes deferred behind binds included).
+//!
+//! With `backlog` > 0, each run first makes that many bare pods that can never fit (each asks for more
+//! CPU than a node has), waits until each is reported unschedulable and the writes deferred behind
+//! that have landed, and only then starts the clock: the run then shows what a standing backlog of
+//! waiting gangs costs the pipeline, in speed and in writes (the backlog's own writes during the run
+//! are counted apart, [`audit::BACKLOG_PREFIX`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -46,6 +52,8 @@ pub const JOB_SIZE: usize = 8;
 /// How long kai's components keep running after the last bind, so the writes deferred behind binds
 /// (`apply::MAX_WRITE_DEFERRAL`, 10 s) are made and counted.
 const WRITE_DRAIN: Duration = Duration::from_secs(12);
+/// CPU each backlog pod asks for: more than a fake node has (64), so it never fits anywhere.
+const BACKLOG_CPU: &str = "65";
 /// How long kube-scheduler is given after `/healthz` to list and watch before the pods are created.
 const KUBE_SCHEDULER_SETTLE: Duration = Duration::from_secs(2);
 
@@ -66,6 +74,8 @@ pub struct Options {
     pub kube_scheduler: Option<PathBuf>,
     /// Workloads to run for kai (all three by default).
     pub workloads: Vec<Workload>,
+    /// Bare pods that never fit, made and reported unschedulable before each run's clock starts.
+    pub backlog: usize,
 }
 
 /// How users write the pods.
@@ -135,6 +145,8 @@ pub struct Run {
     pub contender: Contender,
     /// What.
     pub workload: Workload,
+    /// Pods waiting throughout (never fitting), made before the clock started.
+    pub backlog: usize,
     /// Pods bound.
     pub pods: usize,
     /// From the first create to the last pod seen.
@@ -152,6 +164,15 @@ pub struct Run {
 }
 
 impl Run {
+    /// The workload, with the backlog it ran beside.
+    #[must_use]
+    pub fn workload_label(&self) -> String {
+        match self.backlog {
+            0 => self.workload.label().to_owned(),
+            n => format!("{}, {n} waiting", self.workload.label()),
+        }
+    }
+
     /// Pods per second from the first create to the last bind.
     #[must_use]
     pub fn rate(&self) -> f64 {
@@ -311,6 +332,13 @@ async fn measure_in(
         None
     };
     let queue = run_queue.as_ref().map(|(_, name)| name.as_str());
+    if options.backlog > 0 {
+        make_backlog(t, options.backlog, &scheduler_name).await?;
+        if matches!(running, Running::Kai(_)) {
+            // What the backlog's first report deferred behind other writes lands before the clock.
+            tokio::time::sleep(WRITE_DRAIN).await;
+        }
+    }
     let objects = workload_objects(t, workload, options.pods, &scheduler_name, queue);
     let tracker = PodTracker::start(t, options.pods).await?;
     let mut processes = super::server_load::control_plane();
@@ -347,6 +375,7 @@ async fn measure_in(
     Ok(Run {
         contender,
         workload,
+        backlog: options.backlog,
         pods: seen.bound.len(),
         last_created: since(seen.created.iter().copied().max().context("no pod")?),
         first_bind: since(seen.bound.iter().copied().min().context("no bind")?),
@@ -424,6 +453,68 @@ fn pod_spec(t: &TestEnv, scheduler: &str, restart: &str) -> Value {
         "containers": [{ "name": "c", "image": "example.com/c:1",
                          "resources": { "requests": { "cpu": "100m", "memory": "128Mi" } } }],
     })
+}
+
+/// `count` bare pods that never fit (each asks for [`BACKLOG_CPU`]), each named with [`audit::BACKLOG_PREFIX`] and a number.
+fn backlog_objects(t: &TestEnv, count: usize, scheduler: &str) -> Vec<Value> {
+    let labels = json!({ keys::NODE_POOL: t.namespace() });
+    let mut spec = pod_spec(t, scheduler, "Always");
+    spec["containers"][0]["resources"]["requests"]["cpu"] = json!(BACKLOG_CPU);
+    (0..count)
+        .map(|i| {
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": { "name": format!("{}{i:05}", audit::BACKLOG_PREFIX),
+                              "namespace": t.namespace(), "labels": labels },
+                "spec": spec,
+            })
+        })
+        .collect()
+}
+
+/// Makes the backlog and waits until its scheduler has marked every one of its pods unschedulable
+/// (`PodScheduled` false), which both kube-scheduler and kai write.
+async fn make_backlog(t: &TestEnv, count: usize, scheduler: &str) -> anyhow::Result<()> {
+    super::create_all::<Pod>(t, backlog_objects(t, count, scheduler))
+        .await
+        .context("creating the backlog")?;
+    let pods: Api<Pod> = t.api();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let marked = pods
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|p| is_backlog(p) && unschedulable(p))
+            .count();
+        if marked >= count {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{marked} of {count} backlog pods marked unschedulable after 300 s");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Whether a pod is one of the backlog's.
+fn is_backlog(pod: &Pod) -> bool {
+    pod.metadata
+        .name
+        .as_deref()
+        .is_some_and(|n| n.starts_with(audit::BACKLOG_PREFIX))
+}
+
+/// Whether a pod's `PodScheduled` condition is false.
+fn unschedulable(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+        })
 }
 
 /// The objects users would write for `pods` pods of `workload`.
@@ -514,6 +605,10 @@ impl PodTracker {
             let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
             while let Some(event) = events.try_next().await? {
                 let pod = match event {
+                    // The backlog never binds and was made before the clock started.
+                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) if is_backlog(&pod) => {
+                        continue;
+                    }
                     watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => pod,
                     watcher::Event::InitDone => {
                         if let Some(tx) = ready.take() {
@@ -568,6 +663,7 @@ pub fn table(results: &Results) -> String {
         .runs
         .iter()
         .find(|r| r.contender == Contender::KubeScheduler && r.workload == Workload::Plain);
+    // Each run is compared with kube-scheduler beside the same backlog (one backlog per invocation).
     let mut out = String::new();
     out.push_str(
         "| contender | workload | pods | last pod created s | first bind s | last bind s | pods/s | \
@@ -603,7 +699,7 @@ pub fn table(results: &Results) -> String {
         out.push_str(&format!(
             "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {} | {} | {} |\n",
             r.contender.label(),
-            r.workload.label(),
+            r.workload_label(),
             r.pods,
             r.last_created.as_secs_f64(),
             r.first_bind.as_secs_f64(),
@@ -623,7 +719,7 @@ pub fn table(results: &Results) -> String {
         .filter_map(|m| Some((format!("{} (pre-created)", m.contender.label()), m.load.as_ref()?)))
         .chain(results.runs.iter().filter_map(|r| {
             Some((
-                format!("{} on {}", r.contender.label(), r.workload.label()),
+                format!("{} on {}", r.contender.label(), r.workload_label()),
                 r.load.as_ref()?,
             ))
         }))
@@ -652,7 +748,7 @@ pub fn table(results: &Results) -> String {
         for r in with_requests {
             let Some(q) = &r.requests else { continue };
             let per = |n: usize| n as f64 / r.pods.max(1) as f64;
-            out.push_str(&format!("| {} |", r.workload.label()));
+            out.push_str(&format!("| {} |", r.workload_label()));
             for k in &kinds {
                 out.push_str(&format!(" {:.3} |", per(q.writes.get(k).copied().unwrap_or(0))));
             }
