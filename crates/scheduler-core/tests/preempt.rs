@@ -459,3 +459,46 @@ fn pods_larger_than_every_node_weigh_no_node_for_victims() {
     assert!(result.stats.victim_nodes_weighed > 0);
     assert_eq!(result.decisions.evictions.len(), 1);
 }
+
+/// Pods that fit an empty node but not beside what may not move there: consolidation's node bounds
+/// count every resource, not only GPUs, so no node is weighed for them and nothing moves; a pod that
+/// moving the small train would make room for is still searched for.
+#[test]
+fn consolidation_weighs_no_node_where_moving_all_it_may_frees_too_little_cpu() {
+    let busy = || {
+        let mut s = one_queue(2.0);
+        s.node("n0", 64_000, 256, 2).node("n1", 64_000, 256, 2);
+        for (i, node) in ["n0", "n1"].into_iter().enumerate() {
+            let i = i64::try_from(i).expect("small");
+            s.gang(
+                build(&format!("keep-{node}"), 1, 0)
+                    .cpu_mem(10_000, 1)
+                    .running_on(&[node])
+                    .created(i),
+            );
+            s.gang(
+                train(&format!("small-{node}"), 1, 0)
+                    .cpu_mem(2_000, 1)
+                    .running_on(&[node])
+                    .created(2 + i),
+            );
+        }
+        s
+    };
+    let mut s = busy();
+    for i in 0..10 {
+        s.gang(
+            train(&format!("wide-{i}"), 1, 0)
+                .cpu_mem(60_000, 1)
+                .created(10 + i),
+        );
+    }
+    let result = s.step();
+    assert_eq!(result.stats.victim_nodes_weighed, 0);
+    assert!(result.decisions.evictions.is_empty());
+    assert_eq!(result.stats.gangs_waiting, 10);
+    let mut s = busy();
+    s.gang(train("fits-once-moved", 1, 0).cpu_mem(53_000, 1).created(10));
+    let result = s.step();
+    assert!(result.stats.victim_nodes_weighed > 0);
+}

@@ -133,8 +133,8 @@ struct Held {
     /// The slot's first unit number then (see [`Candidates::first_number`]).
     first: u32,
     gang: usize,
-    /// GPUs (milli) its pods hold there.
-    gpu: i64,
+    /// What its pods hold there (their requests), which its eviction frees.
+    freed: Resources,
 }
 
 impl Candidates {
@@ -328,20 +328,21 @@ fn index_slot(
         for t in &u.tasks {
             let task = cluster.task(*t);
             let Some(n) = task.node else { continue };
-            let gpu = if task.status.is_allocated() {
-                task.request.0[GPU]
+            // As `unit_request_on` counts it when the search evicts the unit.
+            let freed = if task.status.is_allocated() {
+                task.request
             } else {
-                0
+                Resources::ZERO
             };
             let list = on_node.entry(n).or_default();
             match list.binary_search_by_key(&k, |h| h.key) {
-                Ok(at) if list[at].first == first => list[at].gpu = list[at].gpu.saturating_add(gpu),
+                Ok(at) if list[at].first == first => list[at].freed.add(&freed),
                 Ok(at) => {
                     list[at] = Held {
                         key: k,
                         first,
                         gang: u.gang,
-                        gpu,
+                        freed,
                     };
                 }
                 Err(at) => list.insert(
@@ -350,7 +351,7 @@ fn index_slot(
                         key: k,
                         first,
                         gang: u.gang,
-                        gpu,
+                        freed,
                     },
                 ),
             }
@@ -930,8 +931,8 @@ type Rank = (usize, UnitKey, NodeId);
 struct BoundPod {
     /// No rule puts blockers first, and the pod asks for whole GPUs.
     plain: bool,
-    /// GPUs (milli) it asks for.
-    gpu: i64,
+    /// What it asks for (GPUs in milli).
+    request: Resources,
     constraints: ConstraintsId,
 }
 
@@ -1057,7 +1058,7 @@ impl Search {
             // Rules put blockers first and a fraction's devices are settled by trying: only the plain
             // bound holds for such a pod.
             plain: !ssn.index.rules.relevant(task) && !task.gpu.is_shared(),
-            gpu: task.request.0[GPU],
+            request: task.request,
             constraints: task.constraints,
         };
         let mut best: Option<Choice> = None;
@@ -1109,24 +1110,32 @@ impl Search {
         if domain.is_some_and(|d| !d.contains(&node)) {
             return None;
         }
-        // The units here in order, with the GPUs each frees here.
+        // The units here in order, with the GPUs each frees here, and all they free together.
         let units = &mut self.bound_units;
         units.clear();
-        units.extend(
-            req.may_go(held)
-                .filter(|h| !self.taken.contains(&h.key))
-                .map(|h| (h.key, h.gpu)),
-        );
+        let mut freed = Resources::ZERO;
+        for h in req.may_go(held).filter(|h| !self.taken.contains(&h.key)) {
+            units.push((h.key, h.freed.0[GPU]));
+            freed.add(&h.freed);
+        }
         let first = units.first()?.0;
         if !ssn.index.eligibility.check(ssn.cluster, pod.constraints, node) {
             return None;
         }
         let n = ssn.cluster.node(node);
+        // Not even every unit here frees what the pod lacks of a resource besides GPUs (whose bound,
+        // devices and sharers included, follows): the search ends with nothing fitting there.
+        let (_, later) = n.available(&Resources::ZERO);
+        let (mut most, mut need) = (later.plus(&freed), pod.request);
+        (most.0[GPU], need.0[GPU]) = (0, 0);
+        if !need.fits_in(&most) {
+            return None;
+        }
         // Shared devices here free whole GPUs when their last sharer goes.
         if !pod.plain || !n.shared_gpus.is_empty() {
             return Some((1, first, node));
         }
-        let missing = pod.gpu.saturating_sub(n.gpu_later());
+        let missing = pod.request.0[GPU].saturating_sub(n.gpu_later());
         if missing <= 0 {
             return Some((1, first, node));
         }
