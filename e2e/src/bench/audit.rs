@@ -178,64 +178,33 @@ mod tests {
         assert_eq!(r.reads.get("kai-podgrouper"), Some(&1));
     }
 
+    /// The writes counted of `events`, by kind.
+    fn writes_of(events: &[Value]) -> Vec<(String, usize)> {
+        let mut r = Requests::default();
+        for e in events {
+            tally(&mut r, e, "ns");
+        }
+        r.writes.into_iter().collect()
+    }
+
     #[test]
     fn the_backlogs_writes_are_counted_apart() {
-        let mut r = Requests::default();
-        for e in [
-            named(
-                "kai-scheduler",
-                "patch",
-                "podgroups",
-                Some("status"),
-                "ns",
-                "pg-waiting-00001-uid",
-            ),
-            named(
-                "kai-scheduler",
-                "patch",
-                "podgroups",
-                Some("status"),
-                "ns",
-                "pg-p-000001-uid",
-            ),
-            named(
-                "kai-scheduler",
-                "create",
-                "events",
-                None,
-                "ns",
-                "pg-waiting-00001-uid.17a3f",
-            ),
-            named(
-                "kai-scheduler",
-                "patch",
-                "pods",
-                Some("status"),
-                "ns",
-                "waiting-00001",
-            ),
-            named(
-                "kai-scheduler",
-                "patch",
-                "pods",
-                Some("status"),
-                "ns",
-                "p-waiting-1",
-            ),
-        ] {
-            tally(&mut r, &e, "ns");
-        }
-        let writes: Vec<(&str, usize)> = r.writes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        assert_eq!(
-            writes,
-            [
-                ("PodGroup status", 1),
-                ("backlog: PodGroup status", 1),
-                ("backlog: event", 1),
-                ("backlog: pod status", 1),
-                ("pod status", 1),
-            ]
-        );
+        let by_scheduler = |resource, sub, name| named("kai-scheduler", "patch", resource, sub, "ns", name);
+        let writes = writes_of(&[
+            by_scheduler("podgroups", Some("status"), "pg-waiting-00001-uid"),
+            by_scheduler("podgroups", Some("status"), "pg-p-000001-uid"),
+            by_scheduler("events", None, "pg-waiting-00001-uid.17a3f"),
+            by_scheduler("pods", Some("status"), "waiting-00001"),
+            by_scheduler("pods", Some("status"), "p-waiting-1"),
+        ]);
+        let expected = [
+            ("PodGroup status", 1),
+            ("backlog: PodGroup status", 1),
+            ("backlog: event", 1),
+            ("backlog: pod status", 1),
+            ("pod status", 1),
+        ];
+        assert_eq!(writes, expected.map(|(k, n)| (k.to_owned(), n)));
     }
 
     #[test]
@@ -256,7 +225,9 @@ mod tests {
         std::fs::write(dir.join("audit.log"), lines.join("\n")).expect("write");
         let r = count(&dir, "ns", since).expect("count");
         std::fs::remove_dir_all(&dir).expect("clean up");
-        let writes: Vec<(&str, usize)> = r.writes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        assert_eq!(writes, [("PodGroup status", 1)]);
+        assert_eq!(
+            r.writes.into_iter().collect::<Vec<_>>(),
+            [("PodGroup status".to_owned(), 1)]
+        );
     }
 }
