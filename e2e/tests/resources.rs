@@ -186,12 +186,12 @@ async fn extended_resources_and_hugepages_are_counted() -> anyhow::Result<()> {
         "{message}"
     );
     assert_eq!(bound_now(&t, "pair").await?, 0);
-    // Hugepages: 128Mi asked, 64Mi on the node.
+    // Hugepages: 128Mi asked, 64Mi on the node (the only one): more than any node has.
     let huge = json!({ "requests": { "cpu": "100m" }, "limits": { "hugepages-2Mi": "128Mi" } });
     apply(&t, &gang(&t, "huge", 1, &huge, &json!({}))).await?;
     let message = waiting_reason(&t, "huge").await?;
     assert!(
-        message.starts_with("pod needs 128Mi hugepages-2Mi, 64Mi free on 1 node"),
+        message.starts_with("pod needs 128Mi hugepages-2Mi, more than any node has (at most 64Mi)"),
         "{message}"
     );
     t.create_nodes(fpga_node("fpga2")).await?;

@@ -479,7 +479,9 @@ fn a_like_gang_of_a_capped_queue_is_told_its_queue_rule() {
 #[test]
 fn like_gangs_waiting_each_name_their_own_pod() {
     let mut s = sim();
-    s.nodes("gpu", 1, 2);
+    // 4 GPUs, 2 of them taken: the 4-GPU pods fit an empty node, not this one now.
+    s.nodes("gpu", 1, 4);
+    s.gang(GangSpec::new("filler", "q", 1).gpus(2).running_on(&["gpu-0"]));
     for name in ["big-a", "big-b", "big-c"] {
         s.gang(GangSpec::new(name, "q", 1).gpus(4));
     }

@@ -446,6 +446,14 @@ fn pods_larger_than_every_node_weigh_no_node_for_victims() {
     assert_eq!(result.stats.victim_nodes_weighed, 0);
     assert!(result.decisions.evictions.is_empty());
     assert_eq!(result.stats.gangs_waiting, 40);
+    // Their reason says so, and quotes no free figure that would change with every bind elsewhere.
+    let why = s.why("wide-0").expect("a reason");
+    assert!(
+        why.starts_with(
+            "pod needs 65 cpu, more than any node has (at most 64). Pod ns/wide-0-0 fits 0/2 nodes"
+        ),
+        "{why}"
+    );
     assert_eq!(
         s.count("a", TaskStatus::Running) + s.count("b", TaskStatus::Running),
         2

@@ -444,6 +444,7 @@ pub fn try_allocate(ssn: &mut Session<'_>, g: usize) -> Result<Progress, Why> {
         Err(mut failure) => {
             ssn.rollback(checkpoint);
             if let Some(t) = failure.failed_task {
+                failure.beyond_every_node = ssn.beyond_every_node(&ssn.cluster.task(t).request);
                 fill_free(ssn, t, &mut failure);
             }
             return Err(Why::NoFit(failure.into()));

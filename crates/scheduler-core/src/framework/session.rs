@@ -615,13 +615,21 @@ impl<'c> Session<'c> {
     /// weighed every node for every such waiting pod, every cycle).
     #[must_use]
     pub fn fits_some_node(&self, request: &Resources) -> bool {
+        self.beyond_every_node(request).is_none()
+    }
+
+    /// The first resource `request` asks more of than every node has, with the most any node has of
+    /// it.
+    #[must_use]
+    pub fn beyond_every_node(&self, request: &Resources) -> Option<(usize, i64)> {
         let largest = self.largest_node.get_or_init(|| {
             self.cluster
                 .nodes
                 .iter()
                 .fold(Resources::ZERO, |most, (_, n)| most.max(&n.allocatable))
         });
-        request.fits_in(largest)
+        let slot = request.shortfalls(largest).next()?;
+        Some((slot, largest.0[slot]))
     }
 
     /// Whether gang `g` is satisfied now ([`Gang::is_satisfied`]), without counting its pods while none

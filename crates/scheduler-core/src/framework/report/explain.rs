@@ -56,6 +56,9 @@ pub struct FitSummary {
     pub nodes_with_free: usize,
     /// Whether the gang's topology constraint narrowed the nodes.
     pub topology: Option<String>,
+    /// A resource the failed pod asks more of than every node has, and the most any node has: it fits
+    /// nowhere however much is freed, so its message says that instead of the free figures.
+    pub beyond_every_node: Option<(usize, i64)>,
 }
 
 impl std::ops::Deref for FitFailure {
@@ -355,7 +358,18 @@ fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
     // cannot fail).
     let scarce = f.scarce_slot();
     let mut text = String::with_capacity(160);
-    if f.pods_needed > 1 {
+    if let Some((slot, most)) = f.beyond_every_node {
+        let needs = names.amount_of(slot, f.pod_request.0[slot]);
+        let _ = if most <= 0 {
+            write!(text, "pod needs {needs}, which no node has. ")
+        } else {
+            write!(
+                text,
+                "pod needs {needs}, more than any node has (at most {}). ",
+                names.format_amount(slot, most)
+            )
+        };
+    } else if f.pods_needed > 1 {
         let _ = write!(text, "{} pods need ", f.pods_needed);
         match scarce {
             Some(slot) => {
@@ -412,6 +426,30 @@ fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
 mod tests {
     use super::*;
     use crate::model::constraints::StaticMiss;
+    use crate::model::resources::CPU;
+
+    #[test]
+    fn a_pod_larger_than_every_node_is_told_so_without_free_figures() {
+        let names = ResourceNames::default();
+        let summary = FitSummary {
+            pods_needed: 1,
+            pod_request: Resources::new(65_000, 0, 0),
+            request_total: Resources::new(65_000, 0, 0),
+            nodes: 100,
+            misses: BTreeMap::from([(NodeMiss::Insufficient(CPU), 100)]).into(),
+            beyond_every_node: Some((CPU, 64_000)),
+            ..FitSummary::default()
+        };
+        let f = FitFailure {
+            failed_pod: "ml/wide-0".into(),
+            failed_task: None,
+            summary: Arc::new(summary),
+        };
+        assert_eq!(
+            Why::NoFit(Arc::new(f)).message(&names),
+            "pod needs 65 cpu, more than any node has (at most 64). Pod ml/wide-0 fits 0/100 nodes: 100 insufficient cpu."
+        );
+    }
 
     #[test]
     fn seed_003_message_says_what_is_missing() {
@@ -427,6 +465,7 @@ mod tests {
             eligible_nodes: 3,
             nodes_with_free: 3,
             topology: None,
+            beyond_every_node: None,
         };
         let f = FitFailure {
             failed_pod: "ml/train-6".into(),
