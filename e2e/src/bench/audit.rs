@@ -18,8 +18,8 @@ use serde_json::Value;
 /// PodGroups (`pg-<pod>-...`) and events (`<object>.<hex>`), are counted apart, as `backlog: <kind>`.
 pub const BACKLOG_PREFIX: &str = "waiting-";
 
-/// Whether an object named `name` belongs to the backlog.
-fn is_backlog(name: &str) -> bool {
+/// Whether an object named `name` belongs to the backlog (a pod, its PodGroup or an event of either).
+pub fn is_backlog(name: &str) -> bool {
     name.strip_prefix("pg-")
         .unwrap_or(name)
         .starts_with(BACKLOG_PREFIX)

@@ -500,10 +500,7 @@ async fn make_backlog(t: &TestEnv, count: usize, scheduler: &str) -> anyhow::Res
 
 /// Whether a pod is one of the backlog's.
 fn is_backlog(pod: &Pod) -> bool {
-    pod.metadata
-        .name
-        .as_deref()
-        .is_some_and(|n| n.starts_with(audit::BACKLOG_PREFIX))
+    pod.metadata.name.as_deref().is_some_and(audit::is_backlog)
 }
 
 /// Whether a pod's `PodScheduled` condition is false.
