@@ -339,8 +339,8 @@ fn a_backlog_of_like_gangs_costs_one_attempt_per_shape() {
     }
     s.gang(GangSpec::new("pair", "q", 2).gpus(4).created(20));
     let stats = s.round().stats.clone();
-    assert_eq!(stats.gangs_tried, 7);
-    // The six one-pod gangs share a shape, the two-pod gang has its own.
+    // The six one-pod gangs share a shape (one attempt), the two-pod gang has its own.
+    assert_eq!(stats.gangs_tried, 2);
     assert_eq!(stats.gangs_like_a_failed_one, 5);
     for i in 0..6 {
         let why = s.why(&format!("wait-{i}")).expect("waits with a reason");
@@ -401,7 +401,7 @@ fn a_backlog_failing_the_same_way_keeps_its_reasons() {
             .collect()
     };
     let first = s.round().stats.clone();
-    assert_eq!((first.gangs_tried, first.gangs_like_a_failed_one), (4, 3));
+    assert_eq!((first.gangs_tried, first.gangs_like_a_failed_one), (1, 3));
     let before = reasons(&s);
     assert!(
         before
@@ -413,7 +413,7 @@ fn a_backlog_failing_the_same_way_keeps_its_reasons() {
     s.complete("ns", "other-0");
     let second = s.round().stats.clone();
     assert_eq!(second.gangs_skipped_unchanged, 0);
-    assert_eq!((second.gangs_tried, second.gangs_like_a_failed_one), (4, 3));
+    assert_eq!((second.gangs_tried, second.gangs_like_a_failed_one), (1, 3));
     let after = reasons(&s);
     for (i, (b, a)) in before.iter().zip(&after).enumerate() {
         assert!(Arc::ptr_eq(b, a), "wait-{i}: {a:?} made again");
@@ -424,10 +424,11 @@ fn a_backlog_failing_the_same_way_keeps_its_reasons() {
     }
 }
 
-/// Something placed between two like gangs makes the later one try again: the earlier reason may no
-/// longer hold.
+/// Something placed between two like gangs does not make the later one try again: placing only takes
+/// room, so the shape that found no place finds none later in the pass (debug builds check the answer
+/// against a real attempt).
 #[test]
-fn a_placement_between_like_gangs_makes_the_later_one_try_again() {
+fn a_placement_between_like_gangs_leaves_the_later_one_answered_alike() {
     for with_placement in [false, true] {
         let mut s = sim();
         s.nodes("gpu", 1, 8);
@@ -438,10 +439,9 @@ fn a_placement_between_like_gangs_makes_the_later_one_try_again() {
         s.gang(GangSpec::new("middle", "q", 1).gpus(middle).created(11));
         s.gang(GangSpec::new("big-b", "q", 1).gpus(4).created(12));
         let stats = s.round().stats.clone();
-        assert_eq!(stats.gangs_tried, 3);
-        let expected_like = if with_placement { 0 } else { 1 };
+        assert_eq!(stats.gangs_tried, 2, "placement between: {with_placement}");
         assert_eq!(
-            stats.gangs_like_a_failed_one, expected_like,
+            stats.gangs_like_a_failed_one, 1,
             "placement between: {with_placement}"
         );
         assert_eq!(
@@ -449,6 +449,8 @@ fn a_placement_between_like_gangs_makes_the_later_one_try_again() {
             usize::from(with_placement)
         );
         assert_eq!(s.count("big-b", TaskStatus::Running), 0);
+        let why = s.why("big-b").expect("waits with a reason");
+        assert!(why.contains("ns/big-b-0"), "{why}");
     }
 }
 

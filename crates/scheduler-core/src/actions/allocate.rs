@@ -32,6 +32,11 @@ pub fn task_order(cluster: &Cluster, a: TaskId, b: TaskId) -> Ordering {
 }
 
 /// Runs allocate over every gang with pods waiting.
+///
+/// A gang whose failure is known before its turn takes none: one that failed when the cluster was as
+/// it is now (the no-fit memo) is answered before the order is made, and once a plain gang fails, the
+/// gangs of its class are answered alike and passed over by the order ([`Doom`]), so a queue competes
+/// with its first gang that may still be placed.
 pub fn allocate(ssn: &mut Session<'_>) {
     let mut candidates = Vec::new();
     // Nothing journaled: no pod was placed or evicted in this session before allocate (it runs first by
@@ -57,24 +62,8 @@ pub fn allocate(ssn: &mut Session<'_>) {
             ssn.explain(g, why);
             continue;
         }
-        candidates.push(g);
-    }
-    // Every attempt binds at least one pod or drops the gang for this cycle, so this bound is never
-    // reached; it guards the loop against a future mistake turning into a hung scheduler.
-    let mut budget: usize = candidates
-        .iter()
-        .map(|g| ssn.gangs[*g].tasks().count() + 1)
-        .sum::<usize>()
-        * 2;
-    let mut queue = JobQueues::new(ssn, candidates.into_iter(), false);
-    let mut like_failures = LikeFailures::default();
-    while let Some(g) = queue.pop(ssn) {
-        ssn.attempt(g);
-        if budget == 0 {
-            ssn.stats.attempt_budget_exhausted = true;
-            break;
-        }
-        budget -= 1;
+        // Failed when the cluster was as it is now, and unchanged since: it fails again whatever this
+        // pass places first (placing only takes room), so it takes no turn.
         let version = gang_version(ssn, g);
         let root = ssn.gangs[g].root;
         if let Some(why) = ssn
@@ -87,26 +76,53 @@ pub fn allocate(ssn: &mut Session<'_>) {
             ssn.explain(g, why);
             continue;
         }
-        ssn.stats.gangs_tried += 1;
-        // Shaped only once some gang failed (a cluster with room places most gangs at their first try);
-        // `None` while not shaped yet, `Some(None)` for a gang that is not plain.
-        let shape = (!like_failures.is_empty()).then(|| AttemptShape::of(ssn, g));
-        if let Some(Some(shape)) = &shape
-            && let Some(why) = like_failures.answer(ssn, g, shape)
-        {
-            ssn.stats.gangs_like_a_failed_one += 1;
-            #[cfg(debug_assertions)]
-            check_like_failure(ssn, g, &why);
-            ssn.cluster
-                .no_fit_memo
-                .remember(root, ssn.epoch_at_open, version, why.clone());
-            ssn.explain(g, why);
-            continue;
+        candidates.push(g);
+    }
+    // Every attempt binds at least one pod or drops the gang for this cycle, so this bound is never
+    // reached; it guards the loop against a future mistake turning into a hung scheduler.
+    let mut budget: usize = candidates
+        .iter()
+        .map(|g| ssn.gangs[*g].tasks().count() + 1)
+        .sum::<usize>()
+        * 2;
+    let mut queue = JobQueues::new(ssn, candidates.into_iter(), false);
+    let mut doom = Doom::new(ssn.gangs.len());
+    // Gangs passed over, answered once the pass is over (with the figures it leaves).
+    let mut passed_over = Vec::new();
+    loop {
+        let next = {
+            let view = &*ssn;
+            queue.pop_unless(view, &mut |g| doom.doomed(view, g))
+        };
+        passed_over.append(&mut queue.take_passed_over());
+        let Some(g) = next else { break };
+        ssn.attempt(g);
+        if budget == 0 {
+            ssn.stats.attempt_budget_exhausted = true;
+            break;
         }
+        budget -= 1;
+        let version = gang_version(ssn, g);
+        let root = ssn.gangs[g].root;
+        ssn.stats.gangs_tried += 1;
+        // Its class, found before the attempt (a failed attempt rolls back: the shape is the same).
+        let class = doom.class(ssn, g);
+        let held_reservations = ssn.gangs[g]
+            .tasks()
+            .any(|t| ssn.cluster.task(t).status == TaskStatus::Pipelined);
         match try_allocate(ssn, g) {
             Ok(progress) => {
-                like_failures.placed();
+                doom.placed();
                 ssn.cluster.no_fit_memo.forget(root);
+                // Placing takes room, so a class that failed still fails: except where the gang gave
+                // up reservations of its own and placed its pods elsewhere, which may free room.
+                if held_reservations && doom.revive() {
+                    queue.doom_changed();
+                    // Passed over on a failure that may no longer hold: back in their places.
+                    for passed in passed_over.drain(..) {
+                        queue.push(ssn, passed);
+                    }
+                }
                 // An elastic gang competes again for one more pod, but only after binding one now:
                 // a gang that only reserved (waits for evictions) or has nothing left to place is done
                 // for this cycle.
@@ -117,9 +133,10 @@ pub fn allocate(ssn: &mut Session<'_>) {
             }
             Err(why) => {
                 let why = share_with_last(ssn, root, why);
-                // The attempt rolled back: the gang's shape is what it was before it.
-                if let Some(shape) = shape.unwrap_or_else(|| AttemptShape::of(ssn, g)) {
-                    like_failures.record(shape, &why);
+                if let Some(class) = class
+                    && doom.record(ssn, g, class, &why)
+                {
+                    queue.doom_changed();
                 }
                 ssn.cluster
                     .no_fit_memo
@@ -128,6 +145,50 @@ pub fn allocate(ssn: &mut Session<'_>) {
             }
         }
     }
+    for g in passed_over {
+        answer_doomed(ssn, &mut doom, g);
+    }
+}
+
+/// Answers a gang the order passed over because its class failed, once the pass is over: as a like
+/// gang's attempt would then (its own queue's gate first, then the class's reason naming its own pod).
+/// A class that failed before something was placed is tried once more first, so that its reason
+/// quotes what is free after the pass.
+fn answer_doomed(ssn: &mut Session<'_>, doom: &mut Doom, g: usize) {
+    ssn.attempt(g);
+    ssn.stats.gangs_like_a_failed_one += 1;
+    let version = gang_version(ssn, g);
+    let root = ssn.gangs[g].root;
+    if let Some(class) = doom.stale_no_fit(ssn, g) {
+        let placements = ssn.stats.placements;
+        let attempt = try_allocate(ssn, g);
+        ssn.stats.placements = placements;
+        match attempt {
+            Err(why @ Why::NoFit(_)) => {
+                let why = share_with_last(ssn, root, why);
+                doom.refreshed(class, why);
+            }
+            // Its own queue's gate: the class's reason is still the last one found.
+            Err(_) => {}
+            // Placing only takes room, so this does not happen; if it did, the gang is placed, as its
+            // turn would have placed it.
+            Ok(_) => {
+                debug_assert!(false, "gang {g} of a doomed class was placed");
+                doom.placed();
+                ssn.cluster.no_fit_memo.forget(root);
+                return;
+            }
+        }
+    }
+    let why = doom
+        .answer(ssn, g)
+        .expect("invariant: a gang passed over has a doomed class");
+    #[cfg(debug_assertions)]
+    check_doomed_answer(ssn, g, &why);
+    ssn.cluster
+        .no_fit_memo
+        .remember(root, ssn.epoch_at_open, version, why.clone());
+    ssn.explain(g, why);
 }
 
 /// What the placement of a plain gang's pods reads: whether it is preemptible, its pods and minimum
@@ -183,60 +244,152 @@ impl AttemptShape {
     }
 }
 
-/// Plain gangs that failed in this allocate, by shape. Until something is placed, a gang of the same
-/// shape fails the same way (a failed attempt leaves the session as it found it), so it is answered
-/// without an attempt: a backlog of like jobs costs one attempt per shape, not one per job, each time
-/// capacity frees up.
+/// A class of plain gangs: one attempt shape (interned per pass).
+type ClassId = u32;
+
+/// What allocate knows before a gang's turn about how it will fail. Plain gangs ([`AttemptShape`]) are
+/// classed by shape; once a gang of a class fails, the rest of its class fails alike for the rest of
+/// the pass, since placing only takes room and adds to queues' accounting: a shape whose pods found no
+/// place finds none later (in any queue), and a queue gate that refused a request refuses it later. So
+/// a backlog of like gangs costs one attempt per class, not one per gang, each time capacity frees up.
+/// The one exception, a gang that gives up reservations of its own and places elsewhere, revives every
+/// class ([`Self::revive`]).
 #[derive(Default)]
-struct LikeFailures {
-    /// Per shape, the reason found since the last placement, and what its attempt asks of the queue
-    /// (the same for every gang of the shape: its pods ask alike and all wait; found at the first
-    /// answer).
-    by_shape: HashMap<
-        AttemptShape,
-        (Why, Option<Resources>),
-        std::hash::BuildHasherDefault<crate::model::ids::WordHasher>,
-    >,
-    /// The shape answered last, and its reason and request: a backlog's like gangs come in runs, and a
-    /// run's gangs compare with it instead of being hashed and looked up.
-    last: Option<(AttemptShape, Why, Option<Resources>)>,
+struct Doom {
+    /// Per gang index: `None` not looked at yet, `Some(None)` not plain, `Some(Some(c))` its class.
+    class_of: Vec<Option<Option<ClassId>>>,
+    /// Interned shapes.
+    ids: HashMap<AttemptShape, ClassId, std::hash::BuildHasherDefault<crate::model::ids::WordHasher>>,
+    /// Per class: the shape, the reason its pods found no place (once one failed so), and what its
+    /// attempt asks of the queue (the same for every gang of the class: its pods ask alike and all
+    /// wait; found at the first answer).
+    classes: Vec<ClassState>,
+    /// Classes refused by a queue's gate, by queue.
+    gated: std::collections::HashSet<(crate::model::QueueId, ClassId)>,
+    /// Whether any class failed (nothing to look up before).
+    any: bool,
+    /// Gangs placed so far in the pass.
+    placed: u64,
 }
 
-impl LikeFailures {
-    /// Whether no like gang's reason is known yet.
-    fn is_empty(&self) -> bool {
-        self.by_shape.is_empty()
+struct ClassState {
+    shape: AttemptShape,
+    no_fit: Option<Why>,
+    /// How many gangs had been placed in the pass when `no_fit` was found.
+    no_fit_at: u64,
+    request: Option<Resources>,
+}
+
+impl Doom {
+    fn new(gangs: usize) -> Self {
+        Self {
+            class_of: vec![None; gangs],
+            ..Self::default()
+        }
     }
 
-    /// Something was placed (or reserved): every reason so far may be out of date.
+    /// A gang was placed: reasons found so far quote figures from before it.
     fn placed(&mut self) {
-        self.by_shape.clear();
-        self.last = None;
+        self.placed += 1;
     }
 
-    /// Records why a gang of `shape` failed, if its pods found no place (a queue rule is the gang's own).
-    fn record(&mut self, shape: AttemptShape, why: &Why) {
-        if let Why::NoFit(f) = why
-            && f.failed_task.is_some()
-            && f.topology.is_none()
-        {
-            self.last = None;
-            self.by_shape.insert(shape, (why.clone(), None));
-        }
+    /// Gang `g`'s class, if its reason was found before the last placement (and is to be found again).
+    fn stale_no_fit(&mut self, ssn: &Session<'_>, g: usize) -> Option<ClassId> {
+        let class = self.class(ssn, g)?;
+        let state = &self.classes[class as usize];
+        (state.no_fit.is_some() && state.no_fit_at < self.placed).then_some(class)
     }
 
-    /// Why gang `g` of `shape` fails, if a like gang's pods found no place since the last placement:
-    /// its own queue's rule if one stops it (checked first, as an attempt does), else the same reason,
-    /// naming its own pod.
-    fn answer(&mut self, ssn: &Session<'_>, g: usize, shape: &AttemptShape) -> Option<Why> {
-        if self.last.as_ref().is_none_or(|(last, _, _)| last != shape) {
-            let (why, request) = self.by_shape.get(shape)?;
-            self.last = Some((shape.clone(), why.clone(), *request));
+    /// The reason `class` fails after the pass.
+    fn refreshed(&mut self, class: ClassId, why: Why) {
+        let state = &mut self.classes[class as usize];
+        state.no_fit = Some(why);
+        state.no_fit_at = self.placed;
+    }
+
+    /// Gang `g`'s class, if it is plain (found once per pass: a gang does not change shape until its
+    /// own attempt succeeds, after which it is not asked again).
+    fn class(&mut self, ssn: &Session<'_>, g: usize) -> Option<ClassId> {
+        if self.class_of.len() <= g {
+            self.class_of.resize(g + 1, None);
         }
-        let (_, Why::NoFit(f), known_request) = self.last.as_mut()? else {
-            return None;
+        if let Some(known) = self.class_of[g] {
+            return known;
+        }
+        let class = AttemptShape::of(ssn, g).map(|shape| match self.ids.get(&shape) {
+            Some(id) => *id,
+            None => {
+                let id = ClassId::try_from(self.classes.len()).unwrap_or(ClassId::MAX);
+                self.ids.insert(shape.clone(), id);
+                self.classes.push(ClassState {
+                    shape,
+                    no_fit: None,
+                    no_fit_at: 0,
+                    request: None,
+                });
+                id
+            }
+        });
+        self.class_of[g] = Some(class);
+        class
+    }
+
+    /// Whether gang `g` will fail: its class failed in this pass.
+    fn doomed(&mut self, ssn: &Session<'_>, g: usize) -> bool {
+        if !self.any {
+            return false;
+        }
+        let Some(class) = self.class(ssn, g) else {
+            return false;
         };
+        self.classes[class as usize].no_fit.is_some()
+            || ssn.gangs[g]
+                .queue
+                .is_some_and(|q| self.gated.contains(&(q, class)))
+    }
+
+    /// Records how gang `g` of `class` failed; whether a class became doomed by it (a pod that found no
+    /// place dooms the shape, a queue gate the shape in that queue; other reasons are the gang's own).
+    fn record(&mut self, ssn: &Session<'_>, g: usize, class: ClassId, why: &Why) -> bool {
+        match why {
+            Why::NoFit(f) if f.failed_task.is_some() && f.topology.is_none() => {
+                let state = &mut self.classes[class as usize];
+                if state.no_fit.is_some() {
+                    return false;
+                }
+                state.no_fit = Some(why.clone());
+                state.no_fit_at = self.placed;
+                self.any = true;
+                true
+            }
+            Why::Queue(_) => {
+                let Some(queue) = ssn.gangs[g].queue else {
+                    return false;
+                };
+                self.any = true;
+                self.gated.insert((queue, class))
+            }
+            _ => false,
+        }
+    }
+
+    /// Forgets every failure (room may have been freed); whether there was any.
+    fn revive(&mut self) -> bool {
+        let any = self.any;
+        for state in &mut self.classes {
+            state.no_fit = None;
+        }
+        self.gated.clear();
+        self.any = false;
+        any
+    }
+
+    /// Why doomed gang `g` fails: its own queue's rule if one stops it (checked first, as an attempt
+    /// does), else its class's reason, naming its own pod.
+    fn answer(&mut self, ssn: &Session<'_>, g: usize) -> Option<Why> {
+        let class = self.class(ssn, g)?;
         let cluster = &*ssn.cluster;
+        let shape = &self.classes[class as usize].shape;
         // A plain gang's pods all wait: one pod is the whole attempt (most backlogs), else they are
         // taken in task order.
         let lone = if shape.pods == 1 {
@@ -258,17 +411,26 @@ impl LikeFailures {
                 &ordered
             }
         };
-        let failed = *tasks.get(usize::try_from(f.pods_placed).ok()?)?;
         let queue = ssn.gangs[g].queue?;
-        let request = *known_request.get_or_insert_with(|| queue_request(ssn, tasks));
+        let preemptible = shape.preemptible;
+        let state = &mut self.classes[class as usize];
+        let request = *state.request.get_or_insert_with(|| queue_request(ssn, tasks));
         debug_assert_eq!(
             queue_request(ssn, tasks),
             request,
             "gang {g} asks otherwise than its shape"
         );
-        if let Err(gate) = ssn.fairness.gate(ssn.cluster, queue, &request, shape.preemptible) {
+        if let Err(gate) = ssn.fairness.gate(ssn.cluster, queue, &request, preemptible) {
             return Some(Why::Queue(gate));
         }
+        debug_assert!(
+            !self.gated.contains(&(queue, class)),
+            "a gate that refused gang {g}'s class lets it pass"
+        );
+        let Some(Why::NoFit(f)) = &state.no_fit else {
+            return None;
+        };
+        let failed = *tasks.get(usize::try_from(f.pods_placed).ok()?)?;
         // The gang's last reason, if it names the same pod with this same summary, is this one: shared,
         // not made again (a backlog's gangs are answered alike cycle after cycle).
         if let Some(Why::NoFit(last)) = ssn.cluster.no_fit_memo.last::<Why>(ssn.gangs[g].root)
@@ -302,18 +464,18 @@ fn share_with_last(ssn: &Session<'_>, root: GroupId, why: Why) -> Why {
     Why::NoFit(new)
 }
 
-/// Debug builds check every answer from a like gang against a real attempt (which fails and rolls back
-/// when the answer is right).
+/// Debug builds check every answer given a doomed gang against a real attempt, which must fail (and roll
+/// back) the same way: at its queue's gate, or with no place for its pods (which pod, and the figures,
+/// may have moved since its class failed).
 #[cfg(debug_assertions)]
-fn check_like_failure(ssn: &mut Session<'_>, g: usize, why: &Why) {
+fn check_doomed_answer(ssn: &mut Session<'_>, g: usize, why: &Why) {
     let placements = ssn.stats.placements;
     let attempt = try_allocate(ssn, g);
     ssn.stats.placements = placements;
-    assert_eq!(
-        attempt.as_ref().err(),
-        Some(why),
-        "a like gang's reason differs from an attempt's"
-    );
+    match (&attempt, why) {
+        (Err(Why::Queue(_)), Why::Queue(_)) | (Err(Why::NoFit(_)), Why::NoFit(_)) => {}
+        _ => panic!("a doomed gang's answer {why:?} differs from an attempt's {attempt:?}"),
+    }
 }
 
 /// What placing `tasks` asks of their queue (the gate's request).

@@ -50,10 +50,17 @@ pub struct JobQueues {
     /// gang asks the same as the one taken is still the best (every comparison reads only accounting
     /// and requests), so a run of like gangs is popped without comparing queues.
     last: Option<LastPop>,
+    /// Gangs taken off a leaf's front because their failure was known before their turn (see
+    /// [`Self::pop_unless`]), in the order they were taken, for the caller to answer.
+    passed_over: Vec<usize>,
     /// Tests compare against the uncached order.
     #[cfg(test)]
     uncached: bool,
 }
+
+/// Says of a gang at a leaf's front whether its failure in this pass is already known (the order then
+/// passes it over: it takes no turn).
+pub type Doomed<'a> = dyn FnMut(usize) -> bool + 'a;
 
 /// One queue of the order.
 #[derive(Clone, Debug)]
@@ -290,25 +297,67 @@ impl JobQueues {
 
     /// Takes the next gang.
     pub fn pop(&mut self, ssn: &Session<'_>) -> Option<usize> {
-        if let Some(gang) = self.pop_like_last(ssn) {
+        self.pop_unless(ssn, &mut |_| false)
+    }
+
+    /// Takes the next gang whose failure is not known yet. A gang at a leaf's front that `doomed` says
+    /// will fail takes no turn: it is set aside ([`Self::take_passed_over`]) before its queue is
+    /// compared with its siblings, so a queue competes with the first gang of it that may still be
+    /// placed. When what `doomed` says changes, the caller calls [`Self::doom_changed`].
+    pub fn pop_unless(&mut self, ssn: &Session<'_>, doomed: &mut Doomed<'_>) -> Option<usize> {
+        if let Some(gang) = self.pop_like_last(ssn, doomed) {
             return Some(gang);
         }
         let roots = std::mem::take(&mut self.roots);
         let mut scan = std::mem::take(&mut self.root_scan);
-        let best = self.best(ssn, &roots, &mut scan);
+        let best = self.best(ssn, &roots, &mut scan, doomed);
         self.roots = roots;
         self.root_scan = scan;
         let leaf = best?.0;
         self.take_front(ssn, leaf)
     }
 
+    /// The gangs set aside by [`Self::pop_unless`] since the last call, in the order they were set
+    /// aside.
+    pub fn take_passed_over(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.passed_over)
+    }
+
+    /// Some gang's doom changed: every leaf's front is looked at again.
+    pub fn doom_changed(&mut self) {
+        self.last = None;
+        for node in &mut self.nodes {
+            node.fronts += 1;
+        }
+    }
+
+    /// Sets aside the leaf's front gangs that `doomed` says will fail.
+    fn settle(&mut self, leaf: u32, doomed: &mut Doomed<'_>) {
+        let mut taken = false;
+        while let Some(&gang) = self.nodes.get(leaf as usize).and_then(|n| n.gangs.front()) {
+            if !doomed(gang) {
+                break;
+            }
+            self.nodes[leaf as usize].gangs.pop_front();
+            self.queued -= 1;
+            self.passed_over.push(gang);
+            taken = true;
+        }
+        if taken {
+            self.front_changed(leaf);
+        }
+    }
+
     /// The next gang of the last pop's leaf, if it is still the best (see `last`).
-    fn pop_like_last(&mut self, ssn: &Session<'_>) -> Option<usize> {
+    fn pop_like_last(&mut self, ssn: &Session<'_>, doomed: &mut Doomed<'_>) -> Option<usize> {
         #[cfg(test)]
         if self.uncached {
             return None;
         }
         let last = self.last.take()?;
+        // Passing over doomed gangs changes no accounting: the leaf is still the best if its next
+        // live gang asks the same.
+        self.settle(last.leaf, doomed);
         let front = *self.nodes.get(last.leaf as usize)?.gangs.front()?;
         if ssn.fairness.changes() != last.fairness || self.requests.get(front) != Some(&last.request) {
             return None;
@@ -354,13 +403,13 @@ impl JobQueues {
     }
 
     /// The best (leaf, gang) under an inner queue, reused while nothing under it changed.
-    fn best_under(&mut self, ssn: &Session<'_>, inner: u32) -> Pick {
+    fn best_under(&mut self, ssn: &Session<'_>, inner: u32, doomed: &mut Doomed<'_>) -> Pick {
         let node = &mut self.nodes[inner as usize];
         let children = std::mem::take(&mut node.children);
         let mut scan = std::mem::take(&mut node.scan);
         #[cfg(test)]
         if self.uncached {
-            let best = self.best(ssn, &children, &mut scan);
+            let best = self.best(ssn, &children, &mut scan, doomed);
             self.nodes[inner as usize].children = children;
             return best;
         }
@@ -369,7 +418,10 @@ impl JobQueues {
         let best = match node.best_under {
             Some((at, best)) if at == seen => best,
             _ => {
-                let best = self.best(ssn, &children, &mut scan);
+                let best = self.best(ssn, &children, &mut scan, doomed);
+                // Read again: passing over doomed fronts under it moved its fronts version.
+                let node = &self.nodes[inner as usize];
+                let seen = (ssn.fairness.version(node.queue), node.fronts);
                 self.nodes[inner as usize].best_under = Some((seen, best));
                 best
             }
@@ -382,7 +434,13 @@ impl JobQueues {
 
     /// The best (leaf, gang) among the subtrees of `queues`, resuming the last scan over them (`scan`)
     /// from its first step whose sibling changed.
-    fn best(&mut self, ssn: &Session<'_>, queues: &[u32], scan: &mut Vec<ScanStep>) -> Pick {
+    fn best(
+        &mut self,
+        ssn: &Session<'_>,
+        queues: &[u32],
+        scan: &mut Vec<ScanStep>,
+        doomed: &mut Doomed<'_>,
+    ) -> Pick {
         #[cfg(test)]
         if self.uncached {
             scan.clear();
@@ -392,6 +450,9 @@ impl JobQueues {
         let alone = queues.len() == 1;
         let mut resumed = false;
         for (i, &q) in queues.iter().enumerate() {
+            if self.nodes[q as usize].children.is_empty() {
+                self.settle(q, doomed);
+            }
             let node = &self.nodes[q as usize];
             let seen = (ssn.fairness.version(node.queue), node.fronts);
             if !resumed {
@@ -409,7 +470,7 @@ impl JobQueues {
             let candidate = if node.children.is_empty() {
                 node.gangs.front().map(|g| (q, *g))
             } else {
-                self.best_under(ssn, q)
+                self.best_under(ssn, q, doomed)
             };
             let Some(candidate) = candidate else {
                 scan.push(ScanStep {
@@ -550,6 +611,74 @@ mod tests {
         }
         assert!(cached.pop(&ssn).is_none());
         assert!(popped > 100, "popped {popped}");
+    }
+}
+
+#[cfg(test)]
+mod doomed_tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::sim::Synthetic;
+
+    /// Gangs whose failure is known take no turn: popping with them passed over gives, at every step,
+    /// what an order made of the live gangs alone gives, while accounting changes under both and more
+    /// gangs are doomed along the way; every doomed gang is handed back once.
+    #[test]
+    fn doomed_fronts_take_no_turn() {
+        let mut cluster = Synthetic::new(12, 1).cluster();
+        let config = Config::default();
+        let mut ssn = Session::open(&mut cluster, &config, 1_000_000);
+        let n = ssn.gangs.len();
+        let mut doomed = vec![false; n];
+        for (g, d) in doomed.iter_mut().enumerate() {
+            *d = g % 3 == 1;
+        }
+        let mut skipping = JobQueues::new(&ssn, 0..n, false);
+        let live =
+            |doomed: &[bool], gone: &[bool]| (0..n).filter(|g| !doomed[*g] && !gone[*g]).collect::<Vec<_>>();
+        let mut gone = vec![false; n];
+        let mut taken = vec![false; n];
+        let mut reference = JobQueues::new(&ssn, live(&doomed, &gone).into_iter(), false);
+        reference.uncached = true;
+        let mut passed = Vec::new();
+        let mut popped = 0;
+        while let Some(g) = reference.pop(&ssn) {
+            let got = skipping.pop_unless(&ssn, &mut |g| doomed[g]);
+            assert_eq!(got, Some(g), "pop {popped}");
+            gone[g] = true;
+            taken[g] = true;
+            for p in skipping.take_passed_over() {
+                assert!(doomed[p], "gang {p} passed over but not doomed");
+                gone[p] = true;
+                passed.push(p);
+            }
+            popped += 1;
+            if popped % 3 != 0
+                && let Some(q) = ssn.gangs[g].queue
+            {
+                let request = skipping.requests[g].times(40);
+                let cluster = &*ssn.cluster;
+                ssn.fairness.change(cluster, q, &request, true, 1);
+            }
+            if popped == 10 {
+                // More gangs are found doomed mid-way.
+                for (g, d) in doomed.iter_mut().enumerate() {
+                    if g % 5 == 0 {
+                        *d = true;
+                    }
+                }
+                skipping.doom_changed();
+                reference = JobQueues::new(&ssn, live(&doomed, &gone).into_iter(), false);
+                reference.uncached = true;
+            }
+        }
+        assert_eq!(skipping.pop_unless(&ssn, &mut |g| doomed[g]), None);
+        passed.extend(skipping.take_passed_over());
+        passed.sort_unstable();
+        // Every gang left once: popped while live, or passed over while doomed.
+        let expected: Vec<usize> = (0..n).filter(|g| doomed[*g] && !taken[*g]).collect();
+        assert_eq!(passed, expected);
+        assert!(popped > 30, "popped {popped}");
     }
 }
 
