@@ -602,6 +602,12 @@ impl Sim {
         true
     }
 
+    /// How many waiting gangs the last cycle kept in its backlog (`framework::backlog`).
+    #[must_use]
+    pub fn backlog_len(&self) -> usize {
+        crate::framework::session::backlog_len(&self.cluster)
+    }
+
     /// Runs `n` rounds.
     pub fn rounds(&mut self, n: usize) -> &mut Self {
         for _ in 0..n {

@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 use crate::config::ActionKind;
 use crate::framework::Session;
-use crate::framework::gang::PlainPod;
+pub(super) use crate::framework::backlog::AttemptShape;
+use crate::framework::backlog::ClassKey;
 use crate::framework::policy::ordering::JobQueues;
 use crate::framework::policy::placement::{Mode, NodeMiss, main_slot};
 use crate::framework::policy::topology;
 use crate::framework::report::explain::{FitFailure, FitSummary, Why};
+use crate::framework::session::BacklogAnswer;
 use crate::model::group::TopologyRequirement;
 use crate::model::resources::{CPU, GPU};
 use crate::model::{Cluster, GpuRequest, GroupId, NodeId, Resources, TaskId, TaskStatus};
@@ -39,9 +41,13 @@ pub fn task_order(cluster: &Cluster, a: TaskId, b: TaskId) -> Ordering {
 /// with its first gang that may still be placed.
 pub fn allocate(ssn: &mut Session<'_>) {
     let mut candidates = Vec::new();
+    let mut doom = Doom::new(ssn.gangs.len());
+    check_backlog_heads(ssn, &mut doom);
     // Nothing journaled: no pod was placed or evicted in this session before allocate (it runs first by
     // default), so every gang has exactly the work it had at open.
     let as_at_open = ssn.checkpoint() == 0;
+    // Gangs answered as their class, for the backlog (`framework::backlog`).
+    let mut told: Vec<(usize, ClassId)> = Vec::new();
     for g in 0..ssn.gangs.len() {
         // Most gangs of a busy cluster run with nothing to place: those known so at open are passed
         // over without a look at their pods.
@@ -73,6 +79,12 @@ pub fn allocate(ssn: &mut Session<'_>) {
             .cloned()
         {
             ssn.stats.gangs_skipped_unchanged += 1;
+            // Its class fails as it does.
+            if let Some(class) = doom.class(ssn, g)
+                && (doom.record(ssn, g, class, &why) || doom.doomed(ssn, g))
+            {
+                told.push((g, class));
+            }
             ssn.explain(g, why);
             continue;
         }
@@ -86,7 +98,6 @@ pub fn allocate(ssn: &mut Session<'_>) {
         .sum::<usize>()
         * 2;
     let mut queue = JobQueues::new(ssn, candidates.into_iter(), false);
-    let mut doom = Doom::new(ssn.gangs.len());
     // Gangs passed over, answered once the pass is over (with the figures it leaves).
     let mut passed_over = Vec::new();
     loop {
@@ -130,6 +141,12 @@ pub fn allocate(ssn: &mut Session<'_>) {
                 if progress == Progress::Bound && more && ssn.gangs[g].is_satisfied(ssn.cluster) {
                     queue.push(ssn, g);
                 }
+                // The next gang of its class kept in the backlog competes now, in its place.
+                if let Some(key) = class.and_then(|c| doom.key(ssn, g, c))
+                    && let Some(next) = ssn.take_from_backlog(&key)
+                {
+                    queue.push(ssn, next);
+                }
             }
             Err(why) => {
                 let why = share_with_last(ssn, root, why);
@@ -137,6 +154,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
                     && doom.record(ssn, g, class, &why)
                 {
                     queue.doom_changed();
+                    told.push((g, class));
                 }
                 ssn.cluster
                     .no_fit_memo
@@ -147,17 +165,61 @@ pub fn allocate(ssn: &mut Session<'_>) {
     }
     for g in passed_over {
         answer_doomed(ssn, &mut doom, g);
+        if let Some(class) = doom.class(ssn, g) {
+            told.push((g, class));
+        }
+    }
+    tell_backlog(ssn, &mut doom, told);
+}
+
+/// Checks that the first gang of each backlog class, taken in at open, is of its class in this
+/// session; a class whose head is not (its shape depends on the session: a rule about other pods,
+/// the placement strategy) has all its gangs taken in, to be tried as any other.
+fn check_backlog_heads(ssn: &mut Session<'_>, doom: &mut Doom) {
+    let heads: Vec<(ClassKey, crate::model::GroupId)> = ssn.backlog_heads().to_vec();
+    for (key, head) in heads {
+        let Some(&g) = ssn.gang_of.get(&head) else {
+            continue;
+        };
+        let same = doom
+            .class(ssn, g)
+            .and_then(|c| doom.key(ssn, g, c))
+            .is_some_and(|k| k == key);
+        if !same {
+            while let Some(next) = ssn.take_from_backlog(&key) {
+                doom.class_of.resize(next + 1, None);
+            }
+        }
     }
 }
 
-/// Answers a gang the order passed over because its class failed, once the pass is over: as a like
-/// gang's attempt would then (its own queue's gate first, then the class's reason naming its own pod).
-/// A class that failed before something was placed is tried once more first, so that its reason
-/// quotes what is free after the pass.
-fn answer_doomed(ssn: &mut Session<'_>, doom: &mut Doom, g: usize) {
-    ssn.attempt(g);
-    ssn.stats.gangs_like_a_failed_one += 1;
-    let version = gang_version(ssn, g);
+/// Tells the backlog which gangs were answered as their class, and each class's answer (the last such
+/// gang's reason: its gangs kept out of the session are told the same, naming their own pods).
+fn tell_backlog(ssn: &mut Session<'_>, doom: &mut Doom, told: Vec<(usize, ClassId)>) {
+    if !ssn.keeps_backlog() {
+        return;
+    }
+    let mut answers: HashMap<ClassKey, usize> = HashMap::new();
+    for (g, class) in told {
+        let Some(key) = doom.key(ssn, g, class) else {
+            continue;
+        };
+        answers.insert(key.clone(), g);
+        ssn.tell_backlog(BacklogAnswer::Gang(g, key));
+    }
+    // The kept gangs are told what a gang of their class passed over would be told now, at the end of
+    // the pass (the gang that failed first was answered when it failed).
+    for (key, g) in answers {
+        ssn.attempt(g);
+        if let Some(why) = class_answer(ssn, doom, g) {
+            ssn.tell_backlog(BacklogAnswer::Class(key, why));
+        }
+    }
+}
+
+/// Why gang `g`, of a doomed class, fails after the pass: its class tried once more first if it
+/// failed before something was placed (so the reason quotes what the pass left free).
+fn class_answer(ssn: &mut Session<'_>, doom: &mut Doom, g: usize) -> Option<Why> {
     let root = ssn.gangs[g].root;
     if let Some(class) = doom.stale_no_fit(ssn, g) {
         let placements = ssn.stats.placements;
@@ -176,72 +238,34 @@ fn answer_doomed(ssn: &mut Session<'_>, doom: &mut Doom, g: usize) {
                 debug_assert!(false, "gang {g} of a doomed class was placed");
                 doom.placed();
                 ssn.cluster.no_fit_memo.forget(root);
-                return;
+                return None;
             }
         }
     }
-    let why = doom
-        .answer(ssn, g)
-        .expect("invariant: a gang passed over has a doomed class");
+    doom.answer(ssn, g)
+}
+
+/// Answers a gang the order passed over because its class failed, once the pass is over: as a like
+/// gang's attempt would then (its own queue's gate first, then the class's reason naming its own pod).
+/// A class that failed before something was placed is tried once more first, so that its reason
+/// quotes what is free after the pass.
+fn answer_doomed(ssn: &mut Session<'_>, doom: &mut Doom, g: usize) {
+    ssn.attempt(g);
+    ssn.stats.gangs_like_a_failed_one += 1;
+    let version = gang_version(ssn, g);
+    let root = ssn.gangs[g].root;
+    let placed = doom.placed;
+    let Some(why) = class_answer(ssn, doom, g) else {
+        // Placed after all (see `class_answer`).
+        debug_assert!(doom.placed > placed, "a gang passed over has a doomed class");
+        return;
+    };
     #[cfg(debug_assertions)]
     check_doomed_answer(ssn, g, &why);
     ssn.cluster
         .no_fit_memo
         .remember(root, ssn.epoch_at_open, version, why.clone());
     ssn.explain(g, why);
-}
-
-/// What the placement of a plain gang's pods reads: whether it is preemptible, its pods and minimum
-/// (so the pods it places now) and the one shape they share (its queue's rules are checked before, per
-/// gang). A plain gang has one PodGroup without sub-groups, topology or `minResources`, and only
-/// pending pods of its own that ask alike and whose place depends on nothing but the nodes (no claims,
-/// no rules about other pods and none of theirs about it, no reservation or chosen device).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) struct AttemptShape {
-    pod: PlainPod,
-    preemptible: bool,
-    pods: usize,
-    min: u32,
-    max: Option<u32>,
-}
-
-impl AttemptShape {
-    /// The shape of gang `g`'s next attempt, if it is plain.
-    pub(super) fn of(ssn: &Session<'_>, g: usize) -> Option<Self> {
-        let gang = &ssn.gangs[g];
-        let cluster = &*ssn.cluster;
-        if cluster.group(gang.root).min_resources.is_some()
-            // A seeded draw per pod picks among the nodes: a gang's first pods may land elsewhere.
-            || ssn.policy.gpu == crate::config::PlacementStrategy::Random
-            || ssn.policy.cpu == crate::config::PlacementStrategy::Random
-            || ssn.gang_satisfied(g)
-        {
-            return None;
-        }
-        // A gang none of whose pods changed in this session is as it was built.
-        let pod = if ssn.gang_touched(g) {
-            gang.plain_pod(cluster)
-        } else {
-            gang.plain_pod_as_built(cluster)
-        }?;
-        // A plain pod's rules are its own (a pod that changes builds its gang again).
-        debug_assert_eq!(
-            gang.pod_rules_at_build,
-            gang.tasks()
-                .any(|t| cluster.task(t).rules != crate::model::pod_rules::PodRulesId(0))
-        );
-        if ssn.index.rules.relevant_to_any(gang.pod_rules_at_build) {
-            return None;
-        }
-        let leaf = &gang.nodes[0];
-        Some(Self {
-            pod,
-            preemptible: gang.preemptible,
-            pods: leaf.tasks.len(),
-            min: leaf.min,
-            max: leaf.max,
-        })
-    }
 }
 
 /// A class of plain gangs: one attempt shape (interned per pass).
@@ -332,6 +356,14 @@ impl Doom {
         });
         self.class_of[g] = Some(class);
         class
+    }
+
+    /// The backlog class of gang `g` of `class`.
+    fn key(&self, ssn: &Session<'_>, g: usize, class: ClassId) -> Option<ClassKey> {
+        Some(ClassKey {
+            queue: ssn.gangs[g].queue?,
+            shape: self.classes.get(class as usize)?.shape.clone(),
+        })
     }
 
     /// Whether gang `g` will fail: its class failed in this pass.

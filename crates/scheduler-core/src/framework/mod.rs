@@ -6,6 +6,7 @@
 //! - **policies** ([`policy`]): placement and topology, gang order, queue fairness;
 //! - **reporting** ([`report`]): explanations and the statuses, conditions and events users read.
 
+pub mod backlog;
 pub mod decisions;
 pub mod gang;
 pub mod policy;

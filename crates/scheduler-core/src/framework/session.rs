@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::backlog::{Backlog, ClassKey, KeptGang};
 use super::decisions::{Bind, Decisions, Evict, EvictionCause};
 use super::gang::{self, ChildIndex, Gang};
 use super::policy::fairness::{self, Fairness, GangUsage};
@@ -58,6 +59,8 @@ pub(crate) struct Carry {
     built: Option<BuiltAt>,
     /// Where the last status report left off (`status::report`).
     report: Option<status::ReportCarry>,
+    /// Waiting gangs kept out of the session (`framework::backlog`).
+    backlog: Option<Backlog>,
 }
 
 /// Explanation summaries as a session left them (see [`Carry::summaries`]).
@@ -160,6 +163,17 @@ pub(crate) fn groups_changed_since(cluster: &Cluster, groups: u64, tasks: u64) -
         }
     }
     Some(changed)
+}
+
+/// How many waiting gangs the last session kept in its backlog (`framework::backlog`).
+#[must_use]
+pub fn backlog_len(cluster: &Cluster) -> usize {
+    cluster
+        .session_carry
+        .as_ref()
+        .and_then(|c| c.downcast_ref::<Carry>())
+        .and_then(|c| c.backlog.as_ref())
+        .map_or(0, Backlog::len)
 }
 
 /// Gives `cluster` its own copy of the carry it shares with another copy of the model, if it shares
@@ -299,6 +313,27 @@ pub struct Session<'c> {
     nodes_synced: u64,
     /// Per resource, the most any node has (found at first use; nodes do not change in a session).
     largest_node: std::cell::OnceCell<Resources>,
+    /// Waiting gangs kept out of the session (`framework::backlog`).
+    pub(crate) backlog: Backlog,
+    /// Whether this session keeps a backlog for the next.
+    backlog_on: bool,
+    /// The first gang of each class of the backlog, taken in at open.
+    backlog_heads: Vec<(ClassKey, GroupId)>,
+    /// Gangs answered as their class (allocate's doomed gangs and the failures that doomed them), with
+    /// their class, and each class's answer for the kept gangs: what the session's end may keep.
+    backlog_answered: Vec<BacklogAnswer>,
+    /// Every root of a flat hierarchy in root order, kept ones included (the next session places
+    /// only the groups changed since: `gang::roots_of_flat`).
+    roots: Vec<GroupId>,
+}
+
+/// What allocate told the backlog (see [`Session::backlog_answered`]).
+#[derive(Clone, Debug)]
+pub(crate) enum BacklogAnswer {
+    /// Gang `0` was answered as its class `1`.
+    Gang(usize, ClassKey),
+    /// The answer for the class's kept gangs.
+    Class(ClassKey, Why),
 }
 
 /// Counts of what a session did.
@@ -333,6 +368,43 @@ pub struct SessionStats {
     pub report_due: Option<Millis>,
     /// Gangs taken as the last session built them (nothing in them changed since).
     pub gangs_carried: u64,
+}
+
+/// The backlog as a session finds it (see `framework::backlog`): every gang goes when the session keeps
+/// none or what the classes rest on changed; a gang goes when it or its pods changed since the last
+/// session (`changed`, by slot: `None` when the change logs do not reach back), when its status
+/// changed without a stamp, or when its figures are due a refresh. Returns the first gang of each class,
+/// taken out for the session to try.
+fn open_backlog(
+    cluster: &Cluster,
+    backlog: &mut Backlog,
+    on: bool,
+    changed: Option<&[bool]>,
+    now: Millis,
+) -> Vec<(ClassKey, GroupId)> {
+    if backlog.is_empty() {
+        return Vec::new();
+    }
+    let echoed = cluster.echoed.peek();
+    let (Some(changed), Some(echoed)) = (changed.filter(|_| on), echoed) else {
+        backlog.dissolve();
+        return Vec::new();
+    };
+    // A rule about other pods makes no gang plain (`AttemptShape::of`).
+    if !backlog.still_holds(cluster) || cluster.rules.has_anti_affinity_terms() {
+        backlog.dissolve();
+        return Vec::new();
+    }
+    for (slot, _) in changed.iter().enumerate().filter(|(_, c)| **c) {
+        if let Ok(slot) = u32::try_from(slot) {
+            backlog.release(GroupId(slot));
+        }
+    }
+    for id in echoed {
+        backlog.release(*id);
+    }
+    backlog.release_due(now);
+    backlog.take_heads()
 }
 
 impl<'c> Session<'c> {
@@ -404,12 +476,22 @@ impl<'c> Session<'c> {
             .built
             .filter(|_| same_hierarchy)
             .and_then(|at| groups_changed_since(cluster, at.groups, at.tasks));
+        let backlog_on = flat_hierarchy && !cluster.without_backlog && Backlog::allowed(config);
+        let mut backlog = match Arc::get_mut(&mut last) {
+            Some(own) => own.backlog.take(),
+            None => last.backlog.clone(),
+        }
+        .unwrap_or_default();
+        let backlog_heads = open_backlog(cluster, &mut backlog, backlog_on, changed.as_deref(), now);
         let mut gangs = Vec::with_capacity(roots.len());
         let mut usage = Vec::with_capacity(roots.len());
         let mut reads = Vec::with_capacity(roots.len());
         let mut carried_flags = Vec::with_capacity(roots.len());
         let mut work = Vec::with_capacity(roots.len());
         for r in &roots {
+            if backlog.holds(*r) {
+                continue;
+            }
             let kept = owned_gangs.as_ref().unwrap_or(&last.gangs);
             let carried = kept.get(r).zip(last.built).filter(|(c, built)| {
                 same_hierarchy
@@ -524,7 +606,14 @@ impl<'c> Session<'c> {
             }
             _ => fairness::capacity(cluster),
         };
-        let fairness = Fairness::open(cluster, &gangs, &usage, &plugins.proportion, &capacity);
+        let fairness = Fairness::open(
+            cluster,
+            &gangs,
+            &usage,
+            &backlog.pending_by_queue(),
+            &plugins.proportion,
+            &capacity,
+        );
         let epoch_at_open = cluster.epochs.capacity;
         Self {
             epoch_at_open,
@@ -561,6 +650,11 @@ impl<'c> Session<'c> {
             tasks_at_open,
             nodes_synced,
             largest_node: std::cell::OnceCell::new(),
+            backlog,
+            backlog_on,
+            backlog_heads,
+            backlog_answered: Vec::new(),
+            roots: if flat_hierarchy { roots } else { Vec::new() },
         }
     }
 
@@ -688,6 +782,56 @@ impl<'c> Session<'c> {
     #[must_use]
     pub(crate) fn gang_reads_devices(&self, g: usize) -> bool {
         self.reads_devices.get(g).copied().unwrap_or(true)
+    }
+
+    /// Takes the next gang of a backlog class into the session (its class's last gang taken in was
+    /// placed), as a gang of its own at the end; its index. What it asks already counted against its
+    /// queue in fair share (`Backlog::pending_by_queue`).
+    pub fn take_from_backlog(&mut self, key: &ClassKey) -> Option<usize> {
+        if self.backlog.is_empty() {
+            return None;
+        }
+        let root = self.backlog.take_first(key)?;
+        let gang = Gang::build(self.cluster, &self.children, root);
+        let index = self.gangs.len();
+        for group in &gang.groups {
+            self.gang_of.insert(*group, index);
+        }
+        if let Some(q) = gang.queue {
+            self.gangs_by_queue.entry(q).or_default().push(index);
+        }
+        self.usage.push(Arc::new(GangUsage::of(self.cluster, &gang)));
+        self.reads_devices.push(reads_devices(self.cluster, &gang));
+        self.carried.push(false);
+        self.work.push(gang.has_work(self.cluster));
+        self.gangs_touched.push(false);
+        self.gangs.push(Arc::new(gang));
+        Some(index)
+    }
+
+    /// Whether any gang is kept in the backlog for `key`'s class.
+    #[must_use]
+    pub fn backlog_has(&self, key: &ClassKey) -> bool {
+        self.backlog.has_class(key)
+    }
+
+    /// The classes whose first gang was taken in at open.
+    #[must_use]
+    pub(crate) fn backlog_heads(&self) -> &[(ClassKey, GroupId)] {
+        &self.backlog_heads
+    }
+
+    /// Whether this session keeps a backlog for the next.
+    #[must_use]
+    pub fn keeps_backlog(&self) -> bool {
+        self.backlog_on
+    }
+
+    /// Allocate's word to the backlog (see [`BacklogAnswer`]).
+    pub(crate) fn tell_backlog(&mut self, answer: BacklogAnswer) {
+        if self.backlog_on {
+            self.backlog_answered.push(answer);
+        }
     }
 
     /// The gangs of a queue, by ascending index (the same order as `0..gangs.len()` filtered on the
@@ -974,9 +1118,15 @@ impl<'c> Session<'c> {
         if let Some((current, count)) = run {
             *by_reason.entry(current).or_insert(0) += count;
         }
+        // The kept gangs wait too, for their class's reason.
+        self.answer_backlog();
+        for (reason, count) in self.backlog.waiting_by_reason() {
+            *by_reason.entry(reason).or_insert(0) += count;
+        }
         self.stats.gangs_waiting = by_reason.values().sum();
         self.stats.gangs_waiting_by_reason = by_reason;
         status::report(&mut self, &mut decisions);
+        self.keep_backlog();
         reservations::reconcile(&mut self, &mut decisions);
         for (_, t) in self.cluster.tasks.iter() {
             if let Assumed::Pipelined { until, .. } = t.assumed {
@@ -1026,6 +1176,92 @@ impl Session<'_> {
         }
     }
 
+    /// Gives the backlog's classes the answers allocate found for them (a class not answered, or whose
+    /// answer moved, lets its gangs go once they are counted: `keep_backlog`).
+    fn answer_backlog(&mut self) {
+        if !self.backlog_on {
+            self.backlog.dissolve();
+            return;
+        }
+        for a in &self.backlog_answered {
+            if let BacklogAnswer::Class(key, why) = a {
+                self.backlog.answer(key, why.clone());
+            }
+        }
+    }
+
+    /// Keeps in the backlog the gangs answered as their class this cycle that may be kept: they wait
+    /// for that one reason alone, were told it (their status report is done), have no timeout to keep
+    /// track of and nothing of them is read through a node.
+    fn keep_backlog(&mut self) {
+        let answered = std::mem::take(&mut self.backlog_answered);
+        if !self.backlog_on {
+            return;
+        }
+        self.backlog.release_unanswered_and_moved();
+        let mut class_answers: std::collections::HashMap<ClassKey, Why> = std::collections::HashMap::new();
+        for a in &answered {
+            if let BacklogAnswer::Class(key, why) = a {
+                class_answers.insert(key.clone(), why.clone());
+            }
+        }
+        for a in answered {
+            let BacklogAnswer::Gang(g, key) = a else { continue };
+            let Some(class_answer) = class_answers.get(&key) else {
+                continue;
+            };
+            let Some(told) = self.keepable(g) else { continue };
+            let Some(pending) = self.usage[g].waiting_only() else {
+                continue;
+            };
+            let gang = &self.gangs[g];
+            let root = gang.root;
+            let group = self.cluster.group(root);
+            let refresh_at = status::figures_refresh_at(group);
+            let held_back = group.status_written.is_some_and(|w| w.newer_held_back);
+            let kept = KeptGang {
+                group: root,
+                gang,
+                key: &group.key,
+                pending,
+                told: (!held_back).then_some(told),
+                refresh_at,
+            };
+            self.backlog.keep(key, class_answer, kept, self.now);
+        }
+        if let Some(carry) = self.report_carry.as_mut() {
+            let backlog = &self.backlog;
+            carry.forget_revisits(|g| backlog.holds(g));
+        }
+        if let Some(at) = self.backlog.next_refresh() {
+            self.report_due_at(at);
+        }
+    }
+
+    /// What gang `g` was told, if it may be kept in the backlog (see [`Self::keep_backlog`]).
+    fn keepable(&self, g: usize) -> Option<Why> {
+        let outcome = self.outcomes.get(&g)?;
+        if outcome.placed() || outcome.why.len() != 1 {
+            return None;
+        }
+        let why = outcome.why.first()?;
+        if !matches!(why, Why::NoFit(_) | Why::Queue(_)) || self.gang_reads_devices(g) {
+            return None;
+        }
+        let gang = &self.gangs[g];
+        if gang.groups.len() != 1 {
+            return None;
+        }
+        let group = self.cluster.group(gang.root);
+        let told = group.report_inputs != 0 && group.report_why.is_some();
+        (told
+            && group.schedule_timeout_secs.is_none()
+            && !group.timed_out
+            && group.waiting_since.is_some()
+            && group.parent_name.is_none())
+        .then(|| why.clone())
+    }
+
     /// Leaves the gangs as built (they do not change during a session) and the report stamps for the
     /// next session.
     fn leave_carry(&mut self) {
@@ -1038,9 +1274,9 @@ impl Session<'_> {
             groups: self.cluster.groups.clock(),
             tasks: self.tasks_at_open,
         };
-        let flat_roots = self
-            .flat_hierarchy
-            .then(|| gangs.iter().map(|gang| gang.root).collect());
+        let flat_roots = self.flat_hierarchy.then(|| std::mem::take(&mut self.roots));
+        let mut backlog = std::mem::take(&mut self.backlog);
+        backlog.seal(self.cluster);
         let carry = Carry {
             children: std::mem::take(&mut self.children),
             flat_roots,
@@ -1071,6 +1307,7 @@ impl Session<'_> {
             built: Some(built),
             capacity: Some(self.capacity),
             report: self.report_carry.take(),
+            backlog: (!backlog.is_empty()).then_some(backlog),
             summaries: Some(CarriedSummaries {
                 summaries: self.index.take_summaries(),
                 facts_version: self.cluster.node_facts_version,

@@ -636,6 +636,15 @@ impl RuleBook {
         }
     }
 
+    /// Whether some live pod requires an anti-affinity term (one the symmetric rule looks at).
+    #[must_use]
+    pub fn has_anti_affinity_terms(&self) -> bool {
+        self.rules
+            .iter()
+            .flatten()
+            .any(|r| !r.rules.anti_affinity.is_empty())
+    }
+
     /// Terms some live pod requires as anti-affinity (the ones the symmetric rule looks at).
     #[must_use]
     pub fn anti_affinity_terms(&self) -> Vec<TermId> {

@@ -88,6 +88,17 @@ impl GangUsage {
     }
 }
 
+impl GangUsage {
+    /// What the gang's waiting pods ask, if it has no placed pod and no amount with a negative part
+    /// (what a backlog keeps for it).
+    #[must_use]
+    pub fn waiting_only(&self) -> Option<Resources> {
+        (self.running.is_none() && self.unsummable.is_empty())
+            .then_some(self.pending)
+            .flatten()
+    }
+}
+
 /// One queue's gangs' usage at session open, summed before it is recorded up the tree.
 #[derive(Default)]
 struct QueueSums {
@@ -150,6 +161,7 @@ fn record_per_gang(
     ids: &[Option<fairshare::QueueId>],
     gangs: &[std::sync::Arc<Gang>],
     usage: &[std::sync::Arc<GangUsage>],
+    backlog: &[(QueueId, Resources)],
 ) {
     for (gang, usage) in gangs.iter().zip(usage) {
         let Some(q) = gang.queue.and_then(|q| ids[q.index()]) else {
@@ -170,6 +182,11 @@ fn record_per_gang(
             tree.record_pending(q, pending);
         }
     }
+    for (queue, pending) in backlog {
+        if let Some(q) = ids.get(queue.index()).copied().flatten() {
+            tree.record_pending(q, pending);
+        }
+    }
 }
 
 /// Records the gangs' usage summed per queue first, then up the tree once per queue: the same totals
@@ -181,6 +198,7 @@ fn record_summed(
     ids: &[Option<fairshare::QueueId>],
     gangs: &[std::sync::Arc<Gang>],
     usage: &[std::sync::Arc<GangUsage>],
+    backlog: &[(QueueId, Resources)],
 ) -> bool {
     // By the tree's queue index (recorded below in index order, as a map ordered by id would).
     let mut by_queue: Vec<(Option<fairshare::QueueId>, QueueSums)> = Vec::new();
@@ -204,6 +222,17 @@ fn record_summed(
         if let Some(pending) = &usage.pending {
             sums.pending.get_or_insert(NonNegativeSum::ZERO).add(pending);
         }
+    }
+    // A backlog class's amount is its gangs' saturating sum already: one more amount to the sum.
+    for (queue, pending) in backlog {
+        let Some(q) = ids.get(queue.index()).copied().flatten() else {
+            continue;
+        };
+        let Some((id, sums)) = by_queue.get_mut(q.index()) else {
+            continue;
+        };
+        *id = Some(q);
+        sums.pending.get_or_insert(NonNegativeSum::ZERO).add(pending);
     }
     let mut totals = Vec::with_capacity(by_queue.len());
     for (q, sums) in by_queue {
@@ -246,13 +275,15 @@ fn preemptibility(preemptible: bool) -> Preemptibility {
 
 impl Fairness {
     /// Builds the tree from the model's queues, records every gang's allocated and pending pods
-    /// (`usage`, one per gang, from [`GangUsage::of`]), and divides the cluster's capacity (Ready nodes,
+    /// (`usage`, one per gang, from [`GangUsage::of`]) and what the backlog's gangs ask per queue
+    /// (`backlog`: `framework::backlog`, outside the session but waiting all the same), and divides the cluster's capacity (Ready nodes,
     /// minus what other schedulers' pods use).
     #[must_use]
     pub fn open(
         cluster: &Cluster,
         gangs: &[std::sync::Arc<Gang>],
         usage: &[std::sync::Arc<GangUsage>],
+        backlog: &[(QueueId, Resources)],
         args: &ProportionArgs,
         capacity: &Resources,
     ) -> Self {
@@ -286,8 +317,8 @@ impl Fairness {
         // An amount with a negative part (no request has one) is recorded on its own, in gang order,
         // and then so is everything else.
         let per_gang = usage.iter().any(|u| !u.unsummable.is_empty());
-        if per_gang || !record_summed(&mut tree, &ids, gangs, usage) {
-            record_per_gang(&mut tree, &ids, gangs, usage);
+        if per_gang || !record_summed(&mut tree, &ids, gangs, usage, backlog) {
+            record_per_gang(&mut tree, &ids, gangs, usage, backlog);
         }
         tree.divide(capacity);
         Self {

@@ -139,6 +139,14 @@ pub fn job_key<'a>(ssn: &'a Session<'_>, gang: usize) -> (i32, u8, i64, SlashJoi
 #[derive(Clone, Copy, Debug)]
 pub struct SlashJoined<'a>(&'a GroupKey);
 
+impl<'a> SlashJoined<'a> {
+    /// The key, ordered as its text.
+    #[must_use]
+    pub fn new(key: &'a GroupKey) -> Self {
+        Self(key)
+    }
+}
+
 impl PartialEq for SlashJoined<'_> {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
@@ -264,9 +272,11 @@ impl JobQueues {
             return;
         };
         self.last = None;
-        if let Some(r) = self.requests.get_mut(gang) {
-            *r = pending_request(ssn, gang);
+        // A gang taken into the session since the order was made (the backlog's) is new here.
+        if self.requests.len() <= gang {
+            self.requests.resize(gang + 1, Resources::ZERO);
         }
+        self.requests[gang] = pending_request(ssn, gang);
         self.front_changed(queue);
         // Its request changed: keys computed with it hold only if the new request is the same.
         let mut next = queue;

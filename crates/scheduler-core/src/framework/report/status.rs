@@ -309,6 +309,14 @@ pub(crate) struct ReportCarry {
     revisit: Vec<GroupId>,
 }
 
+impl ReportCarry {
+    /// Drops the groups `gone` says left the session (the backlog keeps them: the next report does
+    /// not look at them unless they change).
+    pub(crate) fn forget_revisits(&mut self, gone: impl Fn(GroupId) -> bool) {
+        self.revisit.retain(|g| !gone(*g));
+    }
+}
+
 /// Whether a group's next report must look at it even if nothing it reads changes: it has no report
 /// stamp (placed in this cycle, still filling, backed off), it was told why it waits (its next cycle's
 /// reason must be compared), or a pod's share is read through its node's devices.
@@ -379,6 +387,10 @@ fn check_unvisited_would_be_skipped(ssn: &Session<'_>, visit: &[bool]) {
             continue;
         }
         let id = GroupId(i);
+        // Kept in the backlog: told its class's reason, and not looked at until it leaves.
+        if ssn.backlog.holds(id) {
+            continue;
+        }
         let gang_index = ssn.gang_of.get(&id).copied();
         let outcome = gang_index.and_then(|g| ssn.outcomes.get(&g));
         assert!(
@@ -538,7 +550,7 @@ pub const FIGURES_REFRESH_MAX_MS: Millis = 600_000;
 /// When a status differing only in live figures from the one last decided for the group may replace
 /// it; `None` when no decided status holds it back (none in memory, or the API no longer holds it:
 /// someone else wrote the status, or the write failed).
-fn figures_refresh_at(group: &Group) -> Option<Millis> {
+pub(crate) fn figures_refresh_at(group: &Group) -> Option<Millis> {
     group
         .status_written
         .filter(|w| w.fingerprint == group.observed.fingerprint)

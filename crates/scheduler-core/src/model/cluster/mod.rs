@@ -170,6 +170,9 @@ pub struct Cluster {
     /// status, or a time we did not write: see [`Cluster::apply_group`]) since the last status report
     /// took them; that report looks at them even where no stamp says they changed.
     pub echoed: Echoed,
+    /// Sessions keep no backlog (`framework::backlog`): tests compare their decisions with those of
+    /// sessions that do.
+    pub without_backlog: bool,
 }
 
 /// PodGroups changed without a stamp (see [`Cluster::echoed`]), or, once more were noted than there
@@ -192,6 +195,13 @@ impl Echoed {
         } else {
             self.groups.push(id);
         }
+    }
+
+    /// The groups noted since the last take, without taking them, or `None` when there were too many
+    /// to list.
+    #[must_use]
+    pub fn peek(&self) -> Option<&[GroupId]> {
+        (!self.overflowed).then_some(self.groups.as_slice())
     }
 
     /// The groups noted since the last take, or `None` when there were too many to list.

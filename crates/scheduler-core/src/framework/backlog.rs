@@ -1,0 +1,493 @@
+//! The backlog: waiting gangs kept out of the session while the first gang of their class answers for
+//! them.
+//!
+//! A busy cluster's backlog is mostly gangs that wait for the same reason cycle after cycle, and a
+//! session that held every one of them would visit each in every pass (opening, allocate's order, the
+//! timeouts, the status report, the carry), though allocate passes over all but the first of a class
+//! once that one fails ([`AttemptShape`]; `actions::allocate`). So plain gangs answered so are kept
+//! here between sessions, per class (queue and attempt shape), in job order:
+//!
+//! - each session takes in the first gang of every class (its *head*), which allocate tries as any other;
+//!   when a gang of a class is placed, the next one is taken in at once and competes in the same pass
+//!   ([`crate::framework::Session::take_from_backlog`]); when one fails, the rest are answered alike
+//!   without being looked at: they fail as they would have, each naming its own pod;
+//! - what they ask counts against their queues in fair share as if they were in the session
+//!   ([`Backlog::pending_by_queue`]);
+//! - a gang leaves the backlog when it or its pods change, when its status is due a refresh of its
+//!   figures (the class's answer moved since it was told), when its class's head gives another answer
+//!   or is not plain any more, and whenever anything the classes rest on changes (the queues, the
+//!   hierarchy, a rule about other pods appearing): it then rejoins the session and is reported as
+//!   before, and may be kept again at the session's end.
+//!
+//! Only allocate knows to answer for a class, so the backlog is kept only when no other action that
+//! looks at waiting gangs runs (reclaim, preempt and consolidation visit each waiting gang).
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::BuildHasherDefault;
+
+use crate::config::{ActionKind, Config, PlacementStrategy};
+use crate::framework::Session;
+use crate::framework::gang::{Gang, PlainPod};
+use crate::framework::report::explain::{Why, gist_fingerprint};
+use crate::model::ids::WordHasher;
+use crate::model::{Cluster, GroupId, GroupKey, Millis, QueueId, Resources};
+
+/// What the placement of a plain gang's pods reads: whether it is preemptible, its pods and minimum
+/// (so the pods it places now) and the one shape they share (its queue's rules are checked before, per
+/// gang). A plain gang has one PodGroup without sub-groups, topology or `minResources`, and only
+/// pending pods of its own that ask alike and whose place depends on nothing but the nodes (no claims,
+/// no rules about other pods and none of theirs about it, no reservation or chosen device).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct AttemptShape {
+    pod: PlainPod,
+    /// Whether the gang is preemptible (its queue's gate reads it).
+    pub preemptible: bool,
+    /// Its pods.
+    pub pods: usize,
+    min: u32,
+    max: Option<u32>,
+}
+
+impl AttemptShape {
+    /// The shape of gang `g`'s next attempt, if it is plain.
+    #[must_use]
+    pub fn of(ssn: &Session<'_>, g: usize) -> Option<Self> {
+        let gang = &ssn.gangs[g];
+        let cluster = &*ssn.cluster;
+        if cluster.group(gang.root).min_resources.is_some()
+            // A seeded draw per pod picks among the nodes: a gang's first pods may land elsewhere.
+            || ssn.policy.gpu == PlacementStrategy::Random
+            || ssn.policy.cpu == PlacementStrategy::Random
+            || ssn.gang_satisfied(g)
+        {
+            return None;
+        }
+        // A gang none of whose pods changed in this session is as it was built.
+        let pod = if ssn.gang_touched(g) {
+            gang.plain_pod(cluster)
+        } else {
+            gang.plain_pod_as_built(cluster)
+        }?;
+        // A plain pod's rules are its own (a pod that changes builds its gang again).
+        debug_assert_eq!(
+            gang.pod_rules_at_build,
+            gang.tasks()
+                .any(|t| cluster.task(t).rules != crate::model::pod_rules::PodRulesId(0))
+        );
+        if ssn.index.rules.relevant_to_any(gang.pod_rules_at_build) {
+            return None;
+        }
+        let leaf = &gang.nodes[0];
+        Some(Self {
+            pod,
+            preemptible: gang.preemptible,
+            pods: leaf.tasks.len(),
+            min: leaf.min,
+            max: leaf.max,
+        })
+    }
+}
+
+/// A class of the backlog: gangs of one queue with one attempt shape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClassKey {
+    /// The queue.
+    pub queue: QueueId,
+    /// The shape.
+    pub shape: AttemptShape,
+}
+
+/// Where a kept gang stands in its class: KAI's job order for a waiting gang (higher priority, then
+/// older, then by `namespace/name`), as `ordering::job_key` orders it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct JobOrder {
+    priority: i32,
+    created: Millis,
+    key: GroupKey,
+}
+
+impl Ord for JobOrder {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .priority
+            .cmp(&self.priority)
+            .then(self.created.cmp(&other.created))
+            .then_with(|| {
+                crate::framework::policy::ordering::SlashJoined::new(&self.key)
+                    .cmp(&crate::framework::policy::ordering::SlashJoined::new(&other.key))
+            })
+    }
+}
+
+impl PartialOrd for JobOrder {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A gang to keep ([`Backlog::keep`]).
+pub struct KeptGang<'a> {
+    /// Its PodGroup.
+    pub group: GroupId,
+    /// The gang.
+    pub gang: &'a Gang,
+    /// Its PodGroup's key.
+    pub key: &'a GroupKey,
+    /// What its waiting pods ask of its queue.
+    pub pending: Resources,
+    /// What it was told (`None`: a newer status is held back for it).
+    pub told: Option<Why>,
+    /// When a status differing only in figures may replace the one written (`None`: at once).
+    pub refresh_at: Option<Millis>,
+}
+
+/// A kept gang.
+#[derive(Clone, Debug)]
+struct Member {
+    order: JobOrder,
+    /// When a status differing only in figures from the one written may replace it (none: at once).
+    refresh_at: Option<Millis>,
+    /// The answer it was told when it was kept (`None`: a newer status was held back for it then).
+    told: Option<Why>,
+}
+
+/// One class.
+#[derive(Clone, Debug)]
+struct Class {
+    key: ClassKey,
+    /// Its gangs in job order.
+    members: BTreeMap<JobOrder, GroupId>,
+    /// What one of its gangs' waiting pods ask of their queue (the same for all: they ask alike).
+    pending: Resources,
+    /// The answer its gangs were last given (the head's, or the last taken in).
+    answer: Why,
+    /// Gangs whose figures' refresh time has not come, by that time.
+    unripe: BTreeSet<(Millis, GroupId)>,
+    /// Gangs whose figures' refresh time has come (some may have left since: each is checked against
+    /// `members` when read): a new answer sends them back to the session.
+    ripe: Vec<GroupId>,
+    /// Bumped when the answer changes, figures included.
+    answer_version: u64,
+    /// The answer version the ripe gangs were last checked against.
+    ripe_checked: u64,
+    /// Answered in this session, and whether the answer's gist moved.
+    answered: bool,
+    moved: bool,
+}
+
+/// The kept gangs (see the module's documentation), carried from one session to the next.
+#[derive(Clone, Debug, Default)]
+pub struct Backlog {
+    classes: Vec<Class>,
+    by_key: HashMap<ClassKey, usize, BuildHasherDefault<WordHasher>>,
+    /// Each kept gang's class and entry.
+    members: HashMap<GroupId, (usize, Member), BuildHasherDefault<WordHasher>>,
+    /// The queue arena's clock and the configuration's action list the classes hold for.
+    queues_clock: u64,
+}
+
+impl Backlog {
+    /// Whether a session under `config` may keep a backlog: only allocate answers for a class.
+    #[must_use]
+    pub fn allowed(config: &Config) -> bool {
+        !config.actions.iter().any(|a| {
+            matches!(
+                a,
+                ActionKind::Reclaim | ActionKind::Preempt | ActionKind::Consolidation
+            )
+        })
+    }
+
+    /// How many gangs are kept.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether none is.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Whether `group` is kept here.
+    #[must_use]
+    pub fn holds(&self, group: GroupId) -> bool {
+        self.members.contains_key(&group)
+    }
+
+    /// Whether the classes still hold in `cluster`: nothing they rest on changed since they were kept.
+    #[must_use]
+    pub fn still_holds(&self, cluster: &Cluster) -> bool {
+        self.queues_clock == cluster.queues.clock()
+    }
+
+    /// Lets every gang go (they rejoin the session).
+    pub fn dissolve(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Lets `group` go, if kept.
+    pub fn release(&mut self, group: GroupId) {
+        let Some((class, member)) = self.members.remove(&group) else {
+            return;
+        };
+        let c = &mut self.classes[class];
+        c.members.remove(&member.order);
+        if let Some(at) = member.refresh_at {
+            c.unripe.remove(&(at, group));
+        }
+    }
+
+    /// Lets a whole class go.
+    fn release_class(&mut self, class: usize) {
+        let groups: Vec<GroupId> = self.classes[class].members.values().copied().collect();
+        for g in groups {
+            self.release(g);
+        }
+    }
+
+    /// Takes out the first gang of `key`'s class, if any.
+    pub fn take_first(&mut self, key: &ClassKey) -> Option<GroupId> {
+        let class = *self.by_key.get(key)?;
+        let group = *self.classes[class].members.values().next()?;
+        self.release(group);
+        Some(group)
+    }
+
+    /// Takes out the first gang of every class (the heads a session tries).
+    pub fn take_heads(&mut self) -> Vec<(ClassKey, GroupId)> {
+        let keys: Vec<ClassKey> = self.classes.iter().map(|c| c.key.clone()).collect();
+        keys.into_iter()
+            .filter_map(|key| self.take_first(&key).map(|g| (key, g)))
+            .collect()
+    }
+
+    /// Lets go every gang whose figures' refresh has come and whose class's answer moved since it was
+    /// told; returns them.
+    pub fn release_due(&mut self, now: Millis) -> Vec<GroupId> {
+        let mut due = Vec::new();
+        for (class, c) in self.classes.iter_mut().enumerate() {
+            // Gangs whose time came since the last look; then, if the answer moved since the ripe ones
+            // were checked, those too (each is looked at once per move of its class's answer).
+            let mut look: Vec<GroupId> = Vec::new();
+            while let Some(&(at, g)) = c.unripe.first() {
+                if at > now {
+                    break;
+                }
+                c.unripe.pop_first();
+                look.push(g);
+            }
+            if c.ripe_checked != c.answer_version {
+                c.ripe_checked = c.answer_version;
+                look.append(&mut c.ripe);
+                // A gang that left and came back is listed twice.
+                look.sort_unstable();
+                look.dedup();
+            }
+            for g in look {
+                // Left the class since (the ripe list is not kept exact).
+                let Some((of, member)) = self.members.get(&g) else {
+                    continue;
+                };
+                if *of != class {
+                    continue;
+                }
+                if member
+                    .told
+                    .as_ref()
+                    .is_none_or(|told| !same_answer(told, &c.answer))
+                {
+                    due.push(g);
+                } else {
+                    c.ripe.push(g);
+                }
+            }
+        }
+        for g in &due {
+            self.release(*g);
+        }
+        due
+    }
+
+    /// What the kept gangs ask of each queue: one amount per class (each gang's times their number,
+    /// saturating: the amounts never have a negative part, so this is their saturating sum).
+    #[must_use]
+    pub fn pending_by_queue(&self) -> Vec<(QueueId, Resources)> {
+        self.classes
+            .iter()
+            .filter(|c| !c.members.is_empty())
+            .map(|c| {
+                let n = i64::try_from(c.members.len()).unwrap_or(i64::MAX);
+                (c.key.queue, c.pending.times(n))
+            })
+            .collect()
+    }
+
+    /// How many kept gangs wait, by their class's first reason.
+    #[must_use]
+    pub fn waiting_by_reason(&self) -> Vec<(&'static str, u64)> {
+        self.classes
+            .iter()
+            .filter(|c| !c.members.is_empty())
+            .map(|c| (c.answer.reason(), c.members.len() as u64))
+            .collect()
+    }
+
+    /// The earliest time a kept gang's figures may be refreshed.
+    #[must_use]
+    pub fn next_refresh(&self) -> Option<Millis> {
+        self.classes
+            .iter()
+            .filter_map(|c| c.unripe.first().map(|(at, _)| *at))
+            .min()
+    }
+
+    /// Gives `key`'s class its answer for this session; a class whose answer says something else than
+    /// the one its gangs were told, beyond the figures (its gist), lets them all go: their statuses
+    /// and events must say so.
+    pub fn answer(&mut self, key: &ClassKey, answer: Why) {
+        let Some(&class) = self.by_key.get(key) else {
+            return;
+        };
+        let gist = |w: &Why| gist_fingerprint(std::slice::from_ref(w));
+        let c = &mut self.classes[class];
+        c.moved |= gist(&c.answer) != gist(&answer);
+        if !same_answer(&c.answer, &answer) {
+            c.answer_version += 1;
+        }
+        c.answer = answer;
+        c.answered = true;
+    }
+
+    /// Lets go every class not answered in this session (what its gangs would be told is not known)
+    /// and every class whose answer moved ([`Self::answer`]).
+    pub fn release_unanswered_and_moved(&mut self) {
+        for class in 0..self.classes.len() {
+            let c = &mut self.classes[class];
+            let go = !c.answered || c.moved;
+            c.answered = false;
+            c.moved = false;
+            if go && !c.members.is_empty() {
+                self.release_class(class);
+            }
+        }
+    }
+
+    /// Whether `key`'s class keeps any gang.
+    #[must_use]
+    pub fn has_class(&self, key: &ClassKey) -> bool {
+        self.by_key
+            .get(key)
+            .is_some_and(|c| !self.classes[*c].members.is_empty())
+    }
+
+    /// Keeps a gang in `key`'s class, whose answer is `answer`.
+    pub fn keep(&mut self, key: ClassKey, answer: &Why, gang: KeptGang<'_>, now: Millis) {
+        let KeptGang {
+            group,
+            gang,
+            key: group_key,
+            pending,
+            told,
+            refresh_at,
+        } = gang;
+        self.release(group);
+        let class = match self.by_key.get(&key) {
+            Some(&c) => c,
+            None => {
+                let c = self.classes.len();
+                self.classes.push(Class {
+                    key: key.clone(),
+                    members: BTreeMap::new(),
+                    pending,
+                    answer: answer.clone(),
+                    unripe: BTreeSet::new(),
+                    ripe: Vec::new(),
+                    answer_version: 0,
+                    ripe_checked: 0,
+                    answered: false,
+                    moved: false,
+                });
+                self.by_key.insert(key, c);
+                c
+            }
+        };
+        let c = &mut self.classes[class];
+        debug_assert_eq!(c.pending, pending, "gangs of one class ask alike");
+        if c.members.is_empty() {
+            c.pending = pending;
+            c.answer = answer.clone();
+            c.answer_version += 1;
+        }
+        let order = JobOrder {
+            priority: gang.priority,
+            created: gang.created,
+            key: group_key.clone(),
+        };
+        c.members.insert(order.clone(), group);
+        match refresh_at {
+            Some(at) if at > now => {
+                c.unripe.insert((at, group));
+            }
+            _ => c.ripe.push(group),
+        }
+        self.members.insert(
+            group,
+            (
+                class,
+                Member {
+                    order,
+                    refresh_at,
+                    told,
+                },
+            ),
+        );
+    }
+
+    /// Records what the classes hold for (after the session that kept them).
+    pub fn seal(&mut self, cluster: &Cluster) {
+        self.queues_clock = cluster.queues.clock();
+        // Classes left empty go (a long-running scheduler sees many shapes come and go).
+        if self.classes.iter().any(|c| c.members.is_empty()) {
+            let kept: Vec<Class> = std::mem::take(&mut self.classes)
+                .into_iter()
+                .filter(|c| !c.members.is_empty())
+                .collect();
+            self.by_key.clear();
+            for (i, c) in kept.iter().enumerate() {
+                self.by_key.insert(c.key.clone(), i);
+            }
+            for (class, _) in self.members.values_mut() {
+                *class = usize::MAX;
+            }
+            for (i, c) in kept.iter().enumerate() {
+                for g in c.members.values() {
+                    if let Some((class, _)) = self.members.get_mut(g) {
+                        *class = i;
+                    }
+                }
+            }
+            self.classes = kept;
+        }
+    }
+
+    /// The kept gangs, by class (tests and debug checks).
+    #[must_use]
+    pub fn groups(&self) -> Vec<GroupId> {
+        let mut all: Vec<GroupId> = self.members.keys().copied().collect();
+        all.sort();
+        all
+    }
+}
+
+/// Whether two answers say the same, figures included.
+fn same_answer(a: &Why, b: &Why) -> bool {
+    match (a, b) {
+        (Why::NoFit(x), Why::NoFit(y)) => {
+            std::sync::Arc::ptr_eq(&x.summary, &y.summary) || x.summary == y.summary
+        }
+        _ => a == b,
+    }
+}

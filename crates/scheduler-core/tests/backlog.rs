@@ -1,0 +1,176 @@
+//! The backlog (`framework::backlog`) keeps waiting gangs out of the session while the first gang of
+//! their class answers for them. It changes what a cycle costs, not what it decides: generated
+//! workloads replayed with and without it bind the same pods to the same nodes, evict the same pods and
+//! count the same waiting gangs by the same reasons, cycle after cycle.
+
+use std::collections::BTreeSet;
+
+use kai_scheduler_core::config::{ActionKind, Config};
+use kai_scheduler_core::model::TaskStatus;
+use kai_scheduler_core::sim::{GangSpec, Sim, SplitMix};
+
+/// What a round decided, comparable between the two replays.
+#[derive(Debug, PartialEq, Eq)]
+struct Round {
+    binds: BTreeSet<(String, String)>,
+    evictions: BTreeSet<String>,
+    waiting: u64,
+    by_reason: Vec<(&'static str, u64)>,
+}
+
+fn round(sim: &mut Sim) -> Round {
+    let r = sim.round();
+    Round {
+        binds: r
+            .decisions
+            .binds
+            .iter()
+            .map(|b| (b.name.to_string(), b.node.to_string()))
+            .collect(),
+        evictions: r.decisions.evictions.iter().map(|e| e.name.to_string()).collect(),
+        waiting: r.stats.gangs_waiting,
+        by_reason: r
+            .stats
+            .gangs_waiting_by_reason
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect(),
+    }
+}
+
+/// A cluster of `nodes` 8-GPU nodes, three queues under one department (one of them capped), and a
+/// stream of jobs of a few shapes arriving, running a few rounds and leaving.
+struct Workload {
+    rng: SplitMix,
+    next: usize,
+    /// Jobs running, with the round each ends at.
+    running: Vec<(String, usize)>,
+}
+
+fn setup(nodes: usize, actions: &[ActionKind], with_backlog: bool) -> Sim {
+    let mut sim = Sim::new();
+    sim.config = Config {
+        actions: actions.to_vec(),
+        ..Config::default()
+    };
+    sim.cluster.without_backlog = !with_backlog;
+    sim.nodes("gpu", nodes, 8);
+    sim.queue("dept", None, 16.0, -1.0, 1.0);
+    sim.queue("a", Some("dept"), 8.0, -1.0, 1.0);
+    sim.queue("b", Some("dept"), 4.0, -1.0, 2.0);
+    // Capped: its backlog waits at its limit, refused by the queue's gate.
+    sim.queue("c", Some("dept"), 2.0, 6.0, 1.0);
+    sim
+}
+
+impl Workload {
+    fn new(seed: u64) -> Self {
+        Self {
+            rng: SplitMix(seed),
+            next: 0,
+            running: Vec::new(),
+        }
+    }
+
+    /// New jobs for this round, applied to both replays alike.
+    fn arrivals(&mut self, round: usize, sims: &mut [&mut Sim]) {
+        let count = self.rng.below(4);
+        for _ in 0..count {
+            let queue = ["a", "b", "c"][self.rng.below(3)];
+            let gpus = [1, 1, 2, 4, 8][self.rng.below(5)];
+            let pods = [1, 1, 1, 2][self.rng.below(4)];
+            let priority = [50, 50, 100][self.rng.below(3)];
+            let name = format!("job-{}", self.next);
+            self.next += 1;
+            let created = i64::try_from(round * 1000 + self.next).unwrap_or_default();
+            for sim in sims.iter_mut() {
+                sim.gang(
+                    GangSpec::new(&name, queue, pods)
+                        .gpus(gpus)
+                        .priority(priority)
+                        .created(created),
+                );
+            }
+        }
+    }
+
+    /// Jobs that started in `sim` this round get an end; jobs whose end came leave both replays.
+    fn departures(&mut self, round: usize, started: &[String], sims: &mut [&mut Sim]) {
+        for name in started {
+            let length = 2 + self.rng.below(12);
+            self.running.push((name.clone(), round + length));
+        }
+        let (done, left): (Vec<_>, Vec<_>) = self.running.drain(..).partition(|(_, end)| *end <= round);
+        self.running = left;
+        for (name, _) in done {
+            for sim in sims.iter_mut() {
+                sim.remove_gang("ns", &name);
+            }
+        }
+    }
+}
+
+/// Jobs of `sim` all of whose pods run, among `names`.
+fn started(sim: &Sim, names: &mut BTreeSet<String>) -> Vec<String> {
+    let now: Vec<String> = names
+        .iter()
+        .filter(|n| sim.count(n, TaskStatus::Pending) == 0 && sim.count(n, TaskStatus::Running) > 0)
+        .cloned()
+        .collect();
+    for n in &now {
+        names.remove(n);
+    }
+    now
+}
+
+fn compare(seed: u64, actions: &[ActionKind], rounds: usize) -> (usize, usize) {
+    let mut with = setup(6, actions, true);
+    let mut without = setup(6, actions, false);
+    let mut work = Workload::new(seed);
+    let mut waiting_names: BTreeSet<String> = BTreeSet::new();
+    let mut kept_most = 0;
+    let mut binds = 0;
+    for r in 0..rounds {
+        let before = work.next;
+        work.arrivals(r, &mut [&mut with, &mut without]);
+        for i in before..work.next {
+            waiting_names.insert(format!("job-{i}"));
+        }
+        let a = round(&mut with);
+        let b = round(&mut without);
+        assert_eq!(a, b, "seed {seed}, round {r}");
+        binds += a.binds.len();
+        kept_most = kept_most.max(with.backlog_len());
+        assert_eq!(without.backlog_len(), 0);
+        with.cluster.check_invariants().expect("model invariants");
+        let now_running = started(&with, &mut waiting_names);
+        work.departures(r, &now_running, &mut [&mut with, &mut without]);
+    }
+    (binds, kept_most)
+}
+
+#[test]
+fn an_allocate_only_cycle_decides_the_same_with_a_backlog() {
+    let mut kept = 0;
+    let mut binds = 0;
+    for seed in 1..=6 {
+        let (b, k) = compare(seed, &[ActionKind::Allocate], 120);
+        binds += b;
+        kept = kept.max(k);
+    }
+    // The workload builds a backlog the sessions keep out, and still places.
+    assert!(kept >= 10, "at most {kept} gangs kept");
+    assert!(binds >= 200, "{binds} binds");
+}
+
+#[test]
+fn a_backlog_is_kept_with_stale_gang_eviction_too() {
+    let (_, kept) = compare(9, &[ActionKind::Allocate, ActionKind::StaleGangEviction], 80);
+    assert!(kept >= 10, "at most {kept} gangs kept");
+}
+
+#[test]
+fn no_backlog_is_kept_where_other_actions_look_at_waiting_gangs() {
+    let (_, kept) = compare(3, &Config::default().actions, 60);
+    assert_eq!(kept, 0);
+}
