@@ -608,6 +608,12 @@ impl Sim {
         crate::framework::session::backlog_len(&self.cluster)
     }
 
+    /// The PodGroups the last cycle kept in its backlog.
+    #[must_use]
+    pub fn backlog_groups(&self) -> Vec<crate::model::GroupId> {
+        crate::framework::session::backlog_groups(&self.cluster)
+    }
+
     /// Runs `n` rounds.
     pub fn rounds(&mut self, n: usize) -> &mut Self {
         for _ in 0..n {

@@ -47,12 +47,9 @@ struct Workload {
     running: Vec<(String, usize)>,
 }
 
-fn setup(nodes: usize, actions: &[ActionKind], with_backlog: bool) -> Sim {
+fn setup(nodes: usize, config: &Config, with_backlog: bool) -> Sim {
     let mut sim = Sim::new();
-    sim.config = Config {
-        actions: actions.to_vec(),
-        ..Config::default()
-    };
+    sim.config = config.clone();
     sim.cluster.without_backlog = !with_backlog;
     sim.nodes("gpu", nodes, 8);
     sim.queue("dept", None, 16.0, -1.0, 1.0);
@@ -123,13 +120,24 @@ fn started(sim: &Sim, names: &mut BTreeSet<String>) -> Vec<String> {
     now
 }
 
-fn compare(seed: u64, actions: &[ActionKind], rounds: usize) -> (usize, usize) {
-    let mut with = setup(6, actions, true);
-    let mut without = setup(6, actions, false);
+fn compare(seed: u64, actions: &[ActionKind], rounds: usize) -> (usize, usize, usize) {
+    let config = Config {
+        actions: actions.to_vec(),
+        ..Config::default()
+    };
+    compare_with(seed, &config, rounds)
+}
+
+/// Replays a generated workload under `config` with and without a backlog and compares every round;
+/// returns the binds, the most gangs kept at once and the evictions.
+fn compare_with(seed: u64, config: &Config, rounds: usize) -> (usize, usize, usize) {
+    let mut with = setup(6, config, true);
+    let mut without = setup(6, config, false);
     let mut work = Workload::new(seed);
     let mut waiting_names: BTreeSet<String> = BTreeSet::new();
     let mut kept_most = 0;
     let mut binds = 0;
+    let mut evictions = 0;
     for r in 0..rounds {
         let before = work.next;
         work.arrivals(r, &mut [&mut with, &mut without]);
@@ -140,13 +148,14 @@ fn compare(seed: u64, actions: &[ActionKind], rounds: usize) -> (usize, usize) {
         let b = round(&mut without);
         assert_eq!(a, b, "seed {seed}, round {r}");
         binds += a.binds.len();
+        evictions += a.evictions.len();
         kept_most = kept_most.max(with.backlog_len());
         assert_eq!(without.backlog_len(), 0);
         with.cluster.check_invariants().expect("model invariants");
         let now_running = started(&with, &mut waiting_names);
         work.departures(r, &now_running, &mut [&mut with, &mut without]);
     }
-    (binds, kept_most)
+    (binds, kept_most, evictions)
 }
 
 #[test]
@@ -154,7 +163,7 @@ fn an_allocate_only_cycle_decides_the_same_with_a_backlog() {
     let mut kept = 0;
     let mut binds = 0;
     for seed in 1..=6 {
-        let (b, k) = compare(seed, &[ActionKind::Allocate], 120);
+        let (b, k, _) = compare(seed, &[ActionKind::Allocate], 120);
         binds += b;
         kept = kept.max(k);
     }
@@ -165,12 +174,32 @@ fn an_allocate_only_cycle_decides_the_same_with_a_backlog() {
 
 #[test]
 fn a_backlog_is_kept_with_stale_gang_eviction_too() {
-    let (_, kept) = compare(9, &[ActionKind::Allocate, ActionKind::StaleGangEviction], 80);
+    let (_, kept, _) = compare(9, &[ActionKind::Allocate, ActionKind::StaleGangEviction], 80);
     assert!(kept >= 10, "at most {kept} gangs kept");
 }
 
 #[test]
-fn no_backlog_is_kept_where_other_actions_look_at_waiting_gangs() {
-    let (_, kept) = compare(3, &Config::default().actions, 60);
-    assert_eq!(kept, 0);
+fn the_default_actions_decide_the_same_with_a_backlog() {
+    let mut kept = 0;
+    let mut evictions = 0;
+    for seed in 1..=8 {
+        let (_, k, e) = compare(seed, &Config::default().actions, 120);
+        kept = kept.max(k);
+        evictions += e;
+    }
+    assert!(kept >= 10, "at most {kept} gangs kept");
+    // Reclaim and preempt act in these workloads (high-priority jobs, a department's queues below
+    // their fair share).
+    assert!(evictions >= 20, "{evictions} evictions");
+}
+
+#[test]
+fn spreading_decides_the_same_with_a_backlog() {
+    use kai_scheduler_core::config::PlacementStrategy;
+    for seed in 11..=13 {
+        let mut config = Config::default();
+        config.plugins.nodeplacement.gpu = PlacementStrategy::Spread;
+        let (_, kept, _) = compare_with(seed, &config, 100);
+        assert!(kept >= 5, "seed {seed}: at most {kept} gangs kept");
+    }
 }

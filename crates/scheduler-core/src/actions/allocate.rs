@@ -47,7 +47,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
     // default), so every gang has exactly the work it had at open.
     let as_at_open = ssn.checkpoint() == 0;
     // Gangs answered as their class, for the backlog (`framework::backlog`).
-    let mut told: Vec<(usize, ClassId)> = Vec::new();
+    let mut told: Vec<Told> = Vec::new();
     for g in 0..ssn.gangs.len() {
         // Most gangs of a busy cluster run with nothing to place: those known so at open are passed
         // over without a look at their pods.
@@ -83,7 +83,11 @@ pub fn allocate(ssn: &mut Session<'_>) {
             if let Some(class) = doom.class(ssn, g)
                 && (doom.record(ssn, g, class, &why) || doom.doomed(ssn, g))
             {
-                told.push((g, class));
+                told.push(Told {
+                    gang: g,
+                    class,
+                    remembered: true,
+                });
             }
             ssn.explain(g, why);
             continue;
@@ -129,9 +133,15 @@ pub fn allocate(ssn: &mut Session<'_>) {
                 // up reservations of its own and placed its pods elsewhere, which may free room.
                 if held_reservations && doom.revive() {
                     queue.doom_changed();
-                    // Passed over on a failure that may no longer hold: back in their places.
+                    // Passed over on a failure that may no longer hold: back in their places, and
+                    // so is the first kept gang of each backlog class (the rest follow it).
                     for passed in passed_over.drain(..) {
                         queue.push(ssn, passed);
+                    }
+                    for key in ssn.backlog_class_keys() {
+                        if let Some(kept) = ssn.take_from_backlog(&key) {
+                            queue.push(ssn, kept);
+                        }
                     }
                 }
                 // An elastic gang competes again for one more pod, but only after binding one now:
@@ -154,7 +164,11 @@ pub fn allocate(ssn: &mut Session<'_>) {
                     && doom.record(ssn, g, class, &why)
                 {
                     queue.doom_changed();
-                    told.push((g, class));
+                    told.push(Told {
+                        gang: g,
+                        class,
+                        remembered: false,
+                    });
                 }
                 ssn.cluster
                     .no_fit_memo
@@ -166,7 +180,11 @@ pub fn allocate(ssn: &mut Session<'_>) {
     for g in passed_over {
         answer_doomed(ssn, &mut doom, g);
         if let Some(class) = doom.class(ssn, g) {
-            told.push((g, class));
+            told.push(Told {
+                gang: g,
+                class,
+                remembered: false,
+            });
         }
     }
     tell_backlog(ssn, &mut doom, told);
@@ -193,26 +211,48 @@ fn check_backlog_heads(ssn: &mut Session<'_>, doom: &mut Doom) {
     }
 }
 
-/// Tells the backlog which gangs were answered as their class, and each class's answer (the last such
-/// gang's reason: its gangs kept out of the session are told the same, naming their own pods).
-fn tell_backlog(ssn: &mut Session<'_>, doom: &mut Doom, told: Vec<(usize, ClassId)>) {
+/// A gang answered as its class (for the backlog).
+struct Told {
+    gang: usize,
+    class: ClassId,
+    /// Answered by the no-fit memo, before the order: nothing changed since the last cycle.
+    remembered: bool,
+}
+
+/// Tells the backlog which gangs were answered as their class, and each class's answer: what a gang of
+/// the class kept out of the session would have been told (naming its own pod). Where one was answered
+/// by the no-fit memo, nothing changed since the last cycle, when the kept gangs were told theirs, so
+/// they would be answered by it too: the class keeps the answer they were given then.
+fn tell_backlog(ssn: &mut Session<'_>, doom: &mut Doom, told: Vec<Told>) {
     if !ssn.keeps_backlog() {
         return;
     }
-    let mut answers: HashMap<ClassKey, usize> = HashMap::new();
-    for (g, class) in told {
-        let Some(key) = doom.key(ssn, g, class) else {
+    let mut answers: HashMap<ClassKey, (usize, bool)> = HashMap::new();
+    for t in told {
+        let Some(key) = doom.key(ssn, t.gang, t.class) else {
             continue;
         };
-        answers.insert(key.clone(), g);
-        ssn.tell_backlog(BacklogAnswer::Gang(g, key));
+        let entry = answers.entry(key.clone()).or_insert((t.gang, t.remembered));
+        if t.remembered || !entry.1 {
+            *entry = (t.gang, t.remembered);
+        }
+        ssn.tell_backlog(BacklogAnswer::Gang(t.gang, key));
     }
-    // The kept gangs are told what a gang of their class passed over would be told now, at the end of
-    // the pass (the gang that failed first was answered when it failed).
-    for (key, g) in answers {
+    for (key, (g, remembered)) in answers {
         ssn.attempt(g);
-        if let Some(why) = class_answer(ssn, doom, g) {
-            ssn.tell_backlog(BacklogAnswer::Class(key, why));
+        if remembered && ssn.backlog_has(&key) {
+            // The kept gangs keep what they were told.
+            ssn.tell_backlog(BacklogAnswer::Class(key, None));
+            continue;
+        }
+        let why = if remembered {
+            ssn.outcomes.get(&g).and_then(|o| o.why.first()).cloned()
+        } else {
+            // What a gang of the class passed over is told, at the end of the pass.
+            class_answer(ssn, doom, g)
+        };
+        if let Some(why) = why {
+            ssn.tell_backlog(BacklogAnswer::Class(key, Some(why)));
         }
     }
 }
@@ -360,10 +400,7 @@ impl Doom {
 
     /// The backlog class of gang `g` of `class`.
     fn key(&self, ssn: &Session<'_>, g: usize, class: ClassId) -> Option<ClassKey> {
-        Some(ClassKey {
-            queue: ssn.gangs[g].queue?,
-            shape: self.classes.get(class as usize)?.shape.clone(),
-        })
+        ClassKey::of(ssn, g, self.classes.get(class as usize)?.shape.clone())
     }
 
     /// Whether gang `g` will fail: its class failed in this pass.
@@ -462,19 +499,47 @@ impl Doom {
         let Some(Why::NoFit(f)) = &state.no_fit else {
             return None;
         };
-        let failed = *tasks.get(usize::try_from(f.pods_placed).ok()?)?;
-        // The gang's last reason, if it names the same pod with this same summary, is this one: shared,
-        // not made again (a backlog's gangs are answered alike cycle after cycle).
-        if let Some(Why::NoFit(last)) = ssn.cluster.no_fit_memo.last::<Why>(ssn.gangs[g].root)
-            && Arc::ptr_eq(&last.summary, &f.summary)
-            && last.failed_task == Some(failed)
-            && last.failed_pod.names(ssn.cluster.task(failed))
-        {
-            return Some(Why::NoFit(Arc::clone(last)));
+        for_own_pod(ssn, g, tasks, f)
+    }
+}
+
+/// A like gang's reason `f` for plain gang `g`, whose pods to place are `tasks`: the same summary,
+/// naming its own pod.
+fn for_own_pod(ssn: &Session<'_>, g: usize, tasks: &[TaskId], f: &FitFailure) -> Option<Why> {
+    let failed = *tasks.get(usize::try_from(f.pods_placed).ok()?)?;
+    // The gang's last reason, if it names the same pod with this same summary, is this one: shared,
+    // not made again (a backlog's gangs are answered alike cycle after cycle).
+    if let Some(Why::NoFit(last)) = ssn.cluster.no_fit_memo.last::<Why>(ssn.gangs[g].root)
+        && Arc::ptr_eq(&last.summary, &f.summary)
+        && last.failed_task == Some(failed)
+        && last.failed_pod.names(ssn.cluster.task(failed))
+    {
+        return Some(Why::NoFit(Arc::clone(last)));
+    }
+    Some(Why::NoFit(
+        f.for_pod(ssn.cluster.task(failed).pod_name(), failed).into(),
+    ))
+}
+
+/// Gives a gang taken in from the backlog after allocate (by a victim action) the answer its class
+/// was given, naming its own pod, as allocate would have answered it, and tells the backlog.
+pub(super) fn answer_as_class(ssn: &mut Session<'_>, g: usize, key: ClassKey, answer: &Why) {
+    let why = match answer {
+        Why::NoFit(f) => {
+            let cluster = &*ssn.cluster;
+            let tasks = ssn.gangs[g].tasks_to_allocate(cluster, &|a, b| task_order(cluster, a, b));
+            for_own_pod(ssn, g, &tasks, f)
         }
-        Some(Why::NoFit(
-            f.for_pod(ssn.cluster.task(failed).pod_name(), failed).into(),
-        ))
+        other => Some(other.clone()),
+    };
+    if let Some(why) = why {
+        let version = gang_version(ssn, g);
+        let root = ssn.gangs[g].root;
+        ssn.cluster
+            .no_fit_memo
+            .remember(root, ssn.epoch_at_open, version, why.clone());
+        ssn.explain(g, why);
+        ssn.tell_backlog(BacklogAnswer::Gang(g, key));
     }
 }
 

@@ -3,6 +3,7 @@
 //! a scenario is accepted only if every moved pod has somewhere else to go, so nothing is killed for
 //! good.
 
+use super::kept::Kept;
 use super::victims::{self, NoVictims, Pool, Request, Unit};
 use crate::config::{ActionKind, PlacementStrategy};
 use crate::framework::Session;
@@ -43,58 +44,78 @@ pub fn consolidate(ssn: &mut Session<'_>) {
         return;
     }
     super::preempt::in_job_order(ssn, &mut waiting);
-    for g in waiting {
-        ssn.attempt(g);
-        if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
-            if pool.as_mut().is_some_and(|p| !p.refill(ssn, g)) {
-                pool = None;
+    let mut kept = Kept::new(ssn);
+    let mut next = 0;
+    while let Some(&g) = waiting.get(next) {
+        next += 1;
+        turn(ssn, &mut pool, fragments, max, g);
+        // The backlog's gangs of a class after this one, if an eviction may change their answer.
+        if kept.is_empty() {
+            continue;
+        }
+        let place = super::kept::place_of(ssn, g);
+        for t in kept.take_in(ssn, &|_, _| Some(place.clone())) {
+            let key = crate::framework::policy::ordering::job_key(ssn, t);
+            let at = next
+                + waiting[next..]
+                    .partition_point(|x| crate::framework::policy::ordering::job_key(ssn, *x) < key);
+            waiting.insert(at, t);
+        }
+    }
+}
+
+/// Waiting gang `g`'s turn.
+fn turn(ssn: &mut Session<'_>, pool: &mut Option<Pool>, fragments: i64, max: usize, g: usize) {
+    ssn.attempt(g);
+    if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
+        if pool.as_mut().is_some_and(|p| !p.refill(ssn, g)) {
+            *pool = None;
+        }
+        return;
+    }
+    if !ssn.gangs[g].preemptible {
+        return;
+    }
+    // Only worth it when the cluster has the room in total.
+    let need = pending_need(ssn, g);
+    // Free room once releasing pods are gone, over ready schedulable nodes (kept by the index: a
+    // scan of every node per waiting gang made an unchanged cycle quadratic).
+    let mut free = ssn.index.free_totals().1;
+    free.0[GPU] += fragments;
+    if !need.fits_in(&free) {
+        return;
+    }
+    let pool = pool.get_or_insert_with(|| victims_of_every_queue(ssn));
+    let target = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
+    let message = |_: &Session<'_>, _: &Unit| {
+        format!("moved to make room for {target} (consolidation); it is recreated elsewhere")
+    };
+    // A plan whose victims cannot all move is searched again without those victims: the first
+    // victims in order are not always the ones that can go elsewhere (a newer 2-GPU job that fits
+    // nowhere else, beside an older 1-GPU job that does). Each retry drops at least one unit.
+    let mut cannot_move: Vec<Unit> = Vec::new();
+    for _ in 0..=MAX_REPLANS {
+        let request = Request::among(g, pool.candidates(), EvictionCause::Consolidation, &message)
+            .excluding_gang(g)
+            .excluding_units(&cannot_move)
+            .victims_must_move()
+            .max_victim_gangs(max);
+        match victims::solve(ssn, &request) {
+            Ok(chosen) => {
+                ssn.mark_placed(g, ActionKind::Consolidation);
+                ssn.explain(g, Why::Pipelined);
+                pool.refill_after(ssn, g, &chosen);
+                break;
             }
-            continue;
-        }
-        if !ssn.gangs[g].preemptible {
-            continue;
-        }
-        // Only worth it when the cluster has the room in total.
-        let need = pending_need(ssn, g);
-        // Free room once releasing pods are gone, over ready schedulable nodes (kept by the index: a
-        // scan of every node per waiting gang made an unchanged cycle quadratic).
-        let mut free = ssn.index.free_totals().1;
-        free.0[GPU] += fragments;
-        if !need.fits_in(&free) {
-            continue;
-        }
-        let pool = pool.get_or_insert_with(|| victims_of_every_queue(ssn));
-        let target = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
-        let message = |_: &Session<'_>, _: &Unit| {
-            format!("moved to make room for {target} (consolidation); it is recreated elsewhere")
-        };
-        // A plan whose victims cannot all move is searched again without those victims: the first
-        // victims in order are not always the ones that can go elsewhere (a newer 2-GPU job that fits
-        // nowhere else, beside an older 1-GPU job that does). Each retry drops at least one unit.
-        let mut cannot_move: Vec<Unit> = Vec::new();
-        for _ in 0..=MAX_REPLANS {
-            let request = Request::among(g, pool.candidates(), EvictionCause::Consolidation, &message)
-                .excluding_gang(g)
-                .excluding_units(&cannot_move)
-                .victims_must_move()
-                .max_victim_gangs(max);
-            match victims::solve(ssn, &request) {
-                Ok(chosen) => {
-                    ssn.mark_placed(g, ActionKind::Consolidation);
-                    ssn.explain(g, Why::Pipelined);
-                    pool.refill_after(ssn, g, &chosen);
+            Err(NoVictims::VictimsCannotMove(stuck)) => {
+                let left = request.allowed_units();
+                let dropped = stuck.iter().filter(|u| !cannot_move.contains(u)).count();
+                cannot_move.extend(stuck);
+                if dropped == 0 || dropped >= left {
                     break;
                 }
-                Err(NoVictims::VictimsCannotMove(stuck)) => {
-                    let left = request.allowed_units();
-                    let dropped = stuck.iter().filter(|u| !cannot_move.contains(u)).count();
-                    cannot_move.extend(stuck);
-                    if dropped == 0 || dropped >= left {
-                        break;
-                    }
-                }
-                Err(_) => break,
             }
+            Err(_) => break,
         }
     }
 }

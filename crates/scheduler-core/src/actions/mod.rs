@@ -2,6 +2,7 @@
 
 pub mod allocate;
 pub mod consolidate;
+mod kept;
 pub mod preempt;
 pub mod reclaim;
 pub mod stale;

@@ -2,6 +2,7 @@
 //! victims needed, whole gangs or surplus elastic members only. The freed room is reserved for it and it
 //! is bound in a later cycle, once the victims are gone.
 
+use super::kept::Kept;
 use super::victims::{self, Pool, Request, Unit};
 use crate::config::ActionKind;
 use crate::framework::Session;
@@ -51,32 +52,59 @@ pub fn preempt(ssn: &mut Session<'_>) {
         lowest.is_some_and(|p| p < ssn.gangs[*g].priority)
     });
     in_job_order(ssn, &mut preemptors);
-    for g in preemptors {
-        ssn.attempt(g);
-        if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
-            pools.placed_without_victims(ssn, g);
+    let mut kept = Kept::new(ssn);
+    let mut next = 0;
+    while let Some(&g) = preemptors.get(next) {
+        next += 1;
+        turn(ssn, &mut pools, g);
+        // The backlog's gangs of a class after this one, if an eviction may change their answer.
+        if kept.is_empty() {
             continue;
         }
-        let (queue, priority) = (ssn.gangs[g].queue, ssn.gangs[g].priority);
-        let pool = pools.of(ssn, queue);
-        // Lowest priority first, then the newest; only those below the preemptor's priority.
-        let slots = pool.below(ssn, priority);
-        pool.wake_protected(ssn, slots, g);
-        if !pool.any_victim(ssn, slots, g) {
-            continue;
+        let place = super::kept::place_of(ssn, g);
+        for t in kept.take_in(ssn, &|_, _| Some(place.clone())) {
+            let may = ssn.gangs[t].queue.is_none_or(|queue| {
+                let lowest = *lowest
+                    .entry(queue)
+                    .or_insert_with(|| lowest_victim_priority(ssn, queue));
+                lowest.is_some_and(|p| p < ssn.gangs[t].priority)
+            });
+            if may {
+                let key = crate::framework::policy::ordering::job_key(ssn, t);
+                let at = next
+                    + preemptors[next..]
+                        .partition_point(|x| crate::framework::policy::ordering::job_key(ssn, *x) < key);
+                preemptors.insert(at, t);
+            }
         }
-        pool.pool.fill_to(ssn, slots);
-        let preemptor = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
-        let message =
-            |_: &Session<'_>, _: &Unit| format!("preempted by higher priority workload {preemptor}");
-        let request = Request::among(g, pool.pool.candidates(), EvictionCause::Preempt, &message)
-            .first_slots(slots)
-            .excluding_gang(g);
-        if let Ok(chosen) = victims::solve(ssn, &request) {
-            ssn.mark_placed(g, ActionKind::Preempt);
-            ssn.explain(g, Why::Pipelined);
-            pools.after_evictions(ssn, queue, g, &chosen);
-        }
+    }
+}
+
+/// Preemptor `g`'s turn.
+fn turn(ssn: &mut Session<'_>, pools: &mut VictimPools, g: usize) {
+    ssn.attempt(g);
+    if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
+        pools.placed_without_victims(ssn, g);
+        return;
+    }
+    let (queue, priority) = (ssn.gangs[g].queue, ssn.gangs[g].priority);
+    let pool = pools.of(ssn, queue);
+    // Lowest priority first, then the newest; only those below the preemptor's priority.
+    let slots = pool.below(ssn, priority);
+    pool.wake_protected(ssn, slots, g);
+    if !pool.any_victim(ssn, slots, g) {
+        return;
+    }
+    pool.pool.fill_to(ssn, slots);
+    let preemptor = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
+    let message = |_: &Session<'_>, _: &Unit| format!("preempted by higher priority workload {preemptor}");
+    let request = Request::among(g, pool.pool.candidates(), EvictionCause::Preempt, &message)
+        .first_slots(slots)
+        .excluding_gang(g);
+    if let Ok(chosen) = victims::solve(ssn, &request) {
+        ssn.mark_placed(g, ActionKind::Preempt);
+        ssn.explain(g, Why::Pipelined);
+        pools.after_evictions(ssn, queue, g, &chosen);
     }
 }
 

@@ -6,10 +6,12 @@
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use super::allocate::AttemptShape;
+use super::kept::Kept;
 use super::victims::{self, Request, Unit};
 use crate::config::ActionKind;
 use crate::fairshare::ReclaimRejection;
 use crate::framework::Session;
+use crate::framework::backlog::JobPlace;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::policy::ordering::JobQueues;
 use crate::framework::report::explain::Why;
@@ -50,65 +52,82 @@ pub fn reclaim(ssn: &mut Session<'_>) {
     // the same of the same candidates, and a failed search leaves the session as it found it, so it
     // fails alike until something is evicted (debug builds search and compare).
     let mut failed: UntilEviction<HashSet<(QueueId, AttemptShape)>> = UntilEviction::new(ssn);
+    // The backlog's kept gangs (`kept`), and each queue's place in the order: the last gang of it
+    // that had its turn.
+    let mut kept = Kept::new(ssn);
+    let mut places: BTreeMap<QueueId, JobPlace> = BTreeMap::new();
     while let Some(g) = order.pop(ssn) {
-        ssn.attempt(g);
-        if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
-            continue;
-        }
-        let Some(queue) = ssn.gangs[g].queue else { continue };
-        let preemptible = ssn.gangs[g].preemptible;
-        // A queue whose bound is refused refuses each of its gangs (their requests ask at least the
-        // bound): they are passed over without working out their requests.
-        let bound_refused = *refused.current(ssn).entry(queue).or_insert_with(|| {
-            least
-                .get(&queue)
-                .is_none_or(|bound| ssn.fairness.can_reclaim(queue, bound, true).is_err())
-        });
-        if bound_refused {
-            debug_assert!(
-                ssn.fairness
-                    .can_reclaim(queue, &pending_request(ssn, g), preemptible)
-                    .is_err(),
-                "gang {g} could reclaim though its queue's bound could not"
-            );
-            continue;
-        }
-        let request = pending_request(ssn, g);
-        if ssn.fairness.can_reclaim(queue, &request, preemptible).is_err() {
-            continue;
-        }
-        let like = AttemptShape::of(ssn, g).map(|shape| (queue, shape));
-        if like
-            .as_ref()
-            .is_some_and(|like| failed.current(ssn).contains(like))
+        if !kept.is_empty()
+            && let Some(queue) = ssn.gangs[g].queue
         {
-            #[cfg(debug_assertions)]
-            {
-                let at = ssn.checkpoint();
-                let candidates = victims.candidates(ssn, queue, &request, preemptible);
-                let found = search(ssn, g, queue, &request, preemptible, candidates, &|_, _| {
-                    String::new()
-                });
-                assert!(
-                    !found,
-                    "gang {g} found victims where a like gang of its queue found none"
-                );
-                assert_eq!(ssn.checkpoint(), at, "a failed victim search changed the session");
+            places.insert(queue, super::kept::place_of(ssn, g));
+        }
+        'turn: {
+            ssn.attempt(g);
+            if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
+                break 'turn;
             }
-            continue;
+            let Some(queue) = ssn.gangs[g].queue else {
+                break 'turn;
+            };
+            let preemptible = ssn.gangs[g].preemptible;
+            // A queue whose bound is refused refuses each of its gangs (their requests ask at least the
+            // bound): they are passed over without working out their requests.
+            let bound_refused = *refused.current(ssn).entry(queue).or_insert_with(|| {
+                least
+                    .get(&queue)
+                    .is_none_or(|bound| ssn.fairness.can_reclaim(queue, bound, true).is_err())
+            });
+            if bound_refused {
+                debug_assert!(
+                    ssn.fairness
+                        .can_reclaim(queue, &pending_request(ssn, g), preemptible)
+                        .is_err(),
+                    "gang {g} could reclaim though its queue's bound could not"
+                );
+                break 'turn;
+            }
+            let request = pending_request(ssn, g);
+            if ssn.fairness.can_reclaim(queue, &request, preemptible).is_err() {
+                break 'turn;
+            }
+            let like = AttemptShape::of(ssn, g).map(|shape| (queue, shape));
+            if like
+                .as_ref()
+                .is_some_and(|like| failed.current(ssn).contains(like))
+            {
+                #[cfg(debug_assertions)]
+                {
+                    let at = ssn.checkpoint();
+                    let candidates = victims.candidates(ssn, queue, &request, preemptible);
+                    let found = search(ssn, g, queue, &request, preemptible, candidates, &|_, _| {
+                        String::new()
+                    });
+                    assert!(
+                        !found,
+                        "gang {g} found victims where a like gang of its queue found none"
+                    );
+                    assert_eq!(ssn.checkpoint(), at, "a failed victim search changed the session");
+                }
+                break 'turn;
+            }
+            let candidates = victims.candidates(ssn, queue, &request, preemptible);
+            if candidates.is_empty() {
+                break 'turn;
+            }
+            let reclaimer = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
+            let reclaimed_by = reclaim_message(ssn, queue, &reclaimer);
+            let message = |ssn: &Session<'_>, u: &Unit| victim_message(ssn, u, &reclaimed_by);
+            if search(ssn, g, queue, &request, preemptible, candidates, &message) {
+                ssn.mark_placed(g, ActionKind::Reclaim);
+                ssn.explain(g, Why::Pipelined);
+            } else if let Some(like) = like {
+                failed.current(ssn).insert(like);
+            }
         }
-        let candidates = victims.candidates(ssn, queue, &request, preemptible);
-        if candidates.is_empty() {
-            continue;
-        }
-        let reclaimer = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
-        let reclaimed_by = reclaim_message(ssn, queue, &reclaimer);
-        let message = |ssn: &Session<'_>, u: &Unit| victim_message(ssn, u, &reclaimed_by);
-        if search(ssn, g, queue, &request, preemptible, candidates, &message) {
-            ssn.mark_placed(g, ActionKind::Reclaim);
-            ssn.explain(g, Why::Pipelined);
-        } else if let Some(like) = like {
-            failed.current(ssn).insert(like);
+        // An eviction may change what the backlog's gangs after this place would be told.
+        for t in kept.take_in(ssn, &|_, queue| places.get(&queue).cloned()) {
+            order.push(ssn, t);
         }
     }
 }

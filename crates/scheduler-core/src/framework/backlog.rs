@@ -26,7 +26,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::BuildHasherDefault;
 
-use crate::config::{ActionKind, Config, PlacementStrategy};
+use crate::config::PlacementStrategy;
 use crate::framework::Session;
 use crate::framework::gang::{Gang, PlainPod};
 use crate::framework::report::explain::{Why, gist_fingerprint};
@@ -89,13 +89,48 @@ impl AttemptShape {
     }
 }
 
-/// A class of the backlog: gangs of one queue with one attempt shape.
+/// A class of the backlog: gangs of one queue, priority and attempt shape, all of whose pods may
+/// evict others or none (the victim actions ask each the same of the same candidates).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClassKey {
     /// The queue.
     pub queue: QueueId,
+    /// The gangs' priority.
+    pub priority: i32,
+    /// Whether a waiting pod of them never preempts (`preemptionPolicy: Never`).
+    pub never_preempts: bool,
     /// The shape.
     pub shape: AttemptShape,
+}
+
+impl ClassKey {
+    /// Gang `g`'s class, given its attempt shape.
+    #[must_use]
+    pub fn of(ssn: &Session<'_>, g: usize, shape: AttemptShape) -> Option<Self> {
+        let gang = &ssn.gangs[g];
+        Some(Self {
+            queue: gang.queue?,
+            priority: gang.priority,
+            never_preempts: gang.tasks().any(|t| {
+                let task = ssn.cluster.task(t);
+                task.never_preempts && task.status.is_pending()
+            }),
+            shape,
+        })
+    }
+}
+
+/// Where a gang stands in job order (see [`Backlog::take_first_after`]).
+#[derive(Clone, Debug)]
+pub struct JobPlace {
+    /// Its priority.
+    pub priority: i32,
+    /// The job order's second key (`ordering::job_key`): 0 below its minimum, more for elastic growth.
+    pub elastic: u8,
+    /// When it was created.
+    pub created: Millis,
+    /// Its root PodGroup's key.
+    pub key: GroupKey,
 }
 
 /// Where a kept gang stands in its class: KAI's job order for a waiting gang (higher priority, then
@@ -103,6 +138,8 @@ pub struct ClassKey {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct JobOrder {
     priority: i32,
+    /// 0 for a gang below its minimum (every kept gang), more for elastic growth (`job_key`).
+    elastic: u8,
     created: Millis,
     key: GroupKey,
 }
@@ -112,6 +149,7 @@ impl Ord for JobOrder {
         other
             .priority
             .cmp(&self.priority)
+            .then(self.elastic.cmp(&other.elastic))
             .then(self.created.cmp(&other.created))
             .then_with(|| {
                 crate::framework::policy::ordering::SlashJoined::new(&self.key)
@@ -148,8 +186,9 @@ struct Member {
     order: JobOrder,
     /// When a status differing only in figures from the one written may replace it (none: at once).
     refresh_at: Option<Millis>,
-    /// The answer it was told when it was kept (`None`: a newer status was held back for it then).
-    told: Option<Why>,
+    /// The version of its class's answer its status says (`u64::MAX`: none of them; its status says
+    /// something older, or a newer status was held back for it).
+    told_version: u64,
 }
 
 /// One class.
@@ -171,6 +210,9 @@ struct Class {
     answer_version: u64,
     /// The answer version the ripe gangs were last checked against.
     ripe_checked: u64,
+    /// Gangs whose status does not say the current answer (their figures are due a refresh at
+    /// their refresh time).
+    stale: usize,
     /// Answered in this session, and whether the answer's gist moved.
     answered: bool,
     moved: bool,
@@ -188,17 +230,6 @@ pub struct Backlog {
 }
 
 impl Backlog {
-    /// Whether a session under `config` may keep a backlog: only allocate answers for a class.
-    #[must_use]
-    pub fn allowed(config: &Config) -> bool {
-        !config.actions.iter().any(|a| {
-            matches!(
-                a,
-                ActionKind::Reclaim | ActionKind::Preempt | ActionKind::Consolidation
-            )
-        })
-    }
-
     /// How many gangs are kept.
     #[must_use]
     pub fn len(&self) -> usize {
@@ -235,6 +266,9 @@ impl Backlog {
         };
         let c = &mut self.classes[class];
         c.members.remove(&member.order);
+        if member.told_version != c.answer_version {
+            c.stale = c.stale.saturating_sub(1);
+        }
         if let Some(at) = member.refresh_at {
             c.unripe.remove(&(at, group));
         }
@@ -254,6 +288,34 @@ impl Backlog {
         let group = *self.classes[class].members.values().next()?;
         self.release(group);
         Some(group)
+    }
+
+    /// Takes out the first gang of `key`'s class that comes after `place` in job order, if any.
+    pub fn take_first_after(&mut self, key: &ClassKey, place: &JobPlace) -> Option<GroupId> {
+        let class = *self.by_key.get(key)?;
+        let after = JobOrder {
+            priority: place.priority,
+            elastic: place.elastic,
+            created: place.created,
+            key: place.key.clone(),
+        };
+        let group = *self.classes[class]
+            .members
+            .range((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
+            .next()?
+            .1;
+        self.release(group);
+        Some(group)
+    }
+
+    /// The classes that keep gangs.
+    #[must_use]
+    pub fn class_keys(&self) -> Vec<ClassKey> {
+        self.classes
+            .iter()
+            .filter(|c| !c.members.is_empty())
+            .map(|c| c.key.clone())
+            .collect()
     }
 
     /// Takes out the first gang of every class (the heads a session tries).
@@ -294,11 +356,7 @@ impl Backlog {
                 if *of != class {
                     continue;
                 }
-                if member
-                    .told
-                    .as_ref()
-                    .is_none_or(|told| !same_answer(told, &c.answer))
-                {
+                if member.told_version != c.answer_version {
                     due.push(g);
                 } else {
                     c.ripe.push(g);
@@ -335,27 +393,45 @@ impl Backlog {
             .collect()
     }
 
-    /// The earliest time a kept gang's figures may be refreshed.
+    /// The earliest time a kept gang's figures are due a refresh (its status does not say its
+    /// class's answer).
     #[must_use]
     pub fn next_refresh(&self) -> Option<Millis> {
         self.classes
             .iter()
-            .filter_map(|c| c.unripe.first().map(|(at, _)| *at))
+            .filter(|c| c.stale > 0)
+            .filter_map(|c| {
+                c.unripe
+                    .iter()
+                    .find(|(_, g)| {
+                        self.members
+                            .get(g)
+                            .is_some_and(|(_, m)| m.told_version != c.answer_version)
+                    })
+                    .map(|(at, _)| *at)
+            })
             .min()
     }
 
-    /// Gives `key`'s class its answer for this session; a class whose answer says something else than
+    /// Gives `key`'s class its answer for this session (`None`: the one it had); a class whose answer
+    /// says something else than
     /// the one its gangs were told, beyond the figures (its gist), lets them all go: their statuses
     /// and events must say so.
-    pub fn answer(&mut self, key: &ClassKey, answer: Why) {
+    pub fn answer(&mut self, key: &ClassKey, answer: Option<Why>) {
         let Some(&class) = self.by_key.get(key) else {
             return;
         };
-        let gist = |w: &Why| gist_fingerprint(std::slice::from_ref(w));
         let c = &mut self.classes[class];
+        c.answered = true;
+        let Some(answer) = answer else {
+            return;
+        };
+        let gist = |w: &Why| gist_fingerprint(std::slice::from_ref(w));
         c.moved |= gist(&c.answer) != gist(&answer);
         if !same_answer(&c.answer, &answer) {
             c.answer_version += 1;
+            // No status says this one yet.
+            c.stale = c.members.len();
         }
         c.answer = answer;
         c.answered = true;
@@ -373,6 +449,12 @@ impl Backlog {
                 self.release_class(class);
             }
         }
+    }
+
+    /// The answer `key`'s class's gangs were given.
+    #[must_use]
+    pub fn class_answer(&self, key: &ClassKey) -> Option<&Why> {
+        self.by_key.get(key).map(|c| &self.classes[*c].answer)
     }
 
     /// Whether `key`'s class keeps any gang.
@@ -407,6 +489,7 @@ impl Backlog {
                     ripe: Vec::new(),
                     answer_version: 0,
                     ripe_checked: 0,
+                    stale: 0,
                     answered: false,
                     moved: false,
                 });
@@ -420,9 +503,17 @@ impl Backlog {
             c.pending = pending;
             c.answer = answer.clone();
             c.answer_version += 1;
+            c.stale = 0;
         }
+        let told_version = if told.as_ref().is_some_and(|t| same_answer(t, &c.answer)) {
+            c.answer_version
+        } else {
+            c.stale += 1;
+            u64::MAX
+        };
         let order = JobOrder {
             priority: gang.priority,
+            elastic: 0,
             created: gang.created,
             key: group_key.clone(),
         };
@@ -440,7 +531,7 @@ impl Backlog {
                 Member {
                     order,
                     refresh_at,
-                    told,
+                    told_version,
                 },
             ),
         );

@@ -10,12 +10,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::backlog::{Backlog, ClassKey, KeptGang};
+use super::backlog::{Backlog, ClassKey, JobPlace, KeptGang};
 use super::decisions::{Bind, Decisions, Evict, EvictionCause};
 use super::gang::{self, ChildIndex, Gang};
 use super::policy::fairness::{self, Fairness, GangUsage};
 use super::policy::placement::{Eligibility, NodeIndex, PlacementPolicy, Room, Summaries};
-use super::report::explain::Why;
+use super::report::explain::{Why, gist_fingerprint};
 use super::report::status::{self, ReportStamp};
 use super::reservations;
 use crate::config::{ActionKind, Config, PlacementStrategy};
@@ -176,6 +176,17 @@ pub fn backlog_len(cluster: &Cluster) -> usize {
         .map_or(0, Backlog::len)
 }
 
+/// The PodGroups the last session kept in its backlog.
+#[must_use]
+pub fn backlog_groups(cluster: &Cluster) -> Vec<GroupId> {
+    cluster
+        .session_carry
+        .as_ref()
+        .and_then(|c| c.downcast_ref::<Carry>())
+        .and_then(|c| c.backlog.as_ref())
+        .map_or_else(Vec::new, Backlog::groups)
+}
+
 /// Gives `cluster` its own copy of the carry it shares with another copy of the model, if it shares
 /// one. A scheduler owns its model's carry alone, and the next session takes its parts without copying
 /// them; a benchmark that copies a model for each timed cycle calls this outside the timing, so the
@@ -332,8 +343,8 @@ pub struct Session<'c> {
 pub(crate) enum BacklogAnswer {
     /// Gang `0` was answered as its class `1`.
     Gang(usize, ClassKey),
-    /// The answer for the class's kept gangs.
-    Class(ClassKey, Why),
+    /// The answer for the class's kept gangs (`None`: the one they were given before).
+    Class(ClassKey, Option<Why>),
 }
 
 /// Counts of what a session did.
@@ -476,7 +487,7 @@ impl<'c> Session<'c> {
             .built
             .filter(|_| same_hierarchy)
             .and_then(|at| groups_changed_since(cluster, at.groups, at.tasks));
-        let backlog_on = flat_hierarchy && !cluster.without_backlog && Backlog::allowed(config);
+        let backlog_on = flat_hierarchy && !cluster.without_backlog;
         let mut backlog = match Arc::get_mut(&mut last) {
             Some(own) => own.backlog.take(),
             None => last.backlog.clone(),
@@ -792,6 +803,37 @@ impl<'c> Session<'c> {
             return None;
         }
         let root = self.backlog.take_first(key)?;
+        Some(self.take_in(root))
+    }
+
+    /// Takes the first gang of a backlog class that comes after `place` in job order into the session
+    /// (see [`Self::take_from_backlog`]).
+    pub fn take_from_backlog_after(&mut self, key: &ClassKey, place: &JobPlace) -> Option<usize> {
+        if self.backlog.is_empty() {
+            return None;
+        }
+        let root = self.backlog.take_first_after(key, place)?;
+        Some(self.take_in(root))
+    }
+
+    /// The classes allocate answered in this session that keep gangs out of it, with their answers
+    /// (for the victim actions, which take some in: `actions::kept`).
+    #[must_use]
+    pub(crate) fn backlog_classes(&self) -> Vec<(ClassKey, Why)> {
+        self.backlog_answered
+            .iter()
+            .filter_map(|a| match a {
+                BacklogAnswer::Class(key, why) if self.backlog.has_class(key) => {
+                    let why = why.clone().or_else(|| self.backlog.class_answer(key).cloned())?;
+                    Some((key.clone(), why))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Makes the gang rooted at `root` one of the session's, at the end; its index.
+    fn take_in(&mut self, root: GroupId) -> usize {
         let gang = Gang::build(self.cluster, &self.children, root);
         let index = self.gangs.len();
         for group in &gang.groups {
@@ -806,7 +848,13 @@ impl<'c> Session<'c> {
         self.work.push(gang.has_work(self.cluster));
         self.gangs_touched.push(false);
         self.gangs.push(Arc::new(gang));
-        Some(index)
+        index
+    }
+
+    /// The backlog's classes that keep gangs out of the session.
+    #[must_use]
+    pub fn backlog_class_keys(&self) -> Vec<ClassKey> {
+        self.backlog.class_keys()
     }
 
     /// Whether any gang is kept in the backlog for `key`'s class.
@@ -1201,8 +1249,10 @@ impl Session<'_> {
         self.backlog.release_unanswered_and_moved();
         let mut class_answers: std::collections::HashMap<ClassKey, Why> = std::collections::HashMap::new();
         for a in &answered {
-            if let BacklogAnswer::Class(key, why) = a {
-                class_answers.insert(key.clone(), why.clone());
+            if let BacklogAnswer::Class(key, why) = a
+                && let Some(why) = why.clone().or_else(|| self.backlog.class_answer(key).cloned())
+            {
+                class_answers.insert(key.clone(), why);
             }
         }
         for a in answered {
@@ -1211,6 +1261,13 @@ impl Session<'_> {
                 continue;
             };
             let Some(told) = self.keepable(g) else { continue };
+            // Every kept gang was told what its class says (beyond figures): a gang told otherwise
+            // stays in the session, where its own answer is worked out.
+            if gist_fingerprint(std::slice::from_ref(&told))
+                != gist_fingerprint(std::slice::from_ref(class_answer))
+            {
+                continue;
+            }
             let Some(pending) = self.usage[g].waiting_only() else {
                 continue;
             };
@@ -1238,7 +1295,8 @@ impl Session<'_> {
         }
     }
 
-    /// What gang `g` was told, if it may be kept in the backlog (see [`Self::keep_backlog`]).
+    /// What gang `g`'s status says it waits for, if it may be kept in the backlog (see
+    /// [`Self::keep_backlog`]).
     fn keepable(&self, g: usize) -> Option<Why> {
         let outcome = self.outcomes.get(&g)?;
         if outcome.placed() || outcome.why.len() != 1 {
@@ -1253,13 +1311,21 @@ impl Session<'_> {
             return None;
         }
         let group = self.cluster.group(gang.root);
-        let told = group.report_inputs != 0 && group.report_why.is_some();
-        (told
-            && group.schedule_timeout_secs.is_none()
+        // What its status says: the reasons its last full report recorded (a report that held a
+        // status back for its figures records nothing; the refresh compares with these).
+        let recorded = group
+            .report_why
+            .as_ref()
+            .and_then(|w| w.downcast_ref::<Vec<Why>>())
+            .filter(|_| group.report_inputs != 0)?;
+        let [told] = recorded.as_slice() else {
+            return None;
+        };
+        (group.schedule_timeout_secs.is_none()
             && !group.timed_out
             && group.waiting_since.is_some()
             && group.parent_name.is_none())
-        .then(|| why.clone())
+        .then(|| told.clone())
     }
 
     /// Leaves the gangs as built (they do not change during a session) and the report stamps for the
