@@ -120,8 +120,10 @@ pub fn allocate(ssn: &mut Session<'_>) {
         let version = gang_version(ssn, g);
         let root = ssn.gangs[g].root;
         ssn.stats.gangs_tried += 1;
-        // Its class, found before the attempt (a failed attempt rolls back: the shape is the same).
-        let class = doom.class(ssn, g);
+        // Its class, found before the attempt when a placement takes the next of its class in from the
+        // backlog (a placed gang has no attempt shape); else only if it fails (a failed attempt rolls
+        // back: the shape is the same).
+        let class_before = (!ssn.backlog.is_empty()).then(|| doom.class(ssn, g)).flatten();
         let held_reservations = ssn.gangs[g]
             .tasks()
             .any(|t| ssn.cluster.task(t).status == TaskStatus::Pipelined);
@@ -152,7 +154,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
                     queue.push(ssn, g);
                 }
                 // The next gang of its class kept in the backlog competes now, in its place.
-                if let Some(key) = class.and_then(|c| doom.key(ssn, g, c))
+                if let Some(key) = class_before.and_then(|c| doom.key(ssn, g, c))
                     && let Some(next) = ssn.take_from_backlog(&key)
                 {
                     queue.push(ssn, next);
@@ -160,7 +162,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
             }
             Err(why) => {
                 let why = share_with_last(ssn, root, why);
-                if let Some(class) = class
+                if let Some(class) = class_before.or_else(|| doom.class(ssn, g))
                     && doom.record(ssn, g, class, &why)
                 {
                     queue.doom_changed();

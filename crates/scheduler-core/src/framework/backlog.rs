@@ -245,7 +245,8 @@ impl Backlog {
     /// Whether `group` is kept here.
     #[must_use]
     pub fn holds(&self, group: GroupId) -> bool {
-        self.members.contains_key(&group)
+        // Asked of every root at every open: an empty backlog answers without hashing.
+        !self.members.is_empty() && self.members.contains_key(&group)
     }
 
     /// Whether the classes still hold in `cluster`: nothing they rest on changed since they were kept.
@@ -571,6 +572,19 @@ impl Backlog {
         all.sort();
         all
     }
+}
+
+/// Whether two answers say the same beyond their figures (their gist): the same answer does, without
+/// hashing either (a backlog's gangs share their reasons' summaries).
+#[must_use]
+pub fn same_gist(a: &Why, b: &Why) -> bool {
+    let same = match (a, b) {
+        (Why::NoFit(x), Why::NoFit(y)) => {
+            x.failed_pod.is_empty() == y.failed_pod.is_empty() && same_answer(a, b)
+        }
+        _ => same_answer(a, b),
+    };
+    same || gist_fingerprint(std::slice::from_ref(a)) == gist_fingerprint(std::slice::from_ref(b))
 }
 
 /// Whether two answers say the same, figures included.

@@ -15,7 +15,7 @@ use super::decisions::{Bind, Decisions, Evict, EvictionCause};
 use super::gang::{self, ChildIndex, Gang};
 use super::policy::fairness::{self, Fairness, GangUsage};
 use super::policy::placement::{Eligibility, NodeIndex, PlacementPolicy, Room, Summaries};
-use super::report::explain::{Why, gist_fingerprint};
+use super::report::explain::Why;
 use super::report::status::{self, ReportStamp};
 use super::reservations;
 use crate::config::{ActionKind, Config, PlacementStrategy};
@@ -1263,9 +1263,7 @@ impl Session<'_> {
             let Some(told) = self.keepable(g) else { continue };
             // Every kept gang was told what its class says (beyond figures): a gang told otherwise
             // stays in the session, where its own answer is worked out.
-            if gist_fingerprint(std::slice::from_ref(&told))
-                != gist_fingerprint(std::slice::from_ref(class_answer))
-            {
+            if !super::backlog::same_gist(&told, class_answer) {
                 continue;
             }
             let Some(pending) = self.usage[g].waiting_only() else {

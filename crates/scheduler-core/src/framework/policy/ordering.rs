@@ -53,6 +53,8 @@ pub struct JobQueues {
     /// Gangs taken off a leaf's front because their failure was known before their turn (see
     /// [`Self::pop_unless`]), in the order they were taken, for the caller to answer.
     passed_over: Vec<usize>,
+    /// Whether some gang may be doomed (set by [`Self::doom_changed`]): until then no front is asked.
+    dooming: bool,
     /// Tests compare against the uncached order.
     #[cfg(test)]
     uncached: bool,
@@ -313,7 +315,8 @@ impl JobQueues {
     /// Takes the next gang whose failure is not known yet. A gang at a leaf's front that `doomed` says
     /// will fail takes no turn: it is set aside ([`Self::take_passed_over`]) before its queue is
     /// compared with its siblings, so a queue competes with the first gang of it that may still be
-    /// placed. When what `doomed` says changes, the caller calls [`Self::doom_changed`].
+    /// placed. Until the caller first calls [`Self::doom_changed`] no gang is asked (none is doomed), and
+    /// it calls it whenever what `doomed` says changes.
     pub fn pop_unless(&mut self, ssn: &Session<'_>, doomed: &mut Doomed<'_>) -> Option<usize> {
         if let Some(gang) = self.pop_like_last(ssn, doomed) {
             return Some(gang);
@@ -335,6 +338,7 @@ impl JobQueues {
 
     /// Some gang's doom changed: every leaf's front is looked at again.
     pub fn doom_changed(&mut self) {
+        self.dooming = true;
         self.last = None;
         for node in &mut self.nodes {
             node.fronts += 1;
@@ -343,6 +347,9 @@ impl JobQueues {
 
     /// Sets aside the leaf's front gangs that `doomed` says will fail.
     fn settle(&mut self, leaf: u32, doomed: &mut Doomed<'_>) {
+        if !self.dooming {
+            return;
+        }
         let mut taken = false;
         while let Some(&gang) = self.nodes.get(leaf as usize).and_then(|n| n.gangs.front()) {
             if !doomed(gang) {
@@ -644,6 +651,7 @@ mod doomed_tests {
             *d = g % 3 == 1;
         }
         let mut skipping = JobQueues::new(&ssn, 0..n, false);
+        skipping.doom_changed();
         let live =
             |doomed: &[bool], gone: &[bool]| (0..n).filter(|g| !doomed[*g] && !gone[*g]).collect::<Vec<_>>();
         let mut gone = vec![false; n];
