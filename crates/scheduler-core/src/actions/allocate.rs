@@ -121,9 +121,10 @@ pub fn allocate(ssn: &mut Session<'_>) {
         let root = ssn.gangs[g].root;
         ssn.stats.gangs_tried += 1;
         // Its class, found before the attempt when a placement takes the next of its class in from the
-        // backlog (a placed gang has no attempt shape); else only if it fails (a failed attempt rolls
-        // back: the shape is the same).
+        // backlog (a placed gang has no attempt shape, and its pods wait no more); else only if it fails
+        // (a failed attempt rolls back: the shape is the same).
         let class_before = (!ssn.backlog.is_empty()).then(|| doom.class(ssn, g)).flatten();
+        let key_before = class_before.and_then(|c| doom.key(ssn, g, c));
         let held_reservations = ssn.gangs[g]
             .tasks()
             .any(|t| ssn.cluster.task(t).status == TaskStatus::Pipelined);
@@ -154,8 +155,8 @@ pub fn allocate(ssn: &mut Session<'_>) {
                     queue.push(ssn, g);
                 }
                 // The next gang of its class kept in the backlog competes now, in its place.
-                if let Some(key) = class_before.and_then(|c| doom.key(ssn, g, c))
-                    && let Some(next) = ssn.take_from_backlog(&key)
+                if let Some(key) = &key_before
+                    && let Some(next) = ssn.take_from_backlog(key)
                 {
                     queue.push(ssn, next);
                 }
@@ -206,9 +207,7 @@ fn check_backlog_heads(ssn: &mut Session<'_>, doom: &mut Doom) {
             .and_then(|c| doom.key(ssn, g, c))
             .is_some_and(|k| k == key);
         if !same {
-            while let Some(next) = ssn.take_from_backlog(&key) {
-                doom.class_of.resize(next + 1, None);
-            }
+            while ssn.take_from_backlog(&key).is_some() {}
         }
     }
 }
@@ -229,18 +228,24 @@ fn tell_backlog(ssn: &mut Session<'_>, doom: &mut Doom, told: Vec<Told>) {
     if !ssn.keeps_backlog() {
         return;
     }
-    let mut answers: HashMap<ClassKey, (usize, bool)> = HashMap::new();
+    // Each class once, in the order its first gang was told (the answers are worked out in that order).
+    let mut answers: Vec<(ClassKey, usize, bool)> = Vec::new();
+    let mut at: HashMap<ClassKey, usize> = HashMap::new();
     for t in told {
         let Some(key) = doom.key(ssn, t.gang, t.class) else {
             continue;
         };
-        let entry = answers.entry(key.clone()).or_insert((t.gang, t.remembered));
-        if t.remembered || !entry.1 {
-            *entry = (t.gang, t.remembered);
+        let i = *at.entry(key.clone()).or_insert_with(|| {
+            answers.push((key.clone(), t.gang, t.remembered));
+            answers.len() - 1
+        });
+        let entry = &mut answers[i];
+        if t.remembered || !entry.2 {
+            (entry.1, entry.2) = (t.gang, t.remembered);
         }
         ssn.tell_backlog(BacklogAnswer::Gang(t.gang, key));
     }
-    for (key, (g, remembered)) in answers {
+    for (key, g, remembered) in answers {
         ssn.attempt(g);
         if remembered && ssn.backlog_has(&key) {
             // The kept gangs keep what they were told.

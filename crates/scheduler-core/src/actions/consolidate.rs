@@ -48,12 +48,14 @@ pub fn consolidate(ssn: &mut Session<'_>) {
     let mut next = 0;
     while let Some(&g) = waiting.get(next) {
         next += 1;
+        // Its place in the order, before its turn (a gang that gets room is no longer below its
+        // minimum, which moves it in job order).
+        let place = (!kept.is_empty()).then(|| super::kept::place_of(ssn, g));
         turn(ssn, &mut pool, fragments, max, g);
         // The backlog's gangs of a class after this one, if an eviction may change their answer.
-        if kept.is_empty() {
+        let Some(place) = place else {
             continue;
-        }
-        let place = super::kept::place_of(ssn, g);
+        };
         for t in kept.take_in(ssn, &|_, _| Some(place.clone())) {
             let key = crate::framework::policy::ordering::job_key(ssn, t);
             let at = next

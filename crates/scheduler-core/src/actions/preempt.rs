@@ -56,12 +56,14 @@ pub fn preempt(ssn: &mut Session<'_>) {
     let mut next = 0;
     while let Some(&g) = preemptors.get(next) {
         next += 1;
+        // Its place in the order, before its turn (a gang that gets room is no longer below its
+        // minimum, which moves it in job order).
+        let place = (!kept.is_empty()).then(|| super::kept::place_of(ssn, g));
         turn(ssn, &mut pools, g);
         // The backlog's gangs of a class after this one, if an eviction may change their answer.
-        if kept.is_empty() {
+        let Some(place) = place else {
             continue;
-        }
-        let place = super::kept::place_of(ssn, g);
+        };
         for t in kept.take_in(ssn, &|_, _| Some(place.clone())) {
             let may = ssn.gangs[t].queue.is_none_or(|queue| {
                 let lowest = *lowest

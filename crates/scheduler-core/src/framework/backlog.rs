@@ -13,14 +13,14 @@
 //!   without being looked at: they fail as they would have, each naming its own pod;
 //! - what they ask counts against their queues in fair share as if they were in the session
 //!   ([`Backlog::pending_by_queue`]);
-//! - a gang leaves the backlog when it or its pods change, when its status is due a refresh of its
-//!   figures (the class's answer moved since it was told), when its class's head gives another answer
-//!   or is not plain any more, and whenever anything the classes rest on changes (the queues, the
-//!   hierarchy, a rule about other pods appearing): it then rejoins the session and is reported as
-//!   before, and may be kept again at the session's end.
-//!
-//! Only allocate knows to answer for a class, so the backlog is kept only when no other action that
-//! looks at waiting gangs runs (reclaim, preempt and consolidation visit each waiting gang).
+//! - the victim actions (consolidation, reclaim, preempt) take the next one of a class in after an
+//!   eviction, which may change its answer (`actions::kept`);
+//! - a gang leaves the backlog when it or its pods change (a queue or priority class that changes
+//!   its gang's resolution changes its PodGroup), when its status changed without a stamp, when its
+//!   status is due a refresh of its figures (the class's answer moved since what its status says), when
+//!   its class's answer says something else beyond figures or its class is not answered, and all leave
+//!   when the hierarchy stops being flat or a rule about other pods appears: it then rejoins the session
+//!   and is reported as before, and may be kept again at the session's end.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -31,7 +31,7 @@ use crate::framework::Session;
 use crate::framework::gang::{Gang, PlainPod};
 use crate::framework::report::explain::{Why, gist_fingerprint};
 use crate::model::ids::WordHasher;
-use crate::model::{Cluster, GroupId, GroupKey, Millis, QueueId, Resources};
+use crate::model::{GroupId, GroupKey, Millis, QueueId, Resources};
 
 /// What the placement of a plain gang's pods reads: whether it is preemptible, its pods and minimum
 /// (so the pods it places now) and the one shape they share (its queue's rules are checked before, per
@@ -225,8 +225,6 @@ pub struct Backlog {
     by_key: HashMap<ClassKey, usize, BuildHasherDefault<WordHasher>>,
     /// Each kept gang's class and entry.
     members: HashMap<GroupId, (usize, Member), BuildHasherDefault<WordHasher>>,
-    /// The queue arena's clock and the configuration's action list the classes hold for.
-    queues_clock: u64,
 }
 
 impl Backlog {
@@ -247,12 +245,6 @@ impl Backlog {
     pub fn holds(&self, group: GroupId) -> bool {
         // Asked of every root at every open: an empty backlog answers without hashing.
         !self.members.is_empty() && self.members.contains_key(&group)
-    }
-
-    /// Whether the classes still hold in `cluster`: nothing they rest on changed since they were kept.
-    #[must_use]
-    pub fn still_holds(&self, cluster: &Cluster) -> bool {
-        self.queues_clock == cluster.queues.clock()
     }
 
     /// Lets every gang go (they rejoin the session).
@@ -538,10 +530,9 @@ impl Backlog {
         );
     }
 
-    /// Records what the classes hold for (after the session that kept them).
-    pub fn seal(&mut self, cluster: &Cluster) {
-        self.queues_clock = cluster.queues.clock();
-        // Classes left empty go (a long-running scheduler sees many shapes come and go).
+    /// Drops the classes left empty (after the session that kept them: a long-running scheduler sees
+    /// many shapes come and go).
+    pub fn seal(&mut self) {
         if self.classes.iter().any(|c| c.members.is_empty()) {
             let kept: Vec<Class> = std::mem::take(&mut self.classes)
                 .into_iter()

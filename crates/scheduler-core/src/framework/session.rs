@@ -382,7 +382,8 @@ pub struct SessionStats {
 }
 
 /// The backlog as a session finds it (see `framework::backlog`): every gang goes when the session keeps
-/// none or what the classes rest on changed; a gang goes when it or its pods changed since the last
+/// none, when the change logs do not reach back or when a rule about other pods exists; a gang goes when
+/// it or its pods changed since the last
 /// session (`changed`, by slot: `None` when the change logs do not reach back), when its status
 /// changed without a stamp, or when its figures are due a refresh. Returns the first gang of each class,
 /// taken out for the session to try.
@@ -402,7 +403,7 @@ fn open_backlog(
         return Vec::new();
     };
     // A rule about other pods makes no gang plain (`AttemptShape::of`).
-    if !backlog.still_holds(cluster) || cluster.rules.has_anti_affinity_terms() {
+    if cluster.rules.has_anti_affinity_terms() {
         backlog.dissolve();
         return Vec::new();
     }
@@ -1340,7 +1341,7 @@ impl Session<'_> {
         };
         let flat_roots = self.flat_hierarchy.then(|| std::mem::take(&mut self.roots));
         let mut backlog = std::mem::take(&mut self.backlog);
-        backlog.seal(self.cluster);
+        backlog.seal();
         let carry = Carry {
             children: std::mem::take(&mut self.children),
             flat_roots,
