@@ -246,3 +246,42 @@ fn spreading_decides_the_same_with_a_backlog() {
         assert!(kept >= 5, "seed {seed}: at most {kept} gangs kept");
     }
 }
+
+/// A class whose kept gangs all fit at once (nodes join a full cluster): allocate takes them in one
+/// after another as each is placed, and places them all in the one cycle, as it does without a
+/// backlog. The pass's attempt budget is sized from the gangs at its start, so each gang taken in
+/// adds its share: sized from the class's first gang alone, it stopped after a few.
+#[test]
+fn a_class_that_fits_at_once_is_placed_at_once() {
+    let config = Config {
+        actions: vec![ActionKind::Allocate],
+        ..Config::default()
+    };
+    let mut sims: Vec<Sim> = [true, false]
+        .into_iter()
+        .map(|with_backlog| {
+            let mut sim = Sim::new();
+            sim.config = config.clone();
+            sim.cluster.without_backlog = !with_backlog;
+            sim.nodes("full", 1, 8);
+            sim.queue("a", None, 8.0, -1.0, 1.0);
+            sim.gang(GangSpec::new("first", "a", 8).gpus(1).created(0));
+            for i in 0..40 {
+                sim.gang(GangSpec::new(&format!("job-{i}"), "a", 1).gpus(1).created(i + 1));
+            }
+            sim.rounds(3);
+            sim
+        })
+        .collect();
+    assert!(sims[0].backlog_len() >= 30, "{} kept", sims[0].backlog_len());
+    let rounds: Vec<Round> = sims
+        .iter_mut()
+        .map(|sim| {
+            sim.nodes("more", 5, 8);
+            round(sim)
+        })
+        .collect();
+    assert_eq!(rounds[0].binds.len(), 40, "{:?}", rounds[0]);
+    assert_eq!(rounds[0], rounds[1]);
+    assert_eq!(sims[0].backlog_len(), 0);
+}

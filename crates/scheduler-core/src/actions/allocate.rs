@@ -96,11 +96,9 @@ pub fn allocate(ssn: &mut Session<'_>) {
     }
     // Every attempt binds at least one pod or drops the gang for this cycle, so this bound is never
     // reached; it guards the loop against a future mistake turning into a hung scheduler.
-    let mut budget: usize = candidates
-        .iter()
-        .map(|g| ssn.gangs[*g].tasks().count() + 1)
-        .sum::<usize>()
-        * 2;
+    // A gang taken in from the backlog during the pass adds its own share.
+    let share = |ssn: &Session<'_>, g: usize| (ssn.gangs[g].tasks().count() + 1) * 2;
+    let mut budget: usize = candidates.iter().map(|g| share(ssn, *g)).sum::<usize>();
     let mut queue = JobQueues::new(ssn, candidates.into_iter(), false);
     // Gangs passed over, answered once the pass is over (with the figures it leaves).
     let mut passed_over = Vec::new();
@@ -143,6 +141,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
                     }
                     for key in ssn.backlog_class_keys() {
                         if let Some(kept) = ssn.take_from_backlog(&key) {
+                            budget = budget.saturating_add(share(ssn, kept));
                             queue.push(ssn, kept);
                         }
                     }
@@ -158,6 +157,7 @@ pub fn allocate(ssn: &mut Session<'_>) {
                 if let Some(key) = &key_before
                     && let Some(next) = ssn.take_from_backlog(key)
                 {
+                    budget = budget.saturating_add(share(ssn, next));
                     queue.push(ssn, next);
                 }
             }

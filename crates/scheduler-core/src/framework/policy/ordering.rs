@@ -296,13 +296,20 @@ impl JobQueues {
         let key = job_key(ssn, gang);
         let reverse = self.reverse;
         let leaf = &mut self.nodes[queue as usize].gangs;
-        let pos = leaf
-            .iter()
-            .position(|g| {
-                let k = job_key(ssn, *g);
-                if reverse { k < key } else { k > key }
-            })
-            .unwrap_or(leaf.len());
+        // After the gangs of its key and before the first that comes later. A leaf stays in job order
+        // (made sorted, and only inserted into in order; a gang's key moves only on its own turn), so
+        // a binary search finds the place a scan would: the backlog's gangs come in one per placement,
+        // and a scan per arrival made a queue of thousands quadratic.
+        let later = |g: &usize| {
+            let k = job_key(ssn, *g);
+            if reverse { k < key } else { k > key }
+        };
+        let pos = leaf.partition_point(|g| !later(g));
+        debug_assert_eq!(
+            Some(pos),
+            leaf.iter().position(later).or(Some(leaf.len())),
+            "a job-order leaf out of order"
+        );
         leaf.insert(pos, gang);
         self.queued += 1;
     }

@@ -413,8 +413,13 @@ fn check_unvisited_would_be_skipped(ssn: &Session<'_>, visit: &[bool]) {
                     derived,
                     group_reads_devices(ssn, id)
                 )),
-            "{:?}: the report skips it but its stamp does not hold",
-            group.key
+            "{:?}: the report skips it but its stamp does not hold (inputs {}, no reasons {}, stamped {}, gang {:?}, kept {})",
+            group.key,
+            group.report_inputs,
+            why_empty,
+            ssn.reports.contains_key(&id),
+            gang_index,
+            ssn.backlog.holds(id)
         );
     }
 }
