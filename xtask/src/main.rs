@@ -15,6 +15,7 @@ mod demo;
 mod helm;
 mod nodes;
 mod rbac_audit;
+mod sim_check;
 mod soak;
 mod tidy;
 
@@ -69,6 +70,9 @@ enum Task {
     },
     /// Churn gangs for minutes at thousands of pods; fail when memory or cycle time grows (not in `ci`).
     Soak(soak::SoakArgs),
+    /// Replay a slice of the Philly trace through a release build with every debug check of the core
+    /// on; fail when one fires (not in `ci`).
+    SimCheck(sim_check::SimCheckArgs),
     /// Compare what the components did (the local API server's audit log) with what the chart grants
     /// them: fail on a granted verb nothing used, or on a refused request.
     RbacAudit {
@@ -156,6 +160,7 @@ fn main() -> anyhow::Result<()> {
         Task::Tidy => tidy::run(),
         Task::Demo { command: None } => demo::up(),
         Task::Soak(args) => soak::run(&args),
+        Task::SimCheck(args) => sim_check::run(&args),
         Task::Demo {
             command: Some(DemoTask::Down),
         } => demo::down(),
