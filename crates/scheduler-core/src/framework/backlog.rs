@@ -206,7 +206,7 @@ struct Class {
     /// Gangs whose figures' refresh time has come (some may have left since: each is checked against
     /// `members` when read): a new answer sends them back to the session.
     ripe: Vec<GroupId>,
-    /// Bumped when the answer changes, figures included.
+    /// Bumped when the answer changes, the figures its message prints included.
     answer_version: u64,
     /// The answer version the ripe gangs were last checked against.
     ripe_checked: u64,
@@ -578,11 +578,12 @@ pub fn same_gist(a: &Why, b: &Why) -> bool {
     same || gist_fingerprint(std::slice::from_ref(a)) == gist_fingerprint(std::slice::from_ref(b))
 }
 
-/// Whether two answers say the same, figures included.
+/// Whether two answers say the same, the figures they print included (a kept gang's status says no
+/// more: `FitSummary::says_same`).
 fn same_answer(a: &Why, b: &Why) -> bool {
     match (a, b) {
         (Why::NoFit(x), Why::NoFit(y)) => {
-            std::sync::Arc::ptr_eq(&x.summary, &y.summary) || x.summary == y.summary
+            std::sync::Arc::ptr_eq(&x.summary, &y.summary) || x.summary.says_same(&y.summary)
         }
         _ => a == b,
     }

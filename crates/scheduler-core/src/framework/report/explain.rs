@@ -353,6 +353,50 @@ impl FitSummary {
     }
 }
 
+impl FitSummary {
+    /// Whether the two would be told alike: every figure [`fit_message`] prints from them is equal
+    /// (for any failed pod). Free room on a slot the message does not name (CPU and memory while GPUs
+    /// are the scarce resource) moves with every bind; a waiting gang's status does not say it, so an
+    /// answer that changes only there is no news to a backlog's gangs.
+    #[must_use]
+    pub fn says_same(&self, other: &Self) -> bool {
+        if self.nodes != other.nodes
+            || self.misses != other.misses
+            || self.topology != other.topology
+            || self.beyond_every_node != other.beyond_every_node
+        {
+            return false;
+        }
+        // Equal misses: the same scarce slot.
+        let scarce = self.scarce_slot();
+        if let Some((slot, _)) = self.beyond_every_node {
+            return self.pod_request.0.get(slot) == other.pod_request.0.get(slot);
+        }
+        let free_figures = |slot: usize| {
+            self.free_on_eligible.0.get(slot) == other.free_on_eligible.0.get(slot)
+                && self.nodes_with_free == other.nodes_with_free
+        };
+        if (self.pods_needed > 1) != (other.pods_needed > 1) {
+            return false;
+        }
+        if self.pods_needed > 1 {
+            self.pods_needed == other.pods_needed
+                && self.pods_placed == other.pods_placed
+                && match scarce {
+                    Some(slot) => {
+                        self.request_total.0.get(slot) == other.request_total.0.get(slot)
+                            && free_figures(slot)
+                    }
+                    None => self.request_total == other.request_total,
+                }
+        } else {
+            scarce.is_none_or(|slot| {
+                self.pod_request.0.get(slot) == other.pod_request.0.get(slot) && free_figures(slot)
+            })
+        }
+    }
+}
+
 fn fit_message(f: &FitFailure, names: &ResourceNames) -> String {
     // Written into one buffer: every waiting gang of a full cycle gets one (`write!` to a `String`
     // cannot fail).
@@ -579,5 +623,98 @@ mod tests {
         assert_eq!(like.nodes, 4);
         assert!(!recorded.same_as(&changed, &mut compared));
         assert_eq!(recorded == changed, recorded.same_as(&changed, &mut compared));
+    }
+
+    /// `says_same` against the message itself: over summaries that differ from a base in one field
+    /// (each field the message may print, and the free room on a slot it does not name), two
+    /// summaries say the same exactly when their messages are equal.
+    #[test]
+    fn says_same_exactly_when_the_messages_are_equal() {
+        use crate::model::resources::MEMORY;
+        let names = ResourceNames::default();
+        let gpu_gang = FitSummary {
+            pods_needed: 8,
+            pods_placed: 6,
+            request_total: Resources::new(8000, 8 << 30, 8000),
+            pod_request: Resources::new(1000, 1 << 30, 1000),
+            nodes: 3,
+            misses: BTreeMap::from([(NodeMiss::Insufficient(GPU), 3)]).into(),
+            free_on_eligible: Resources::new(40_000, 64 << 30, 6000),
+            eligible_nodes: 3,
+            nodes_with_free: 3,
+            topology: None,
+            beyond_every_node: None,
+        };
+        let one_pod = FitSummary {
+            pods_needed: 1,
+            pods_placed: 0,
+            request_total: gpu_gang.pod_request,
+            ..gpu_gang.clone()
+        };
+        let cpu_gang = FitSummary {
+            misses: BTreeMap::from([(NodeMiss::Insufficient(CPU), 3)]).into(),
+            ..gpu_gang.clone()
+        };
+        let no_scarce = FitSummary {
+            misses: BTreeMap::from([(NodeMiss::Static(StaticMiss::Unschedulable), 3)]).into(),
+            ..gpu_gang.clone()
+        };
+        let too_wide = FitSummary {
+            beyond_every_node: Some((GPU, 8000)),
+            pod_request: Resources::new(1000, 1 << 30, 16_000),
+            ..one_pod.clone()
+        };
+        let variants = |base: &FitSummary| -> Vec<FitSummary> {
+            let with = |change: &dyn Fn(&mut FitSummary)| {
+                let mut s = base.clone();
+                change(&mut s);
+                s
+            };
+            vec![
+                base.clone(),
+                with(&|s| s.free_on_eligible.0[CPU] -= 1000),
+                with(&|s| s.free_on_eligible.0[MEMORY] -= 1 << 30),
+                with(&|s| s.free_on_eligible.0[GPU] -= 1000),
+                with(&|s| s.nodes_with_free -= 1),
+                with(&|s| s.eligible_nodes -= 1),
+                with(&|s| s.pods_placed += 1),
+                with(&|s| s.pods_needed += 1),
+                with(&|s| s.request_total.0[CPU] += 1000),
+                with(&|s| s.request_total.0[GPU] += 1000),
+                with(&|s| s.pod_request.0[MEMORY] += 1 << 30),
+                with(&|s| s.pod_request.0[GPU] += 1000),
+                with(&|s| s.nodes += 1),
+                with(&|s| s.topology = Some("no rack has room".into())),
+                with(&|s| s.misses = BTreeMap::from([(NodeMiss::Insufficient(MEMORY), 3)]).into()),
+            ]
+        };
+        let message = |s: &FitSummary| {
+            fit_message(
+                &FitFailure {
+                    failed_pod: "ml/train-6".into(),
+                    failed_task: None,
+                    summary: Arc::new(s.clone()),
+                },
+                &names,
+            )
+        };
+        let mut unnamed_changes = 0;
+        for base in [&gpu_gang, &one_pod, &cpu_gang, &no_scarce, &too_wide] {
+            let all = variants(base);
+            for a in &all {
+                for b in &all {
+                    let same_text = message(a) == message(b);
+                    assert_eq!(a.says_same(b), same_text, "{a:?}\n{b:?}");
+                    if same_text && a != b {
+                        unnamed_changes += 1;
+                    }
+                }
+            }
+        }
+        // The point of it: changes the message does not print (free CPU and memory while GPUs are
+        // scarce, among others) are no news.
+        assert!(unnamed_changes > 0);
+        assert!(gpu_gang.says_same(&variants(&gpu_gang)[1]));
+        assert!(!gpu_gang.says_same(&variants(&gpu_gang)[3]));
     }
 }
