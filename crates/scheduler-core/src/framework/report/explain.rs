@@ -351,9 +351,7 @@ impl FitSummary {
             .max()
             .map(|(_, _, slot)| slot)
     }
-}
 
-impl FitSummary {
     /// Whether the two would be told alike: every figure [`fit_message`] prints from them is equal
     /// (for any failed pod). Free room on a slot the message does not name (CPU and memory while GPUs
     /// are the scarce resource) moves with every bind; a waiting gang's status does not say it, so an
@@ -367,11 +365,11 @@ impl FitSummary {
         {
             return false;
         }
-        // Equal misses: the same scarce slot.
-        let scarce = self.scarce_slot();
         if let Some((slot, _)) = self.beyond_every_node {
             return self.pod_request.0.get(slot) == other.pod_request.0.get(slot);
         }
+        // Equal misses: the same scarce slot.
+        let scarce = self.scarce_slot();
         let free_figures = |slot: usize| {
             self.free_on_eligible.0.get(slot) == other.free_on_eligible.0.get(slot)
                 && self.nodes_with_free == other.nodes_with_free
