@@ -225,6 +225,9 @@ pub struct Backlog {
     by_key: HashMap<ClassKey, usize, BuildHasherDefault<WordHasher>>,
     /// Each kept gang's class and entry.
     members: HashMap<GroupId, (usize, Member), BuildHasherDefault<WordHasher>>,
+    /// Whether each PodGroup slot is kept (the keys of `members`, by slot: every session asks it of
+    /// every root, where the map's lookups missed the cache).
+    held: Vec<bool>,
 }
 
 impl Backlog {
@@ -243,8 +246,9 @@ impl Backlog {
     /// Whether `group` is kept here.
     #[must_use]
     pub fn holds(&self, group: GroupId) -> bool {
-        // Asked of every root at every open: an empty backlog answers without hashing.
-        !self.members.is_empty() && self.members.contains_key(&group)
+        let held = self.held.get(group.index()).copied().unwrap_or(false);
+        debug_assert_eq!(held, self.members.contains_key(&group));
+        held
     }
 
     /// Lets every gang go (they rejoin the session).
@@ -257,6 +261,9 @@ impl Backlog {
         let Some((class, member)) = self.members.remove(&group) else {
             return;
         };
+        if let Some(held) = self.held.get_mut(group.index()) {
+            *held = false;
+        }
         let c = &mut self.classes[class];
         c.members.remove(&member.order);
         if member.told_version != c.answer_version {
@@ -517,6 +524,10 @@ impl Backlog {
             }
             _ => c.ripe.push(group),
         }
+        if self.held.len() <= group.index() {
+            self.held.resize(group.index() + 1, false);
+        }
+        self.held[group.index()] = true;
         self.members.insert(
             group,
             (
@@ -534,23 +545,21 @@ impl Backlog {
     /// many shapes come and go).
     pub fn seal(&mut self) {
         if self.classes.iter().any(|c| c.members.is_empty()) {
-            let kept: Vec<Class> = std::mem::take(&mut self.classes)
-                .into_iter()
-                .filter(|c| !c.members.is_empty())
-                .collect();
+            // Each class's new index (an empty one's is never read: no gang is kept in it).
+            let mut renumbered = Vec::with_capacity(self.classes.len());
+            let mut kept = Vec::with_capacity(self.classes.len());
+            for c in std::mem::take(&mut self.classes) {
+                renumbered.push(kept.len());
+                if !c.members.is_empty() {
+                    kept.push(c);
+                }
+            }
             self.by_key.clear();
             for (i, c) in kept.iter().enumerate() {
                 self.by_key.insert(c.key.clone(), i);
             }
             for (class, _) in self.members.values_mut() {
-                *class = usize::MAX;
-            }
-            for (i, c) in kept.iter().enumerate() {
-                for g in c.members.values() {
-                    if let Some((class, _)) = self.members.get_mut(g) {
-                        *class = i;
-                    }
-                }
+                *class = renumbered.get(*class).copied().unwrap_or(usize::MAX);
             }
             self.classes = kept;
         }

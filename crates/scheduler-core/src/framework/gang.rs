@@ -319,19 +319,23 @@ pub fn roots_of_flat(cluster: &Cluster, last: &[GroupId], since: u64) -> Option<
         }
     }
     fresh.sort_by(|a, b| root_order(cluster, *a, *b));
-    let mut kept = last
+    let kept: Vec<GroupId> = last
         .iter()
         .copied()
         .filter(|id| !seen.get(id.index()).copied().unwrap_or(true))
-        .peekable();
-    let mut roots = Vec::with_capacity(last.len() + fresh.len());
+        .collect();
+    // Each changed group's place among the kept ones by bisection: new groups are mostly the newest,
+    // and walking to the end compared (and read) every kept group.
+    let mut roots = Vec::with_capacity(kept.len() + fresh.len());
+    let mut rest = kept.as_slice();
     for id in fresh {
-        while let Some(k) = kept.next_if(|k| root_order(cluster, *k, id).is_lt()) {
-            roots.push(k);
-        }
+        let before = rest.partition_point(|k| root_order(cluster, *k, id).is_lt());
+        let (head, tail) = rest.split_at(before);
+        roots.extend_from_slice(head);
         roots.push(id);
+        rest = tail;
     }
-    roots.extend(kept);
+    roots.extend_from_slice(rest);
     Some(roots)
 }
 

@@ -319,6 +319,9 @@ pub struct Session<'c> {
     capacity: (Resources, (u64, usize)),
     /// The task arena's clock when the session opened.
     tasks_at_open: u64,
+    /// The group arena's clock when the last session closed, if one left a carry: the reports of
+    /// groups deleted since are forgotten (`leave_carry`).
+    groups_at_last_close: Option<u64>,
     /// The node arena's clock when the node index was last up to date with every node (at open; any
     /// node changed later is updated again by the next session).
     nodes_synced: u64,
@@ -453,10 +456,10 @@ impl<'c> Session<'c> {
         };
         // Lapsed reservations go back to the pool.
         let lapsed: Vec<TaskId> = cluster
-            .tasks
-            .iter()
-            .filter(|(_, t)| matches!(t.assumed, Assumed::Pipelined { until, .. } if until <= now))
-            .map(|(i, _)| TaskId(i))
+            .pipelined_tasks()
+            .into_iter()
+            .filter(|(_, until)| *until <= now)
+            .map(|(t, _)| t)
             .collect();
         for t in lapsed {
             cluster.clear_assumed(t);
@@ -552,6 +555,7 @@ impl<'c> Session<'c> {
             }
         }
         let last_capacity = last.capacity;
+        let groups_at_last_close = last.built.map(|b| b.groups);
         let report_carry = if same_hierarchy {
             Arc::get_mut(&mut last)
                 .and_then(|own| own.report.take())
@@ -660,6 +664,7 @@ impl<'c> Session<'c> {
             report_carry,
             capacity: (capacity, capacity_key),
             tasks_at_open,
+            groups_at_last_close,
             nodes_synced,
             largest_node: std::cell::OnceCell::new(),
             backlog,
@@ -1177,10 +1182,8 @@ impl<'c> Session<'c> {
         status::report(&mut self, &mut decisions);
         self.keep_backlog();
         reservations::reconcile(&mut self, &mut decisions);
-        for (_, t) in self.cluster.tasks.iter() {
-            if let Assumed::Pipelined { until, .. } = t.assumed {
-                self.wake_at(until);
-            }
+        for (_, until) in self.cluster.pipelined_tasks() {
+            self.wake_at(until);
         }
         self.stats.next_deadline = self.deadline.get();
         self.stats.report_due = self.report_due.get();
@@ -1365,8 +1368,24 @@ impl Session<'_> {
             reports: {
                 // Groups deleted since their last report leave no entry behind (a long-running
                 // scheduler sees millions of PodGroups come and go).
+                // Found from the groups changed since the last session closed (every report entry
+                // is of a group live then), not by a look at every slot.
                 let mut reports = std::mem::take(&mut self.reports);
-                reports.retain(|id, _| self.cluster.groups.get(id.0).is_some());
+                let groups = &self.cluster.groups;
+                match self.groups_at_last_close.and_then(|c| groups.changed_since(c)) {
+                    Some(changed) => {
+                        for &slot in changed {
+                            if groups.get(slot).is_none() {
+                                reports.remove(&GroupId(slot));
+                            }
+                        }
+                    }
+                    None => reports.retain(|id, _| groups.get(id.0).is_some()),
+                }
+                debug_assert!(
+                    reports.keys().all(|id| groups.get(id.0).is_some()),
+                    "a deleted group's report is kept"
+                );
                 reports
             },
             built: Some(built),

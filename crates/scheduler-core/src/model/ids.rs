@@ -186,6 +186,45 @@ impl<T> Arena<T> {
     }
 }
 
+/// The slots of one [`Arena`] whose values pass one test, brought up to date from the arena's change
+/// log when read ([`TrackedSlots::sync`]): for the passes a cycle makes over a few of tens of
+/// thousands of values (the pods holding a reservation, say), which would otherwise visit every slot.
+/// A value's passing may depend on nothing but the value itself, and each `TrackedSlots` must always
+/// be synced against the same arena with the same test.
+#[derive(Clone, Debug, Default)]
+pub struct TrackedSlots {
+    /// The arena's clock at the last sync (`None`: never synced).
+    synced: Option<u64>,
+    members: std::collections::BTreeSet<u32>,
+}
+
+impl TrackedSlots {
+    /// Brings the set up to date with `arena` (every slot changed since the last sync is tested again;
+    /// all are when the log no longer reaches back) and returns it, in slot order.
+    pub fn sync<T>(
+        &mut self,
+        arena: &Arena<T>,
+        passes: impl Fn(&T) -> bool,
+    ) -> &std::collections::BTreeSet<u32> {
+        match self.synced.and_then(|clock| arena.changed_since(clock)) {
+            Some(changed) => {
+                for &slot in changed {
+                    if arena.get(slot).is_some_and(&passes) {
+                        self.members.insert(slot);
+                    } else {
+                        self.members.remove(&slot);
+                    }
+                }
+            }
+            None => {
+                self.members = arena.iter().filter(|(_, v)| passes(v)).map(|(i, _)| i).collect();
+            }
+        }
+        self.synced = Some(arena.clock());
+        &self.members
+    }
+}
+
 /// A hasher for small integer keys (ids, gang indexes): one multiply per word, no per-process seed.
 /// Only for maps keyed by numbers the scheduler itself hands out (never by user-controlled strings),
 /// and only where the iteration order does not decide anything.
@@ -562,5 +601,46 @@ mod tests {
             let named = arena.changed_since(seen).is_some_and(|c| c.contains(&slot));
             assert_eq!(named, arena.stamp(slot) > seen);
         }
+    }
+
+    #[test]
+    fn tracked_slots_are_exactly_the_passing_values_after_every_kind_of_change() {
+        let mut arena: Arena<u32> = Arena::default();
+        let mut even = TrackedSlots::default();
+        let passes = |v: &u32| v.is_multiple_of(2);
+        let full = |arena: &Arena<u32>| -> Vec<u32> {
+            arena.iter().filter(|(_, v)| passes(v)).map(|(i, _)| i).collect()
+        };
+        let synced = |t: &mut TrackedSlots, arena: &Arena<u32>| -> Vec<u32> {
+            t.sync(arena, passes).iter().copied().collect()
+        };
+        let a = arena.insert(2);
+        let b = arena.insert(3);
+        assert_eq!(synced(&mut even, &arena), vec![a]);
+        // A value that starts passing, one that stops, a removal, and a new value in the freed slot.
+        *arena.get_mut(b).expect("live") = 4;
+        assert_eq!(synced(&mut even, &arena), vec![a, b]);
+        *arena.get_mut(a).expect("live") = 5;
+        assert_eq!(synced(&mut even, &arena), vec![b]);
+        let _ = arena.remove(b);
+        assert_eq!(synced(&mut even, &arena), Vec::<u32>::new());
+        let c = arena.insert(6);
+        assert_eq!(c, b);
+        assert_eq!(synced(&mut even, &arena), vec![c]);
+        // More changes than the log keeps between two syncs: the full look finds the same.
+        for i in 0..3 * MIN_LOG as u32 {
+            let slot = arena.insert(i);
+            if i.is_multiple_of(3) {
+                let _ = arena.remove(slot);
+            }
+        }
+        assert_eq!(arena.changed_since(0), None);
+        assert_eq!(synced(&mut even, &arena), full(&arena));
+        for slot in 0..50 {
+            if let Some(v) = arena.get_mut(slot) {
+                *v += 1;
+            }
+        }
+        assert_eq!(synced(&mut even, &arena), full(&arena));
     }
 }

@@ -478,15 +478,11 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
     let mut updates = Vec::new();
     // When a pod's grace for its PodGroup ends (recorded on the session below).
     let mut wake: Vec<Millis> = Vec::new();
-    for (i, t) in ssn.cluster.tasks.iter() {
-        if !t.ours || t.status != TaskStatus::Pending {
-            continue;
-        }
+    for id in ssn.cluster.pending_without_gang() {
+        let i = id.0;
+        let t = ssn.cluster.task(id);
         let message = if let Some(problem) = &t.problem {
             format!("pod cannot be scheduled: {problem}")
-        } else if t.group.is_some() {
-            // Its gang's report speaks for it.
-            continue;
         } else if now - t.created < ORPHAN_GRACE_MS {
             wake.push(t.created + ORPHAN_GRACE_MS);
             continue;

@@ -29,13 +29,13 @@ use std::sync::Arc;
 
 use super::constraints::ConstraintsTable;
 use super::group::{Group, GroupKey};
-use super::ids::{Arena, GroupId, NodeId, QueueId, TaskId};
+use super::ids::{Arena, GroupId, NodeId, QueueId, TaskId, TrackedSlots};
 use super::no_fit_memo::NoFitMemo;
 use super::node::Node;
 use super::pod_rules::{LabelBook, RuleBook};
 use super::queue::Queue;
 use super::resources::ResourceNames;
-use super::task::Task;
+use super::task::{Assumed, Task, TaskStatus};
 use super::time::Millis;
 use super::volumes::VolumeBook;
 
@@ -173,6 +173,10 @@ pub struct Cluster {
     /// Sessions keep no backlog (`framework::backlog`): tests compare their decisions with those of
     /// sessions that do.
     pub without_backlog: bool,
+    /// Tasks holding a reservation ([`Cluster::pipelined_tasks`]).
+    pipelined: TrackedSlots,
+    /// Our pending pods scheduling cannot take up on a gang's account ([`Cluster::pending_without_gang`]).
+    without_gang: TrackedSlots,
 }
 
 /// PodGroups changed without a stamp (see [`Cluster::echoed`]), or, once more were noted than there
@@ -213,6 +217,55 @@ impl Echoed {
 }
 
 impl Cluster {
+    /// The tasks holding a reservation (`Assumed::Pipelined`) and when each lapses, in slot order:
+    /// found from the tasks changed since the last call, not by a look at every task (every session
+    /// opens and closes with them).
+    pub fn pipelined_tasks(&mut self) -> Vec<(TaskId, Millis)> {
+        let pipelined = |t: &Task| match t.assumed {
+            Assumed::Pipelined { until, .. } => Some(until),
+            _ => None,
+        };
+        let slots = self.pipelined.sync(&self.tasks, |t| pipelined(t).is_some());
+        let found: Vec<(TaskId, Millis)> = slots
+            .iter()
+            .filter_map(|&i| Some((TaskId(i), pipelined(self.tasks.get(i)?)?)))
+            .collect();
+        debug_assert_eq!(
+            found,
+            self.tasks
+                .iter()
+                .filter_map(|(i, t)| Some((TaskId(i), pipelined(t)?)))
+                .collect::<Vec<_>>(),
+            "tracked reservations differ from the tasks'"
+        );
+        found
+    }
+
+    /// Our pending pods that scheduling cannot take up on a gang's account: those without a gang and
+    /// those with a problem of their own (a bad annotation), in slot order (found as
+    /// [`Self::pipelined_tasks`] are).
+    pub fn pending_without_gang(&mut self) -> Vec<TaskId> {
+        let without = |t: &Task| {
+            t.ours && t.status == TaskStatus::Pending && (t.problem.is_some() || t.group.is_none())
+        };
+        let found: Vec<TaskId> = self
+            .without_gang
+            .sync(&self.tasks, without)
+            .iter()
+            .map(|&i| TaskId(i))
+            .collect();
+        debug_assert_eq!(
+            found,
+            self.tasks
+                .iter()
+                .filter(|(_, t)| without(t))
+                .map(|(i, _)| TaskId(i))
+                .collect::<Vec<_>>(),
+            "tracked pods without a gang differ from the tasks'"
+        );
+        found
+    }
+
     /// The served node pool's name as KAI writes it: the pool label's value, `default` without one.
     #[must_use]
     pub fn node_pool_name(&self) -> &str {
