@@ -146,23 +146,48 @@ fn reads_devices(cluster: &Cluster, gang: &Gang) -> bool {
 /// PodGroups changed since `at` (by the change logs): stamped themselves, or holding a pod stamped
 /// since. A pod that left its group stamped that group when it left. `None` when a log no longer
 /// reaches back that far.
-pub(crate) fn groups_changed_since(cluster: &Cluster, groups: u64, tasks: u64) -> Option<Vec<bool>> {
+pub(crate) fn groups_changed_since(cluster: &Cluster, groups: u64, tasks: u64) -> Option<ChangedGroups> {
     let changed_groups = cluster.groups.changed_since(groups)?;
     let changed_tasks = cluster.tasks.changed_since(tasks)?;
-    let mut changed = vec![false; cluster.groups.capacity()];
-    for g in changed_groups {
-        if let Some(c) = changed.get_mut(*g as usize) {
-            *c = true;
+    let mut by_slot = vec![false; cluster.groups.capacity()];
+    let mut slots = Vec::new();
+    let mut mark = |g: usize| {
+        if let Some(c) = by_slot.get_mut(g)
+            && !std::mem::replace(c, true)
+            && let Ok(slot) = u32::try_from(g)
+        {
+            slots.push(slot);
         }
+    };
+    for g in changed_groups {
+        mark(*g as usize);
     }
     for t in changed_tasks {
-        if let Some(g) = cluster.tasks.get(*t).and_then(|task| task.group)
-            && let Some(c) = changed.get_mut(g.index())
-        {
-            *c = true;
+        if let Some(g) = cluster.tasks.get(*t).and_then(|task| task.group) {
+            mark(g.index());
         }
     }
-    Some(changed)
+    slots.sort_unstable();
+    Some(ChangedGroups { by_slot, slots })
+}
+
+/// The PodGroups [`groups_changed_since`] found: a flag per slot, and the changed slots in order (a
+/// cycle changes a few of tens of thousands, and passes over them alone).
+pub(crate) struct ChangedGroups {
+    by_slot: Vec<bool>,
+    slots: Vec<u32>,
+}
+
+impl ChangedGroups {
+    /// Whether the group at `slot` changed (a slot beyond the arena's counts as changed).
+    pub(crate) fn has(&self, slot: usize) -> bool {
+        self.by_slot.get(slot).copied().unwrap_or(true)
+    }
+
+    /// The changed slots, in order.
+    pub(crate) fn slots(&self) -> &[u32] {
+        &self.slots
+    }
 }
 
 /// How many waiting gangs the last session kept in its backlog (`framework::backlog`).
@@ -394,7 +419,7 @@ fn open_backlog(
     cluster: &Cluster,
     backlog: &mut Backlog,
     on: bool,
-    changed: Option<&[bool]>,
+    changed: Option<&ChangedGroups>,
     now: Millis,
 ) -> Vec<(ClassKey, GroupId)> {
     if backlog.is_empty() {
@@ -410,10 +435,8 @@ fn open_backlog(
         backlog.dissolve();
         return Vec::new();
     }
-    for (slot, _) in changed.iter().enumerate().filter(|(_, c)| **c) {
-        if let Ok(slot) = u32::try_from(slot) {
-            backlog.release(GroupId(slot));
-        }
+    for &slot in changed.slots() {
+        backlog.release(GroupId(slot));
     }
     for id in echoed {
         backlog.release(*id);
@@ -497,7 +520,7 @@ impl<'c> Session<'c> {
             None => last.backlog.clone(),
         }
         .unwrap_or_default();
-        let backlog_heads = open_backlog(cluster, &mut backlog, backlog_on, changed.as_deref(), now);
+        let backlog_heads = open_backlog(cluster, &mut backlog, backlog_on, changed.as_ref(), now);
         let mut gangs = Vec::with_capacity(roots.len());
         let mut usage = Vec::with_capacity(roots.len());
         let mut reads = Vec::with_capacity(roots.len());
@@ -512,11 +535,8 @@ impl<'c> Session<'c> {
                 same_hierarchy
                     && match &changed {
                         Some(changed) => {
-                            let holds = !c.reads_devices
-                                && c.gang
-                                    .groups
-                                    .iter()
-                                    .all(|g| !changed.get(g.index()).copied().unwrap_or(true));
+                            let holds =
+                                !c.reads_devices && c.gang.groups.iter().all(|g| !changed.has(g.index()));
                             debug_assert!(
                                 !holds || c.holds(cluster, *built),
                                 "the change logs missed a change to {r:?}"

@@ -269,8 +269,7 @@ pub fn report(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         Some(visit) => {
             #[cfg(debug_assertions)]
             check_unvisited_would_be_skipped(ssn, visit);
-            for (i, _) in visit.iter().enumerate().filter(|(_, v)| **v) {
-                let id = GroupId(u32::try_from(i).expect("invariant: group slots fit in u32"));
+            for &id in visit {
                 if ssn.cluster.groups.get(id.0).is_some() {
                     report_group(ssn, id, &mut shared, decisions);
                     note_revisit(ssn, id, &mut revisit);
@@ -339,51 +338,38 @@ fn note_revisit(ssn: &Session<'_>, id: GroupId, revisit: &mut Vec<GroupId>) {
 /// what changed since: the groups it asked to see again, those changed since (with every group of
 /// their gang, whose derived state they change), those of gangs with an outcome in this cycle, and
 /// those updated without a stamp. `None`: look at every group.
-fn to_visit(ssn: &Session<'_>, last: &ReportCarry, echoed: Vec<GroupId>) -> Option<Vec<bool>> {
+fn to_visit(ssn: &Session<'_>, last: &ReportCarry, echoed: Vec<GroupId>) -> Option<Vec<GroupId>> {
     let cluster = &*ssn.cluster;
     let changed = crate::framework::session::groups_changed_since(cluster, last.groups, last.tasks)?;
-    let mut visit = vec![false; cluster.groups.capacity()];
-    let mark_gang_of = |id: GroupId, visit: &mut Vec<bool>| match ssn.gang_of.get(&id) {
-        Some(g) => {
-            for group in &ssn.gangs[*g].groups {
-                if let Some(v) = visit.get_mut(group.index()) {
-                    *v = true;
-                }
-            }
+    // A list sorted by slot, not a flag per slot: a report looks at a few groups of tens of thousands.
+    let mut visit: Vec<GroupId> = Vec::new();
+    for &slot in changed.slots() {
+        let id = GroupId(slot);
+        match ssn.gang_of.get(&id) {
+            Some(g) => visit.extend_from_slice(&ssn.gangs[*g].groups),
+            None => visit.push(id),
         }
-        None => {
-            if let Some(v) = visit.get_mut(id.index()) {
-                *v = true;
-            }
-        }
-    };
-    for (i, _) in changed.iter().enumerate().filter(|(_, c)| **c) {
-        mark_gang_of(GroupId(u32::try_from(i).ok()?), &mut visit);
     }
     for (g, outcome) in ssn.outcomes.iter() {
         if outcome.placed() || !outcome.why.is_empty() {
-            for group in &ssn.gangs[g].groups {
-                if let Some(v) = visit.get_mut(group.index()) {
-                    *v = true;
-                }
-            }
+            visit.extend_from_slice(&ssn.gangs[g].groups);
         }
     }
-    for id in last.revisit.iter().chain(echoed.iter()) {
-        if let Some(v) = visit.get_mut(id.index()) {
-            *v = true;
-        }
-    }
+    visit.extend(last.revisit.iter().chain(echoed.iter()));
+    let slots = cluster.groups.capacity();
+    visit.retain(|id| id.index() < slots);
+    visit.sort_unstable();
+    visit.dedup();
     Some(visit)
 }
 
 /// Debug builds (every test): each group the report does not look at would have been skipped by its
 /// report stamp had it looked.
 #[cfg(debug_assertions)]
-fn check_unvisited_would_be_skipped(ssn: &Session<'_>, visit: &[bool]) {
+fn check_unvisited_would_be_skipped(ssn: &Session<'_>, visit: &[GroupId]) {
     let cluster = &*ssn.cluster;
     for (i, group) in cluster.groups.iter() {
-        if visit.get(i as usize).copied().unwrap_or(false) {
+        if visit.binary_search(&GroupId(i)).is_ok() {
             continue;
         }
         let id = GroupId(i);
