@@ -1387,9 +1387,8 @@ impl Session<'_> {
             },
             reports: {
                 // Groups deleted since their last report leave no entry behind (a long-running
-                // scheduler sees millions of PodGroups come and go).
-                // Found from the groups changed since the last session closed (every report entry
-                // is of a group live then), not by a look at every slot.
+                // scheduler sees millions of PodGroups come and go); they are among the groups
+                // changed since the last session closed, when every entry was of a live group.
                 let mut reports = std::mem::take(&mut self.reports);
                 let groups = &self.cluster.groups;
                 match self.groups_at_last_close.and_then(|c| groups.changed_since(c)) {

@@ -628,13 +628,21 @@ mod tests {
         assert_eq!(c, b);
         assert_eq!(synced(&mut even, &arena), vec![c]);
         // More changes than the log keeps between two syncs: the full look finds the same.
+        let at_sync = arena.clock();
         for i in 0..3 * MIN_LOG as u32 {
             let slot = arena.insert(i);
             if i.is_multiple_of(3) {
                 let _ = arena.remove(slot);
             }
         }
-        assert_eq!(arena.changed_since(0), None);
+        for i in 0..5 * MIN_LOG as u32 {
+            *arena.get_mut(c).expect("live") = i;
+        }
+        assert_eq!(
+            arena.changed_since(at_sync),
+            None,
+            "the log no longer reaches the last sync"
+        );
         assert_eq!(synced(&mut even, &arena), full(&arena));
         for slot in 0..50 {
             if let Some(v) = arena.get_mut(slot) {
