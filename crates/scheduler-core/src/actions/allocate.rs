@@ -20,6 +20,7 @@ use crate::framework::policy::topology;
 use crate::framework::report::explain::{FitFailure, FitSummary, Why};
 use crate::framework::session::BacklogAnswer;
 use crate::model::group::TopologyRequirement;
+use crate::model::ids::{WordMap, WordSet};
 use crate::model::resources::{CPU, GPU};
 use crate::model::{Cluster, GpuRequest, GroupId, NodeId, Resources, TaskId, TaskStatus};
 
@@ -230,7 +231,7 @@ fn tell_backlog(ssn: &mut Session<'_>, doom: &mut Doom, told: Vec<Told>) {
     }
     // Each class once, in the order its first gang was told (the answers are worked out in that order).
     let mut answers: Vec<(ClassKey, usize, bool)> = Vec::new();
-    let mut at: HashMap<ClassKey, usize> = HashMap::new();
+    let mut at: WordMap<ClassKey, usize> = WordMap::default();
     for t in told {
         let Some(key) = doom.key(ssn, t.gang, t.class) else {
             continue;
@@ -330,13 +331,13 @@ struct Doom {
     /// Per gang index: `None` not looked at yet, `Some(None)` not plain, `Some(Some(c))` its class.
     class_of: Vec<Option<Option<ClassId>>>,
     /// Interned shapes.
-    ids: HashMap<AttemptShape, ClassId, std::hash::BuildHasherDefault<crate::model::ids::WordHasher>>,
+    ids: WordMap<AttemptShape, ClassId>,
     /// Per class: the shape, the reason its pods found no place (once one failed so), and what its
     /// attempt asks of the queue (the same for every gang of the class: its pods ask alike and all
     /// wait; found at the first answer).
     classes: Vec<ClassState>,
     /// Classes refused by a queue's gate, by queue.
-    gated: std::collections::HashSet<(crate::model::QueueId, ClassId)>,
+    gated: WordSet<(crate::model::QueueId, ClassId)>,
     /// Whether any class failed (nothing to look up before).
     any: bool,
     /// Gangs placed so far in the pass.

@@ -3,7 +3,7 @@
 //! fair share, victims come from the most over-served queues first, and the chosen victims are
 //! validated against the fair-share strategies and saturation boundaries of the queue tree.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use super::allocate::AttemptShape;
 use super::kept::Kept;
@@ -13,8 +13,10 @@ use crate::fairshare::ReclaimRejection;
 use crate::framework::Session;
 use crate::framework::backlog::JobPlace;
 use crate::framework::decisions::EvictionCause;
+use crate::framework::policy::fairness::VictimKeys;
 use crate::framework::policy::ordering::JobQueues;
 use crate::framework::report::explain::Why;
+use crate::model::ids::WordSet;
 use crate::model::{QueueId, Resources, TaskId};
 
 /// Runs reclaim.
@@ -51,7 +53,7 @@ pub fn reclaim(ssn: &mut Session<'_>) {
     // Plain gangs whose victim search failed, by queue and shape: a like gang of the same queue asks
     // the same of the same candidates, and a failed search leaves the session as it found it, so it
     // fails alike until something is evicted (debug builds search and compare).
-    let mut failed: UntilEviction<HashSet<(QueueId, AttemptShape)>> = UntilEviction::new(ssn);
+    let mut failed: UntilEviction<WordSet<(QueueId, AttemptShape)>> = UntilEviction::new(ssn);
     // The backlog's kept gangs (`kept`), and each queue's place in the order: the last gang of it
     // that had its turn.
     let mut kept = Kept::new(ssn);
@@ -351,31 +353,67 @@ fn listed_afresh(
         .collect()
 }
 
+/// One victim queue during [`interleave`]: its units left, what it gave so far, and what it would
+/// have given with its next unit, with that amount's order keys.
+struct Giving {
+    queue: QueueId,
+    units: VecDeque<Unit>,
+    given: Resources,
+    with_next: Option<(Resources, VictimKeys)>,
+}
+
 /// Interleaves the queues' units as KAI's victim order does: the most over-served queue gives next,
-/// with what it already gave (and its next unit) taken off its allocation before comparing.
-fn interleave(ssn: &Session<'_>, mut lists: Vec<(QueueId, VecDeque<Unit>, Resources)>) -> Vec<Unit> {
+/// with what it already gave (and its next unit) taken off its allocation before comparing. A
+/// queue's side of the comparison changes only when it gives, so its keys are made once per unit it
+/// gives, not once per comparison.
+fn interleave(ssn: &Session<'_>, lists: Vec<(QueueId, VecDeque<Unit>, Resources)>) -> Vec<Unit> {
+    let mut lists: Vec<Giving> = lists
+        .into_iter()
+        .map(|(queue, units, given)| Giving {
+            queue,
+            units,
+            given,
+            with_next: None,
+        })
+        .collect();
     let mut out = Vec::new();
     loop {
-        let mut best: Option<(usize, Resources)> = None;
-        for (i, (q, units, given)) in lists.iter().enumerate() {
-            let Some(next) = units.front() else { continue };
-            let with_next = given.plus(&unit_share(ssn, next));
+        let mut best: Option<usize> = None;
+        for i in 0..lists.len() {
+            let l = &mut lists[i];
+            let Some(next) = l.units.front() else { continue };
+            if l.with_next.is_none() {
+                l.with_next = Some((l.given.plus(&unit_share(ssn, next)), VictimKeys::default()));
+            }
             best = match best {
-                None => Some((i, with_next)),
-                Some((j, other)) => {
-                    let (oq, _, _) = &lists[j];
-                    if ssn.fairness.compare_victims(*q, &with_next, *oq, &other) == std::cmp::Ordering::Less {
-                        Some((i, with_next))
+                None => Some(i),
+                Some(j) => {
+                    // `j < i`: the best so far is on the left of the split.
+                    let (left, right) = lists.split_at_mut(i);
+                    let (b, a) = (&mut left[j], &mut right[0]);
+                    let (Some((a_next, a_keys)), Some((b_next, b_keys))) =
+                        (&mut a.with_next, &mut b.with_next)
+                    else {
+                        continue;
+                    };
+                    let ordering = ssn
+                        .fairness
+                        .compare_victims_keyed((a.queue, a_next, a_keys), (b.queue, b_next, b_keys));
+                    Some(if ordering == std::cmp::Ordering::Less {
+                        i
                     } else {
-                        Some((j, other))
-                    }
+                        j
+                    })
                 }
             };
         }
-        let Some((i, with_next)) = best else { break };
-        let (_, units, given) = &mut lists[i];
-        if let Some(u) = units.pop_front() {
-            *given = with_next;
+        let Some(i) = best else { break };
+        let l = &mut lists[i];
+        // The best has a next unit, and its amount was made when it was compared.
+        if let Some((with_next, _)) = l.with_next.take()
+            && let Some(u) = l.units.pop_front()
+        {
+            l.given = with_next;
             out.push(u);
         }
     }

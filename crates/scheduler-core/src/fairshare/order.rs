@@ -247,6 +247,24 @@ impl QueueTree {
         }
     }
 
+    /// The key of a queue giving up `victims` (victim mode): [`Self::compare_keys`] over two such keys,
+    /// reversed, decides as [`Self::compare_victim_queues`] on the two candidates. Victim mode has no
+    /// job, so every step but the dominant share with the victims taken off is the allocate key's with
+    /// a zero job. Valid while the queue's accounting stays the same.
+    #[must_use]
+    pub fn victim_key(&self, q: QueueId, victims: &Resources) -> OrderKey {
+        let zero = Resources::ZERO;
+        let mut key = self.order_key(q, &zero);
+        key.share_with_job = self.dominant_share(q, &zero, victims);
+        key
+    }
+
+    /// The queue a key was made for.
+    #[must_use]
+    pub fn key_queue(key: &OrderKey) -> QueueId {
+        key.queue
+    }
+
     /// [`Self::compare_queues`] over two keys from [`Self::order_key`]: the same chain, step by step.
     #[must_use]
     pub fn compare_keys(&self, l: &OrderKey, r: &OrderKey) -> Ordering {

@@ -1271,7 +1271,8 @@ impl Session<'_> {
             return;
         }
         self.backlog.release_unanswered_and_moved();
-        let mut class_answers: std::collections::HashMap<ClassKey, Why> = std::collections::HashMap::new();
+        let mut class_answers: crate::model::ids::WordMap<ClassKey, Why> =
+            crate::model::ids::WordMap::default();
         for a in &answered {
             if let BacklogAnswer::Class(key, why) = a
                 && let Some(why) = why.clone().or_else(|| self.backlog.class_answer(key).cloned())

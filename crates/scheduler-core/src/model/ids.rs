@@ -445,6 +445,12 @@ impl<K: DenseKey, V: PartialEq> PartialEq for DenseMap<K, V> {
 /// A `HashMap` keyed by ids or indexes, hashed with [`IdHasher`].
 pub type IdMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
 
+/// A `HashMap` hashed with [`WordHasher`] (keys of many small fields: attempt shapes, classes).
+pub type WordMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<WordHasher>>;
+
+/// A `HashSet` hashed with [`WordHasher`].
+pub type WordSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<WordHasher>>;
+
 /// A hasher that takes a word at a time (bytes eight at a time) with a full 64-bit mix per word, and no
 /// seed: several times cheaper than SipHash on many small fields. For fingerprints (a group report's
 /// inputs) and for maps keyed by wide numeric keys (a node's free room), not by user-controlled strings.

@@ -549,3 +549,47 @@ fn order_key_is_the_steps_it_stands_for() {
         }
     }
 }
+
+#[test]
+fn victim_keys_order_victim_queues_as_the_chain_does() {
+    // Every pair of queues (within and over deserved, capped, unlimited, without share, under a parent)
+    // giving up every amount: the two keys compared, reversed, decide what the chain decides.
+    let mut tree = build(vec![
+        gpu_queue("within", None, 4.0, 1.0),
+        gpu_queue("over", None, 1.0, 1.0),
+        QueueSpec::new("capped").with_resource(GPU, 2.0, 3.0, 1.0),
+        gpu_queue("free", None, UNLIMITED, 1.0),
+        gpu_queue("none", None, 0.0, 0.0),
+        gpu_queue("parent", None, 3.0, 1.0),
+        gpu_queue("child", Some("parent"), 2.0, 1.0),
+    ]);
+    let names = ["within", "over", "capped", "free", "none", "child"];
+    for (i, name) in names.iter().enumerate() {
+        let q = id(&tree, name);
+        tree.record_running(q, &gpus(i as f64 * 0.75 + 0.5), Preemptibility::Preemptible);
+    }
+    tree.divide(&gpus(9.0));
+    let amounts = [0.0, 0.5, 1.0, 2.5];
+    let mut decided = [0usize; 2];
+    for a in names {
+        for b in names {
+            let (x, y) = tree.levelled(id(&tree, a), id(&tree, b));
+            for va in amounts {
+                for vb in amounts {
+                    let (va, vb) = (gpus(va), gpus(vb));
+                    let want = tree.compare_victim_queues(
+                        &QueueCandidate::victims(x, &va),
+                        &QueueCandidate::victims(y, &vb),
+                    );
+                    let got = tree
+                        .compare_keys(&tree.victim_key(x, &va), &tree.victim_key(y, &vb))
+                        .reverse();
+                    assert_eq!(got, want, "{a} giving {va:?} against {b} giving {vb:?}");
+                    decided[usize::from(want == Ordering::Less)] += 1;
+                }
+            }
+        }
+    }
+    // Both outcomes occur: the keys are not all alike.
+    assert!(decided[0] > 0 && decided[1] > 0, "{decided:?}");
+}

@@ -20,6 +20,28 @@ use crate::model::{Cluster, QueueId, Resources};
 
 use crate::framework::gang::Gang;
 
+/// One victim queue's order keys for one amount of victims, at the levels of the tree it was
+/// compared at (its leaf against a sibling, an ancestor against a cousin's): see
+/// [`Fairness::compare_victims_keyed`].
+#[derive(Clone, Debug, Default)]
+pub struct VictimKeys(smallvec::SmallVec<[OrderKey; 2]>);
+
+impl VictimKeys {
+    /// Forgets the keys (the victims changed).
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    fn at(&mut self, level: fairshare::QueueId, make: impl FnOnce() -> OrderKey) -> OrderKey {
+        if let Some(key) = self.0.iter().find(|k| QueueTree::key_queue(k) == level) {
+            return *key;
+        }
+        let key = make();
+        self.0.push(key);
+        key
+    }
+}
+
 /// Fairness state of one session.
 #[derive(Debug)]
 pub struct Fairness {
@@ -510,6 +532,33 @@ impl Fairness {
             }
             _ => a.cmp(&b),
         }
+    }
+
+    /// [`Self::compare_victims`] with each side's keys kept in `a_keys` and `b_keys`: a side compared
+    /// again with the same victims (the interleaving of victim queues compares every queue's next
+    /// victim with the best so far, for every victim it hands out) reuses its key at that level.
+    /// The caller clears a side's keys when its victims change.
+    #[must_use]
+    pub fn compare_victims_keyed(
+        &self,
+        (a, a_victims, a_keys): (QueueId, &Resources, &mut VictimKeys),
+        (b, b_victims, b_keys): (QueueId, &Resources, &mut VictimKeys),
+    ) -> Ordering {
+        let ordering = match (self.id(a), self.id(b)) {
+            (Some(x), Some(y)) => {
+                let (lx, ly) = self.tree.levelled(x, y);
+                let ka = a_keys.at(lx, || self.tree.victim_key(lx, a_victims));
+                let kb = b_keys.at(ly, || self.tree.victim_key(ly, b_victims));
+                self.tree.compare_keys(&ka, &kb).reverse()
+            }
+            _ => a.cmp(&b),
+        };
+        debug_assert_eq!(
+            ordering,
+            self.compare_victims(a, a_victims, b, b_victims),
+            "keyed victim order differs from the chain"
+        );
+        ordering
     }
 
     /// Whether a gang may reclaim at all (its queue stays within fair share, and within quota when
