@@ -319,23 +319,37 @@ pub fn roots_of_flat(cluster: &Cluster, last: &[GroupId], since: u64) -> Option<
         }
     }
     fresh.sort_by(|a, b| root_order(cluster, *a, *b));
-    let kept: Vec<GroupId> = last
-        .iter()
-        .copied()
-        .filter(|id| !seen.get(id.index()).copied().unwrap_or(true))
-        .collect();
-    // Each changed group's place among the kept ones by bisection: new groups are mostly the newest,
-    // and walking to the end compared (and read) every kept group.
-    let mut roots = Vec::with_capacity(kept.len() + fresh.len());
-    let mut rest = kept.as_slice();
-    for id in fresh {
-        let before = rest.partition_point(|k| root_order(cluster, *k, id).is_lt());
-        let (head, tail) = rest.split_at(before);
-        roots.extend_from_slice(head);
-        roots.push(id);
-        rest = tail;
+    let kept = |id: GroupId| !seen.get(id.index()).copied().unwrap_or(true);
+    // Each changed group's place among the kept ones by bisection over the last roots, the few changed
+    // ones among them stepped over: new groups are mostly the newest, and walking to the end compared
+    // (and read) every kept group; nor is the list of kept roots copied out first.
+    let mut places = Vec::with_capacity(fresh.len());
+    let mut from = 0;
+    for &id in &fresh {
+        // Kept roots in `from..lo` come before `id`, kept roots in `hi..` after it.
+        let (mut lo, mut hi) = (from, last.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let next_kept = (mid..hi).find(|&j| kept(last[j]));
+            match next_kept {
+                Some(j) if root_order(cluster, last[j], id).is_lt() => lo = j + 1,
+                _ => hi = mid,
+            }
+        }
+        places.push(lo);
+        from = lo;
     }
-    roots.extend_from_slice(rest);
+    let mut roots = Vec::with_capacity(last.len() + fresh.len());
+    let mut fresh = fresh.iter().zip(places).peekable();
+    for (i, &id) in last.iter().enumerate() {
+        while let Some((&f, _)) = fresh.next_if(|(_, at)| *at == i) {
+            roots.push(f);
+        }
+        if kept(id) {
+            roots.push(id);
+        }
+    }
+    roots.extend(fresh.map(|(&f, _)| f));
     Some(roots)
 }
 
@@ -945,6 +959,63 @@ mod tests {
         assert!(!flat);
         assert_eq!(children.values().map(Vec::len).sum::<usize>(), 1);
         assert_eq!(names(&sim, &roots), ["a", "c"]);
+    }
+
+    #[test]
+    fn kept_roots_match_a_full_index_after_runs_of_changes_anywhere() {
+        // Rounds of arrivals (oldest, newest, in between), removals and rewrites of existing groups
+        // (a run of neighbours, the first, the last): the changed ones are stepped over in the
+        // bisection and placed again.
+        let mut sim = Sim::new();
+        sim.node("n1", 64_000, 256, 8);
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for i in 0..40 {
+            sim.gang(
+                GangSpec::new(&format!("g{i}"), "default", 1).created(i64::try_from(next(1000)).unwrap()),
+            );
+        }
+        let (_, mut roots, _) = super::index_hierarchy(&mut sim.cluster);
+        let mut made = 40;
+        for round in 0..30 {
+            let since = sim.cluster.groups.clock();
+            for _ in 0..next(4) {
+                let created = [0, 2000, i64::try_from(next(1000)).unwrap()][round % 3];
+                sim.gang(GangSpec::new(&format!("g{made}"), "default", 1).created(created));
+                made += 1;
+            }
+            if roots.len() > 8 && next(2) == 0 {
+                let key = sim
+                    .cluster
+                    .group(roots[usize::try_from(next(roots.len() as u64)).unwrap()])
+                    .key
+                    .clone();
+                sim.cluster.remove_group(&key);
+            }
+            // A run of neighbours written (a place in root order they keep), then one moved.
+            let start = usize::try_from(next(roots.len() as u64)).unwrap();
+            for &id in roots.iter().skip(start).take(usize::try_from(next(5)).unwrap()) {
+                if sim.cluster.groups.get(id.0).is_some() {
+                    sim.cluster.group_mut(id).priority += 1;
+                }
+            }
+            for &id in [roots[0], roots[roots.len() - 1]].iter() {
+                if sim.cluster.groups.get(id.0).is_some() && next(2) == 0 {
+                    sim.cluster.group_mut(id).created = i64::try_from(next(1000)).unwrap();
+                }
+            }
+            let kept = super::roots_of_flat(&sim.cluster, &roots, since).expect("the log reaches back");
+            let (_, full, flat) = super::index_hierarchy(&mut sim.cluster);
+            assert!(flat);
+            assert_eq!(kept, full, "round {round}");
+            roots = full;
+        }
+        assert!(roots.len() > 40, "{}", roots.len());
     }
 
     #[test]

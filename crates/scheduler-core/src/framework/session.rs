@@ -61,6 +61,11 @@ pub(crate) struct Carry {
     report: Option<status::ReportCarry>,
     /// Waiting gangs kept out of the session (`framework::backlog`).
     backlog: Option<Backlog>,
+    /// The roots of [`Self::gangs`], so that the next session empties that map by its keys and keeps
+    /// it for its own carry instead of dropping and allocating a map over every group slot.
+    gang_roots: Vec<GroupId>,
+    /// The last session's gang-by-group map, emptied, for the next one to fill.
+    spare_gang_of: Option<DenseMap<GroupId, usize>>,
 }
 
 /// Explanation summaries as a session left them (see [`Carry::summaries`]).
@@ -301,6 +306,8 @@ pub struct Session<'c> {
     pub gangs: Vec<Arc<Gang>>,
     /// Gang index by every PodGroup in it.
     pub gang_of: DenseMap<GroupId, usize>,
+    /// The last session's carried-gang map, emptied, for this one's carry (see [`Carry::gang_roots`]).
+    spare_gangs: Option<DenseMap<GroupId, CarriedGang>>,
     /// PodGroup hierarchy.
     pub children: ChildIndex,
     /// No PodGroup names a parent (every group is a root).
@@ -574,6 +581,15 @@ impl<'c> Session<'c> {
                 }
             }
         }
+        // The gangs not carried (changed, deleted or held by the backlog) are dropped by key, and the
+        // emptied map kept for this session's carry.
+        let spare_gangs = owned_gangs.and_then(|mut own| {
+            for r in &last.gang_roots {
+                own.remove(r);
+            }
+            own.is_empty().then_some(own)
+        });
+        let spare_gang_of = Arc::get_mut(&mut last).and_then(|own| own.spare_gang_of.take());
         let last_capacity = last.capacity;
         let groups_at_last_close = last.built.map(|b| b.groups);
         let report_carry = if same_hierarchy {
@@ -584,7 +600,8 @@ impl<'c> Session<'c> {
             None
         };
         drop(last);
-        let mut gang_of = DenseMap::with_slots(cluster.groups.capacity());
+        let mut gang_of = spare_gang_of.unwrap_or_else(|| DenseMap::with_slots(cluster.groups.capacity()));
+        debug_assert!(gang_of.is_empty(), "the spare gang-by-group map holds entries");
         let gangs_len = gangs.len();
         let mut gangs_by_queue: IdMap<QueueId, Vec<usize>> = IdMap::default();
         for (i, g) in gangs.iter().enumerate() {
@@ -662,6 +679,7 @@ impl<'c> Session<'c> {
             fairness,
             gangs,
             gang_of,
+            spare_gangs,
             children,
             flat_hierarchy,
             gangs_by_queue,
@@ -1364,13 +1382,26 @@ impl Session<'_> {
             tasks: self.tasks_at_open,
         };
         let flat_roots = self.flat_hierarchy.then(|| std::mem::take(&mut self.roots));
+        let gang_roots: Vec<GroupId> = gangs.iter().map(|g| g.root).collect();
+        // Every entry of the gang-by-group map is a group of one of the session's gangs.
+        let mut gang_of = std::mem::take(&mut self.gang_of);
+        for gang in &gangs {
+            for group in &gang.groups {
+                gang_of.remove(group);
+            }
+        }
+        debug_assert!(gang_of.is_empty(), "a group maps to no gang of the session");
+        let spare_gang_of = gang_of.is_empty().then_some(gang_of);
         let mut backlog = std::mem::take(&mut self.backlog);
         backlog.seal();
         let carry = Carry {
             children: std::mem::take(&mut self.children),
             flat_roots,
             gangs: {
-                let mut carried = DenseMap::with_slots(self.cluster.groups.capacity());
+                let mut carried = self
+                    .spare_gangs
+                    .take()
+                    .unwrap_or_else(|| DenseMap::with_slots(self.cluster.groups.capacity()));
                 for (((gang, usage), reads_devices), has_work) in
                     gangs.into_iter().zip(usage).zip(reads).zip(work)
                 {
@@ -1412,6 +1443,8 @@ impl Session<'_> {
             capacity: Some(self.capacity),
             report: self.report_carry.take(),
             backlog: (!backlog.is_empty()).then_some(backlog),
+            gang_roots,
+            spare_gang_of,
             summaries: Some(CarriedSummaries {
                 summaries: self.index.take_summaries(),
                 facts_version: self.cluster.node_facts_version,
