@@ -27,11 +27,6 @@ use crate::framework::gang::Gang;
 pub struct VictimKeys(smallvec::SmallVec<[OrderKey; 2]>);
 
 impl VictimKeys {
-    /// Forgets the keys (the victims changed).
-    pub fn clear(&mut self) {
-        self.0.clear();
-    }
-
     fn at(&mut self, level: fairshare::QueueId, make: impl FnOnce() -> OrderKey) -> OrderKey {
         if let Some(key) = self.0.iter().find(|k| QueueTree::key_queue(k) == level) {
             return *key;
@@ -537,7 +532,7 @@ impl Fairness {
     /// [`Self::compare_victims`] with each side's keys kept in `a_keys` and `b_keys`: a side compared
     /// again with the same victims (the interleaving of victim queues compares every queue's next
     /// victim with the best so far, for every victim it hands out) reuses its key at that level.
-    /// The caller clears a side's keys when its victims change.
+    /// The caller makes a side new keys when its victims change.
     #[must_use]
     pub fn compare_victims_keyed(
         &self,
