@@ -1241,7 +1241,9 @@ impl Session<'_> {
         for (task, cause, for_gang) in withdrawn {
             // Not journaled: the session is closing, and a crash from here on restores every task's
             // state at the start of the cycle, as for any other change (its first change is recorded).
-            let _ = self.cluster.set_assumed(task, Assumed::None, None);
+            // The room comes back, which a gang remembered as not fitting in this session (after the
+            // pod took it) may fit in: the capacity epoch moves, as for any assumption dropped.
+            self.cluster.clear_assumed(task);
             let Some(g) = self
                 .cluster
                 .task(task)
