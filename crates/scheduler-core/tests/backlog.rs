@@ -46,28 +46,51 @@ fn round(sim: &mut Sim) -> Round {
 /// A cluster of `nodes` 8-GPU nodes, three queues under one department (one of them capped), and a
 /// stream of jobs of a few shapes arriving, running a few rounds and leaving.
 struct Workload {
+    layout: Layout,
     rng: SplitMix,
     next: usize,
     /// Jobs running, with the round each ends at.
     running: Vec<(String, usize)>,
 }
 
-fn setup(nodes: usize, config: &Config, with_backlog: bool) -> Sim {
+/// How the replays' queues stand.
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    /// Three queues under one department, one of them capped; jobs of many shapes.
+    Department,
+    /// Four top-level queues with uneven quotas over a cluster smaller than their sum, and jobs of
+    /// few shapes: each queue keeps long classes of like gangs, and reclaim moves queues across their
+    /// fair shares in both directions.
+    Flat,
+}
+
+fn setup(nodes: usize, config: &Config, with_backlog: bool, layout: Layout) -> Sim {
     let mut sim = Sim::new();
     sim.config = config.clone();
     sim.cluster.without_backlog = !with_backlog;
     sim.nodes("gpu", nodes, 8);
-    sim.queue("dept", None, 16.0, -1.0, 1.0);
-    sim.queue("a", Some("dept"), 8.0, -1.0, 1.0);
-    sim.queue("b", Some("dept"), 4.0, -1.0, 2.0);
-    // Capped: its backlog waits at its limit, refused by the queue's gate.
-    sim.queue("c", Some("dept"), 2.0, 6.0, 1.0);
+    match layout {
+        Layout::Department => {
+            sim.queue("dept", None, 16.0, -1.0, 1.0);
+            sim.queue("a", Some("dept"), 8.0, -1.0, 1.0);
+            sim.queue("b", Some("dept"), 4.0, -1.0, 2.0);
+            // Capped: its backlog waits at its limit, refused by the queue's gate.
+            sim.queue("c", Some("dept"), 2.0, 6.0, 1.0);
+        }
+        Layout::Flat => {
+            sim.queue("a", None, 16.0, -1.0, 1.0);
+            sim.queue("b", None, 8.0, -1.0, 1.0);
+            sim.queue("c", None, 8.0, -1.0, 2.0);
+            sim.queue("d", None, 4.0, -1.0, 1.0);
+        }
+    }
     sim
 }
 
 impl Workload {
-    fn new(seed: u64) -> Self {
+    fn new(seed: u64, layout: Layout) -> Self {
         Self {
+            layout,
             rng: SplitMix(seed),
             next: 0,
             running: Vec::new(),
@@ -78,10 +101,20 @@ impl Workload {
     fn arrivals(&mut self, round: usize, sims: &mut [&mut Sim]) {
         let count = self.rng.below(4);
         for _ in 0..count {
-            let queue = ["a", "b", "c"][self.rng.below(3)];
-            let gpus = [1, 1, 2, 4, 8][self.rng.below(5)];
-            let pods = [1, 1, 1, 2][self.rng.below(4)];
-            let priority = [50, 50, 100][self.rng.below(3)];
+            let (queue, gpus, pods, priority) = match self.layout {
+                Layout::Department => (
+                    ["a", "b", "c"][self.rng.below(3)],
+                    [1, 1, 2, 4, 8][self.rng.below(5)],
+                    [1, 1, 1, 2][self.rng.below(4)],
+                    [50, 50, 100][self.rng.below(3)],
+                ),
+                Layout::Flat => (
+                    ["a", "b", "c", "d"][self.rng.below(4)],
+                    [1, 8, 8][self.rng.below(3)],
+                    [1, 1, 2][self.rng.below(3)],
+                    50,
+                ),
+            };
             let name = format!("job-{}", self.next);
             self.next += 1;
             let created = i64::try_from(round * 1000 + self.next).unwrap_or_default();
@@ -134,15 +167,15 @@ fn compare(seed: u64, actions: &[ActionKind], rounds: usize) -> (usize, usize, u
         actions: actions.to_vec(),
         ..Config::default()
     };
-    compare_with(seed, &config, rounds)
+    compare_with(seed, &config, rounds, Layout::Department)
 }
 
 /// Replays a generated workload under `config` with and without a backlog and compares every round;
 /// returns the binds, the most gangs kept at once and the evictions.
-fn compare_with(seed: u64, config: &Config, rounds: usize) -> (usize, usize, usize) {
-    let mut with = setup(6, config, true);
-    let mut without = setup(6, config, false);
-    let mut work = Workload::new(seed);
+fn compare_with(seed: u64, config: &Config, rounds: usize, layout: Layout) -> (usize, usize, usize) {
+    let mut with = setup(6, config, true, layout);
+    let mut without = setup(6, config, false, layout);
+    let mut work = Workload::new(seed, layout);
     let mut waiting_names: BTreeSet<String> = BTreeSet::new();
     let mut kept_most = 0;
     let mut binds = 0;
@@ -153,7 +186,10 @@ fn compare_with(seed: u64, config: &Config, rounds: usize) -> (usize, usize, usi
         // for a queue that does not exist).
         if r == rounds / 3 {
             for sim in [&mut with, &mut without] {
-                sim.queue("c", Some("dept"), 2.0, 12.0, 1.0);
+                match layout {
+                    Layout::Department => sim.queue("c", Some("dept"), 2.0, 12.0, 1.0),
+                    Layout::Flat => sim.queue("d", None, 12.0, -1.0, 1.0),
+                };
             }
         }
         if r == 2 * rounds / 3 {
@@ -242,7 +278,7 @@ fn spreading_decides_the_same_with_a_backlog() {
     for seed in 11..=13 {
         let mut config = Config::default();
         config.plugins.nodeplacement.gpu = PlacementStrategy::Spread;
-        let (_, kept, _) = compare_with(seed, &config, 100);
+        let (_, kept, _) = compare_with(seed, &config, 100, Layout::Department);
         assert!(kept >= 5, "seed {seed}: at most {kept} gangs kept");
     }
 }
@@ -284,4 +320,29 @@ fn a_class_that_fits_at_once_is_placed_at_once() {
     assert_eq!(rounds[0].binds.len(), 40, "{:?}", rounds[0]);
     assert_eq!(rounds[0], rounds[1]);
     assert_eq!(sims[0].backlog_len(), 0);
+}
+
+/// Reclaim over flat queues whose shares move both ways (an eviction can drop a queue below its fair
+/// share while its like gangs wait in the backlog): the kept gangs stand in the queue order where their
+/// gangs would, so each has its turn before or after an eviction as it would without the backlog (seeds
+/// 4, 20, 30 and 42 decided otherwise when reclaim took kept gangs in after the last gang of their queue
+/// that had its turn). Reclaim here often takes the room of a pod allocate placed in the same cycle:
+/// the room given back moves the capacity epoch, or a gang remembered as not fitting after that pod
+/// took it is passed over in the next cycle though it fits (seeds 12, 44 and 48, where the backlog's
+/// gang, remembered by no one, was tried and placed).
+#[test]
+fn reclaim_across_flat_queues_decides_the_same_with_a_backlog() {
+    let config = Config {
+        actions: vec![ActionKind::Allocate, ActionKind::Reclaim],
+        ..Config::default()
+    };
+    let mut kept = 0;
+    let mut evictions = 0;
+    for seed in 1..=40 {
+        let (_, k, e) = compare_with(seed, &config, 150, Layout::Flat);
+        kept = kept.max(k);
+        evictions += e;
+    }
+    assert!(kept >= 10, "at most {kept} gangs kept");
+    assert!(evictions >= 20, "{evictions} evictions");
 }

@@ -1,13 +1,14 @@
-//! The backlog's kept gangs in the victim actions (consolidation, reclaim, preempt).
+//! The backlog's kept gangs in consolidation and preempt (reclaim orders them among its queues' gangs
+//! itself: `ordering::JobQueues::with_kept`).
 //!
 //! A kept gang (`framework::backlog`) waits behind a gang of its class that is in the session: the last
-//! one allocate took in, which failed, comes before every kept one in job order. A victim action asks
-//! each gang of a class the same of the same candidates (same queue, priority, shape and preemption
-//! policy), and a search that finds nothing leaves the session as it found it; so while nothing is
-//! evicted, a kept gang's turn would end as its class's last one did, and it needs none. Once something
-//! is evicted (the session's checkpoint moves), the first kept gang of each class after the action's
-//! place is taken in, answered as allocate answered its class, and has its turn in its place; each
-//! further eviction does the same.
+//! one allocate took in, which failed, comes before every kept one in job order. These actions try
+//! gangs in one job order across queues and ask each gang of a class the same of the same candidates
+//! (same queue, priority, shape and preemption policy), and a search that finds nothing leaves the
+//! session as it found it; so while nothing is evicted, a kept gang's turn would end as its class's
+//! last one did, and it needs none. Once something is evicted (the session's checkpoint moves), the
+//! first kept gang of each class after the action's place is taken in, answered as allocate answered
+//! its class, and has its turn in its place; each further eviction does the same.
 
 use crate::framework::Session;
 use crate::framework::backlog::{ClassKey, JobPlace};
@@ -70,11 +71,5 @@ impl Kept {
 
 /// Gang `g`'s place in job order (`ordering::job_key`).
 pub(super) fn place_of(ssn: &Session<'_>, g: usize) -> JobPlace {
-    let (_, elastic, created, _) = crate::framework::policy::ordering::job_key(ssn, g);
-    JobPlace {
-        priority: ssn.gangs[g].priority,
-        elastic,
-        created,
-        key: ssn.cluster.group(ssn.gangs[g].root).key.clone(),
-    }
+    crate::framework::policy::ordering::job_place(ssn, g)
 }

@@ -6,15 +6,14 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::allocate::AttemptShape;
-use super::kept::Kept;
 use super::victims::{self, Request, Unit};
 use crate::config::ActionKind;
 use crate::fairshare::ReclaimRejection;
 use crate::framework::Session;
-use crate::framework::backlog::JobPlace;
+use crate::framework::backlog::ClassKey;
 use crate::framework::decisions::EvictionCause;
 use crate::framework::policy::fairness::VictimKeys;
-use crate::framework::policy::ordering::JobQueues;
+use crate::framework::policy::ordering::{JobQueues, Turn};
 use crate::framework::report::explain::Why;
 use crate::model::ids::WordSet;
 use crate::model::{QueueId, Resources, TaskId};
@@ -46,7 +45,23 @@ pub fn reclaim(ssn: &mut Session<'_>) {
         return;
     }
     super::preempt::in_job_order(ssn, &mut waiting);
-    let mut order = JobQueues::new(ssn, waiting.into_iter(), false);
+    // The backlog's kept gangs stand in the order where they would if they were in the session (a
+    // queue's place among the others reads its front gang's request). A kept gang's turn ends as the
+    // last turn of its class did while nothing was evicted since (a like gang asks the same of the same
+    // candidates, and a failed turn leaves the session as it found it), so it and the like ones after
+    // it are passed over; otherwise it is taken in, answered as allocate answered its class, and has
+    // its turn. Only classes told that their pods found no place wait for room (`waiting_for_room`).
+    let classes: Vec<(ClassKey, Why)> = ssn
+        .backlog_classes()
+        .into_iter()
+        .filter(|(key, why)| matches!(why, Why::NoFit(_)) && !key.never_preempts)
+        .collect();
+    let keys: Vec<ClassKey> = classes.iter().map(|(key, _)| key.clone()).collect();
+    let mut order = JobQueues::with_kept(ssn, waiting.into_iter(), &keys);
+    // Per class, the session's checkpoint at which a turn of its gangs is known to end as the last did
+    // (a turn at the action's start ends as allocate's did: the class's gang in the session comes first
+    // in its queue, and has had its turn, the same, before any kept one).
+    let mut quiet: Vec<usize> = vec![ssn.checkpoint(); classes.len()];
     let mut victims = VictimLists::default();
     // Per queue, whether its bound is refused.
     let mut refused: UntilEviction<BTreeMap<QueueId, bool>> = UntilEviction::new(ssn);
@@ -54,16 +69,22 @@ pub fn reclaim(ssn: &mut Session<'_>) {
     // the same of the same candidates, and a failed search leaves the session as it found it, so it
     // fails alike until something is evicted (debug builds search and compare).
     let mut failed: UntilEviction<WordSet<(QueueId, AttemptShape)>> = UntilEviction::new(ssn);
-    // The backlog's kept gangs (`kept`), and each queue's place in the order: the last gang of it
-    // that had its turn.
-    let mut kept = Kept::new(ssn);
-    let mut places: BTreeMap<QueueId, JobPlace> = BTreeMap::new();
-    while let Some(g) = order.pop(ssn) {
-        if !kept.is_empty()
-            && let Some(queue) = ssn.gangs[g].queue
-        {
-            places.insert(queue, super::kept::place_of(ssn, g));
-        }
+    while let Some(turn) = order.pop_turn(ssn) {
+        let (g, class) = match turn {
+            Turn::Gang(g) => (g, None),
+            Turn::Kept(k) => {
+                if quiet[k] == ssn.checkpoint() {
+                    order.pass_kept(ssn, k);
+                    continue;
+                }
+                let Some(g) = order.take_kept(ssn, k) else {
+                    continue;
+                };
+                let (key, why) = &classes[k];
+                super::allocate::answer_as_class(ssn, g, key.clone(), why);
+                (g, Some(k))
+            }
+        };
         'turn: {
             ssn.attempt(g);
             if ssn.outcomes.get(&g).is_some_and(|o| o.placed()) {
@@ -127,9 +148,11 @@ pub fn reclaim(ssn: &mut Session<'_>) {
                 failed.current(ssn).insert(like);
             }
         }
-        // An eviction may change what the backlog's gangs after this place would be told.
-        for t in kept.take_in(ssn, &|_, queue| places.get(&queue).cloned()) {
-            order.push(ssn, t);
+        // A failed turn evicted nothing: the class's next gang would fail alike.
+        if let Some(k) = class
+            && !ssn.outcomes.get(&g).is_some_and(|o| o.placed())
+        {
+            quiet[k] = ssn.checkpoint();
         }
     }
 }

@@ -14,7 +14,9 @@
 //! - what they ask counts against their queues in fair share as if they were in the session
 //!   ([`Backlog::pending_by_queue`]);
 //! - the victim actions (consolidation, reclaim, preempt) take the next one of a class in after an
-//!   eviction, which may change its answer (`actions::kept`);
+//!   eviction, which may change its answer (`actions::kept`); reclaim, whose order across queues reads
+//!   each queue's front gang, keeps each class in its queue at the place of its next gang
+//!   (`ordering::JobQueues::with_kept`);
 //! - a gang leaves the backlog when it or its pods change (a queue or priority class that changes
 //!   its gang's resolution changes its PodGroup), when its status changed without a stamp, when its
 //!   status is due a refresh of its figures (the class's answer moved since what its status says), when
@@ -120,12 +122,16 @@ impl ClassKey {
     }
 }
 
-/// Where a gang stands in job order (see [`Backlog::take_first_after`]).
-#[derive(Clone, Debug)]
+/// Where a gang stands in job order: KAI's order for a waiting gang (higher priority, then below its
+/// minimum before elastic growth, then older, then by `namespace/name`), as `ordering::job_key` orders
+/// it. A kept gang's place in its class, and the place reclaim's order compares kept gangs with the
+/// session's by.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobPlace {
     /// Its priority.
     pub priority: i32,
-    /// The job order's second key (`ordering::job_key`): 0 below its minimum, more for elastic growth.
+    /// The job order's second key (`ordering::job_key`): 0 below its minimum (every kept gang), more
+    /// for elastic growth.
     pub elastic: u8,
     /// When it was created.
     pub created: Millis,
@@ -133,18 +139,7 @@ pub struct JobPlace {
     pub key: GroupKey,
 }
 
-/// Where a kept gang stands in its class: KAI's job order for a waiting gang (higher priority, then
-/// older, then by `namespace/name`), as `ordering::job_key` orders it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct JobOrder {
-    priority: i32,
-    /// 0 for a gang below its minimum (every kept gang), more for elastic growth (`job_key`).
-    elastic: u8,
-    created: Millis,
-    key: GroupKey,
-}
-
-impl Ord for JobOrder {
+impl Ord for JobPlace {
     fn cmp(&self, other: &Self) -> Ordering {
         other
             .priority
@@ -158,7 +153,7 @@ impl Ord for JobOrder {
     }
 }
 
-impl PartialOrd for JobOrder {
+impl PartialOrd for JobPlace {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
@@ -174,6 +169,8 @@ pub struct KeptGang<'a> {
     pub key: &'a GroupKey,
     /// What its waiting pods ask of its queue.
     pub pending: Resources,
+    /// What its next attempt asks (`ordering`'s request, which orders queues).
+    pub request: Resources,
     /// What it was told (`None`: a newer status is held back for it).
     pub told: Option<Why>,
     /// When a status differing only in figures may replace the one written (`None`: at once).
@@ -183,7 +180,7 @@ pub struct KeptGang<'a> {
 /// A kept gang.
 #[derive(Clone, Debug)]
 struct Member {
-    order: JobOrder,
+    order: JobPlace,
     /// When a status differing only in figures from the one written may replace it (none: at once).
     refresh_at: Option<Millis>,
     /// The version of its class's answer its status says (`u64::MAX`: none of them; its status says
@@ -196,9 +193,11 @@ struct Member {
 struct Class {
     key: ClassKey,
     /// Its gangs in job order.
-    members: BTreeMap<JobOrder, GroupId>,
+    members: BTreeMap<JobPlace, GroupId>,
     /// What one of its gangs' waiting pods ask of their queue (the same for all: they ask alike).
     pending: Resources,
+    /// What one of its gangs' next attempt asks (`ordering`'s request; the same for all).
+    request: Resources,
     /// The answer its gangs were last given (the head's, or the last taken in).
     answer: Why,
     /// Gangs whose figures' refresh time has not come, by that time.
@@ -292,20 +291,38 @@ impl Backlog {
 
     /// Takes out the first gang of `key`'s class that comes after `place` in job order, if any.
     pub fn take_first_after(&mut self, key: &ClassKey, place: &JobPlace) -> Option<GroupId> {
-        let class = *self.by_key.get(key)?;
-        let after = JobOrder {
-            priority: place.priority,
-            elastic: place.elastic,
-            created: place.created,
-            key: place.key.clone(),
-        };
-        let group = *self.classes[class]
-            .members
-            .range((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
-            .next()?
-            .1;
+        let group = self.first_after(key, Some(place))?.1;
         self.release(group);
         Some(group)
+    }
+
+    /// The first gang of `key`'s class after `place` in job order (`None`: the first of all), with its
+    /// place.
+    #[must_use]
+    pub fn first_after(&self, key: &ClassKey, place: Option<&JobPlace>) -> Option<(JobPlace, GroupId)> {
+        let class = &self.classes[*self.by_key.get(key)?];
+        let mut after = match place {
+            Some(p) => class
+                .members
+                .range((std::ops::Bound::Excluded(p), std::ops::Bound::Unbounded)),
+            None => class.members.range(..),
+        };
+        after.next().map(|(p, g)| (p.clone(), *g))
+    }
+
+    /// Takes out the gang of `key`'s class at `place`, if it is kept.
+    pub fn take_at(&mut self, key: &ClassKey, place: &JobPlace) -> Option<GroupId> {
+        let class = *self.by_key.get(key)?;
+        let group = *self.classes[class].members.get(place)?;
+        self.release(group);
+        Some(group)
+    }
+
+    /// What the next attempt of each of `key`'s class's gangs asks (`ordering`'s request: the same
+    /// for all, they ask alike).
+    #[must_use]
+    pub fn class_request(&self, key: &ClassKey) -> Option<Resources> {
+        self.by_key.get(key).map(|c| self.classes[*c].request)
     }
 
     /// The classes that keep gangs.
@@ -472,6 +489,7 @@ impl Backlog {
             gang,
             key: group_key,
             pending,
+            request,
             told,
             refresh_at,
         } = gang;
@@ -484,6 +502,7 @@ impl Backlog {
                     key: key.clone(),
                     members: BTreeMap::new(),
                     pending,
+                    request,
                     answer: answer.clone(),
                     unripe: BTreeSet::new(),
                     ripe: Vec::new(),
@@ -499,8 +518,13 @@ impl Backlog {
         };
         let c = &mut self.classes[class];
         debug_assert_eq!(c.pending, pending, "gangs of one class ask alike");
+        debug_assert!(
+            c.members.is_empty() || c.request == request,
+            "gangs of one class make like attempts"
+        );
         if c.members.is_empty() {
             c.pending = pending;
+            c.request = request;
             c.answer = answer.clone();
             c.answer_version += 1;
             c.stale = 0;
@@ -511,7 +535,7 @@ impl Backlog {
             c.stale += 1;
             u64::MAX
         };
-        let order = JobOrder {
+        let order = JobPlace {
             priority: gang.priority,
             elastic: 0,
             created: gang.created,

@@ -860,6 +860,13 @@ impl<'c> Session<'c> {
         Some(self.take_in(root))
     }
 
+    /// Takes the gang of a backlog class at `place` in job order into the session (see
+    /// [`Self::take_from_backlog`]).
+    pub fn take_from_backlog_at(&mut self, key: &ClassKey, place: &JobPlace) -> Option<usize> {
+        let root = self.backlog.take_at(key, place)?;
+        Some(self.take_in(root))
+    }
+
     /// The classes allocate answered in this session that keep gangs out of it, with their answers
     /// (for the victim actions, which take some in: `actions::kept`).
     #[must_use]
@@ -1314,6 +1321,7 @@ impl Session<'_> {
             let Some(pending) = self.usage[g].waiting_only() else {
                 continue;
             };
+            let request = super::policy::ordering::pending_request(self, g);
             let gang = &self.gangs[g];
             let root = gang.root;
             let group = self.cluster.group(root);
@@ -1324,6 +1332,7 @@ impl Session<'_> {
                 gang,
                 key: &group.key,
                 pending,
+                request,
                 told: (!held_back).then_some(told),
                 refresh_at,
             };

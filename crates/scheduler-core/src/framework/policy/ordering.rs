@@ -7,10 +7,16 @@ use std::collections::VecDeque;
 
 use crate::fairshare::OrderKey;
 use crate::framework::Session;
+use crate::framework::backlog::{ClassKey, JobPlace};
 use crate::model::{GroupKey, QueueId, Resources};
 
-/// A leaf queue (dense index) and its front gang: the next gang to try under some queue.
+/// A leaf queue (dense index) and its front entry: the next gang (or kept class, `KEPT`) to try under
+/// some queue.
 type Pick = Option<(u32, usize)>;
+
+/// Marks an entry of the order that stands for a class of the backlog's kept gangs (its index in
+/// `JobQueues::kept`) rather than a gang of the session.
+const KEPT: usize = 1 << (usize::BITS - 1);
 
 /// (fairness version, fronts version) of a queue when its best was found.
 type Seen = (u64, u64);
@@ -55,9 +61,33 @@ pub struct JobQueues {
     passed_over: Vec<usize>,
     /// Whether some gang may be doomed (set by [`Self::doom_changed`]): until then no front is asked.
     dooming: bool,
+    /// The backlog's classes in the order ([`Self::with_kept`]), each standing in its queue's leaf at
+    /// the place of its first gang that has not had its turn.
+    kept: Vec<KeptFront>,
     /// Tests compare against the uncached order.
     #[cfg(test)]
     uncached: bool,
+}
+
+/// A class of the backlog's kept gangs in the order.
+#[derive(Clone, Debug)]
+struct KeptFront {
+    key: ClassKey,
+    leaf: u32,
+    /// What each of its gangs asks next.
+    request: Resources,
+    /// Its first gang that has not had its turn, by its place (none: all have).
+    next: Option<JobPlace>,
+}
+
+/// What the order gives next ([`JobQueues::pop_turn`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// A gang of the session.
+    Gang(usize),
+    /// The next kept gang of a class ([`JobQueues::with_kept`]): its turn is taken with
+    /// [`JobQueues::take_kept`] or passed over with the like ones after it with [`JobQueues::pass_kept`].
+    Kept(usize),
 }
 
 /// Says of a gang at a leaf's front whether its failure in this pass is already known (the order then
@@ -74,6 +104,8 @@ struct QueueNode {
     parent: u32,
     /// The gangs of this queue, in job order (only a leaf's are ever taken).
     gangs: VecDeque<usize>,
+    /// The kept classes of this queue (indexes into `JobQueues::kept`).
+    kept: Vec<usize>,
     /// Bumped when the front gang of a leaf under it changes (pop, push).
     fronts: u64,
     /// The best (leaf, gang) under it, with the (fairness version, fronts version) it was found at:
@@ -133,6 +165,28 @@ pub fn job_key<'a>(ssn: &'a Session<'_>, gang: usize) -> (i32, u8, i64, SlashJoi
         g.created,
         SlashJoined(&cluster.group(g.root).key),
     )
+}
+
+/// A kept gang's place as [`job_key`] orders it.
+fn place_key(place: &JobPlace) -> (i32, u8, i64, SlashJoined<'_>) {
+    (
+        -place.priority,
+        place.elastic,
+        place.created,
+        SlashJoined(&place.key),
+    )
+}
+
+/// Gang `g`'s place in job order ([`job_key`]), owned.
+#[must_use]
+pub fn job_place(ssn: &Session<'_>, g: usize) -> JobPlace {
+    let (_, elastic, created, _) = job_key(ssn, g);
+    JobPlace {
+        priority: ssn.gangs[g].priority,
+        elastic,
+        created,
+        key: ssn.cluster.group(ssn.gangs[g].root).key.clone(),
+    }
 }
 
 /// A gang's key ordered as its `namespace/name` text orders, without making the text (the last tie
@@ -217,6 +271,7 @@ impl JobQueues {
                     .collect(),
                 parent: q.parent.map_or(NONE, dense_of),
                 gangs: VecDeque::new(),
+                kept: Vec::new(),
                 fronts: 0,
                 best_under: None,
                 scan: Vec::new(),
@@ -257,6 +312,135 @@ impl JobQueues {
             q.queued += 1;
         }
         q
+    }
+
+    /// Queues the given gangs and, each in its queue's leaf at the place of its first gang, the kept
+    /// gangs of the backlog's classes `classes`: a kept gang stands where it would stand if it were in
+    /// the session, its class's request orders its queue when it is the queue's front, and the caller
+    /// decides at each class's turn whether to take that gang in ([`Self::take_kept`]) or pass over
+    /// it and the like gangs after it ([`Self::pass_kept`]). Dooming is not asked of such an order.
+    #[must_use]
+    pub fn with_kept(ssn: &Session<'_>, gangs: impl Iterator<Item = usize>, classes: &[ClassKey]) -> Self {
+        let mut q = Self::new(ssn, gangs, false);
+        for key in classes {
+            let (Some(leaf), Some(request)) = (q.dense(key.queue), ssn.backlog.class_request(key)) else {
+                continue;
+            };
+            let next = ssn.backlog.first_after(key, None).map(|(place, _)| place);
+            let k = q.kept.len();
+            q.kept.push(KeptFront {
+                key: key.clone(),
+                leaf,
+                request,
+                next,
+            });
+            q.nodes[leaf as usize].kept.push(k);
+        }
+        q
+    }
+
+    /// The dense index of a queue, if the order holds it.
+    fn dense(&self, queue: QueueId) -> Option<u32> {
+        self.nodes
+            .iter()
+            .position(|n| n.queue == queue)
+            .and_then(|i| u32::try_from(i).ok())
+    }
+
+    /// A leaf's front entry: its first gang, or the kept class whose next gang comes before it.
+    fn front(&self, ssn: &Session<'_>, leaf: u32) -> Option<usize> {
+        let node = self.nodes.get(leaf as usize)?;
+        let gang = node.gangs.front().copied();
+        if node.kept.is_empty() {
+            return gang;
+        }
+        let mut best: Option<(usize, &JobPlace)> = None;
+        for &k in &node.kept {
+            if let Some(next) = &self.kept[k].next
+                && best.is_none_or(|(_, b)| next < b)
+            {
+                best = Some((k, next));
+            }
+        }
+        match (gang, best) {
+            (Some(g), Some((k, next))) => {
+                if place_key(next) < job_key(ssn, g) {
+                    Some(KEPT | k)
+                } else {
+                    Some(g)
+                }
+            }
+            (None, Some((k, _))) => Some(KEPT | k),
+            (gang, None) => gang,
+        }
+    }
+
+    /// What an entry asks next.
+    fn request_of(&self, entry: usize) -> Option<Resources> {
+        if entry & KEPT != 0 {
+            self.kept.get(entry & !KEPT).map(|k| k.request)
+        } else {
+            self.requests.get(entry).copied()
+        }
+    }
+
+    /// Takes the next turn: a gang of the session or a kept class's next gang.
+    pub fn pop_turn(&mut self, ssn: &Session<'_>) -> Option<Turn> {
+        let entry = self.pop_unless(ssn, &mut |_| false)?;
+        Some(if entry & KEPT != 0 {
+            Turn::Kept(entry & !KEPT)
+        } else {
+            Turn::Gang(entry)
+        })
+    }
+
+    /// Passes over kept class `k`'s next gang and every gang of it after that one that comes before
+    /// anything else of its queue's leaf: turns that end as this one would are taken one after
+    /// another (the leaf stays the best while nothing changes and its front asks the same).
+    pub fn pass_kept(&mut self, ssn: &Session<'_>, k: usize) {
+        let Some(front) = self.kept.get(k) else {
+            return;
+        };
+        let leaf = front.leaf;
+        let node = &self.nodes[leaf as usize];
+        // The first entry of the leaf that is not this class's.
+        let mut bound: Option<JobPlace> = node.gangs.front().map(|&g| job_place(ssn, g));
+        for &other in &node.kept {
+            if other == k {
+                continue;
+            }
+            if let Some(next) = &self.kept[other].next
+                && bound.as_ref().is_none_or(|b| next < b)
+            {
+                bound = Some(next.clone());
+            }
+        }
+        let key = &self.kept[k].key;
+        let next = bound.and_then(|b| ssn.backlog.first_after(key, Some(&b)).map(|(place, _)| place));
+        self.kept[k].next = next;
+        self.front_changed(leaf);
+    }
+
+    /// Takes kept class `k`'s next gang into the session for its turn; its index (`None`: it is no
+    /// longer kept).
+    pub fn take_kept(&mut self, ssn: &mut Session<'_>, k: usize) -> Option<usize> {
+        let front = self.kept.get_mut(k)?;
+        let place = front.next.take()?;
+        let (key, leaf) = (front.key.clone(), front.leaf);
+        let taken = ssn.take_from_backlog_at(&key, &place);
+        self.kept[k].next = ssn.backlog.first_after(&key, Some(&place)).map(|(p, _)| p);
+        self.front_changed(leaf);
+        let g = taken?;
+        if self.requests.len() <= g {
+            self.requests.resize(g + 1, Resources::ZERO);
+        }
+        self.requests[g] = pending_request(ssn, g);
+        debug_assert_eq!(
+            Some(self.requests[g]),
+            self.request_of(KEPT | k),
+            "a kept gang asks as its class"
+        );
+        Some(g)
     }
 
     /// The dense index of a gang's queue, if the order holds it.
@@ -314,8 +498,10 @@ impl JobQueues {
         self.queued += 1;
     }
 
-    /// Takes the next gang.
+    /// Takes the next gang (of an order without kept classes: [`Self::pop_turn`] takes the turns of
+    /// one with them).
     pub fn pop(&mut self, ssn: &Session<'_>) -> Option<usize> {
+        debug_assert!(self.kept.is_empty(), "an order with kept classes pops turns");
         self.pop_unless(ssn, &mut |_| false)
     }
 
@@ -345,6 +531,7 @@ impl JobQueues {
 
     /// Some gang's doom changed: every leaf's front is looked at again.
     pub fn doom_changed(&mut self) {
+        debug_assert!(self.kept.is_empty(), "kept classes are not doomed");
         self.dooming = true;
         self.last = None;
         for node in &mut self.nodes {
@@ -382,22 +569,27 @@ impl JobQueues {
         // Passing over doomed gangs changes no accounting: the leaf is still the best if its next
         // live gang asks the same.
         self.settle(last.leaf, doomed);
-        let front = *self.nodes.get(last.leaf as usize)?.gangs.front()?;
-        if ssn.fairness.changes() != last.fairness || self.requests.get(front) != Some(&last.request) {
+        let front = self.front(ssn, last.leaf)?;
+        if ssn.fairness.changes() != last.fairness || self.request_of(front) != Some(last.request) {
             return None;
         }
         self.take_front(ssn, last.leaf)
     }
 
-    /// Takes a leaf's front gang, remembering what was taken.
+    /// Takes a leaf's front entry, remembering what was taken. A kept class stays in the leaf: its
+    /// turn moves it ([`Self::take_kept`], [`Self::pass_kept`]).
     fn take_front(&mut self, ssn: &Session<'_>, leaf: u32) -> Option<usize> {
         self.front_changed(leaf);
-        let gang = self.nodes.get_mut(leaf as usize)?.gangs.pop_front();
-        if gang.is_some() {
+        let front = self.front(ssn, leaf);
+        let gang = match front {
+            Some(entry) if entry & KEPT != 0 => front,
+            _ => self.nodes.get_mut(leaf as usize)?.gangs.pop_front(),
+        };
+        if gang.is_some_and(|g| g & KEPT == 0) {
             self.queued -= 1;
         }
         self.last = gang.and_then(|g| {
-            let request = *self.requests.get(g)?;
+            let request = self.request_of(g)?;
             Some(LastPop {
                 leaf,
                 request,
@@ -407,10 +599,10 @@ impl JobQueues {
         gang
     }
 
-    /// True when no gang is queued.
+    /// True when no gang is queued (nor any kept gang left to have its turn).
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.queued == 0
+        self.queued == 0 && self.kept.iter().all(|k| k.next.is_none())
     }
 
     /// A leaf's front gang changes: the cached bests of it and its ancestors are stale.
@@ -492,7 +684,7 @@ impl JobQueues {
                 }
             }
             let candidate = if node.children.is_empty() {
-                node.gangs.front().map(|g| (q, *g))
+                self.front(ssn, q).map(|g| (q, g))
             } else {
                 self.best_under(ssn, q, doomed)
             };
@@ -518,9 +710,11 @@ impl JobQueues {
                     // Tests compare the keys with the pairwise comparison they stand for.
                     #[cfg(test)]
                     if self.uncached {
-                        let a_req = &self.requests[candidate.1];
-                        let b_req = &self.requests[bc.1];
-                        ord = ssn.fairness.compare(ssn.cluster, queue, a_req, best_queue, b_req);
+                        let a_req = self.request_of(candidate.1).unwrap_or(Resources::ZERO);
+                        let b_req = self.request_of(bc.1).unwrap_or(Resources::ZERO);
+                        ord = ssn
+                            .fairness
+                            .compare(ssn.cluster, queue, &a_req, best_queue, &b_req);
                     }
                     if self.reverse {
                         ord = ord.reverse();
@@ -548,6 +742,7 @@ impl JobQueues {
         let cached = !self.uncached;
         #[cfg(not(test))]
         let cached = true;
+        let request = self.request_of(gang).unwrap_or(Resources::ZERO);
         let node = &mut self.nodes[q as usize];
         let version = ssn.fairness.version(node.queue);
         if cached
@@ -557,7 +752,6 @@ impl JobQueues {
         {
             return at.key;
         }
-        let request = self.requests.get(gang).copied().unwrap_or(Resources::ZERO);
         if cached
             && let Some(at) = &mut node.key
             && at.version == version
@@ -578,7 +772,7 @@ impl JobQueues {
 }
 
 /// What a gang asks for in its next attempt: its pending pods up to its minimum (at least one).
-fn pending_request(ssn: &Session<'_>, gang: usize) -> Resources {
+pub(crate) fn pending_request(ssn: &Session<'_>, gang: usize) -> Resources {
     let g = &ssn.gangs[gang];
     // No pod of it placed, reserved or evicted in this session: its pods are as its gang was built
     // with (a carried gang's pods did not change since), so the request is the one kept then.
