@@ -4,7 +4,9 @@
 //! them. A waiting gang's status whose only change is what is free is rewritten at a bounded rate.
 
 use kai_scheduler_core::framework::decisions::EventObject;
-use kai_scheduler_core::framework::report::status::{EMPTY_GROUP_GRACE_MS, FIGURES_REFRESH_MS};
+use kai_scheduler_core::framework::report::status::{
+    EMPTY_GROUP_GRACE_MS, FIGURES_REFRESH_MAX_MS, FIGURES_REFRESH_MS,
+};
 use kai_scheduler_core::model::Millis;
 use kai_scheduler_core::sim::{GangSpec, Sim};
 
@@ -179,7 +181,7 @@ fn a_waiting_gangs_free_figures_are_refreshed_at_a_bounded_rate() {
 }
 
 /// The wait between refreshes of the figures alone doubles up to a bound: a gang waiting for hours
-/// has its figures rewritten every ten minutes, not every thirty seconds.
+/// has its figures rewritten every hour, not every thirty seconds.
 #[test]
 fn the_refresh_of_figures_backs_off_to_a_bound() {
     let mut s = waiting_behind_busy();
@@ -188,7 +190,7 @@ fn the_refresh_of_figures_backs_off_to_a_bound() {
     // Every second another job's pod on n-1 ends and one of another size starts there: what is free
     // for `wait` goes 1, 0, 1, 0... GPUs, and it is tried again at every round.
     let mut previous: Option<String> = None;
-    for i in 0..3_000_u32 {
+    for i in 0..12_000_u32 {
         if let Some(p) = previous.take() {
             s.complete("ns", &format!("{p}-0"));
             s.remove_gang("ns", &p);
@@ -207,9 +209,13 @@ fn the_refresh_of_figures_backs_off_to_a_bound() {
             last = at;
         }
     }
-    // Each refresh is due 30 s, 60 s, ... after the last, up to 10 minutes; when the figures at the due
+    // Each refresh is due 30 s, 60 s, ... after the last, up to an hour; when the figures at the due
     // round are the ones written (the cycle of sizes is two rounds long), the next round writes.
-    let expected: [Millis; 7] = [30, 60, 120, 240, 480, 600, 600].map(|secs| secs * 1000);
+    let expected: [Millis; 9] = [30, 60, 120, 240, 480, 960, 1920, 3600, 3600].map(|secs| secs * 1000);
+    assert_eq!(
+        FIGURES_REFRESH_MAX_MS, 3_600_000,
+        "the bound this sequence ends at"
+    );
     assert!(waits.len() >= expected.len(), "{waits:?}");
     for (wait, due) in waits.iter().zip(expected) {
         assert!(*wait == due || *wait == due + 1000, "{waits:?}");

@@ -527,12 +527,14 @@ fn report_pods_without_gang(ssn: &mut Session<'_>, decisions: &mut Decisions) {
 /// up to [`FIGURES_REFRESH_MAX_MS`]; any other change starts again from this one. With a backlog every
 /// bind changes what is free, and rewriting every waiting gang's status and pods' conditions at each
 /// one would cost the API server more writes than the binds themselves; a gang that has waited for
-/// hours gains nothing from figures fresher than minutes. A change of reason, of the gang's pods or of
-/// anything else in the status is written at once; `kai explain` always shows the live figures.
+/// hours gains little from figures fresher than an hour, while each refresh is a status write and a
+/// condition per pod (an hour instead of ten minutes cut a Philly replay's status writes by two
+/// thirds). A change of reason, of the gang's pods or of anything else in the status is written at
+/// once; `kai explain` always shows the live figures.
 pub const FIGURES_REFRESH_MS: Millis = 30_000;
 
 /// The longest wait between two refreshes of a waiting gang's figures (see [`FIGURES_REFRESH_MS`]).
-pub const FIGURES_REFRESH_MAX_MS: Millis = 600_000;
+pub const FIGURES_REFRESH_MAX_MS: Millis = 3_600_000;
 
 /// When a status differing only in live figures from the one last decided for the group may replace
 /// it; `None` when no decided status holds it back (none in memory, or the API no longer holds it:
