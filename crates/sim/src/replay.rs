@@ -123,6 +123,10 @@ pub struct Options {
     pub max_cycles: u64,
     /// The scheduler's configuration each policy starts from (see [`Policy::config`]).
     pub config: Config,
+    /// Replays with the core's backlog of waiting gangs off (`Cluster::without_backlog`): every
+    /// waiting gang in every session. The decisions must be the same, only slower; a check of the
+    /// backlog (`kai sim --without-backlog`), not a policy.
+    pub without_backlog: bool,
 }
 
 impl Default for Options {
@@ -131,6 +135,7 @@ impl Default for Options {
             tick: 10_000,
             max_cycles: 50_000_000,
             config: Config::default(),
+            without_backlog: false,
         }
     }
 }
@@ -219,10 +224,11 @@ fn group_name(job: usize, pod: Option<u32>) -> String {
 }
 
 impl<'a> Replay<'a> {
-    fn new(w: &'a Checked, policy: Policy, base: &Config) -> Self {
+    fn new(w: &'a Checked, policy: Policy, options: &Options) -> Self {
         let shares = w.jobs.iter().any(|j| j.shared);
         let mut sim = Sim::new();
-        sim.config = policy.config(shares, base);
+        sim.config = policy.config(shares, &options.config);
+        sim.cluster.without_backlog = options.without_backlog;
         for n in &w.workload.nodes {
             let labels: Vec<(&str, &str)> = n.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let cpu_milli = (n.cpu * 1000.0).round() as i64;
@@ -655,7 +661,7 @@ impl<'a> Replay<'a> {
 /// that finishes).
 #[must_use]
 pub fn replay(workload: &Checked, policy: Policy, options: &Options, progress: &AtomicUsize) -> Outcome {
-    Replay::new(workload, policy, &options.config).run(options, progress)
+    Replay::new(workload, policy, options).run(options, progress)
 }
 
 /// Replays the workload under each policy side by side, one thread each; `progress[i]` counts the

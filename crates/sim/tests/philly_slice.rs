@@ -120,3 +120,55 @@ fn a_slice_of_philly_replays_under_every_policy_as_the_rules_say() {
         }
     }
 }
+
+/// Jobs in the slice replayed with and without the backlog under the victim actions: the smallest
+/// from [`OFFSET`] (in steps of 1,500) on which reclaim, before 41e4c07, decided differently with the
+/// backlog (it took kept gangs in after an eviction, out of job order).
+const BACKLOG_SLICE: usize = 3_000;
+
+/// Replays the first `limit` jobs from [`OFFSET`] under `policies` with and without the backlog, and
+/// checks every job starts, ends and is evicted at the same times; returns the evictions.
+fn same_without_the_backlog(limit: usize, policies: &[Policy]) -> u32 {
+    let rows = philly::read(&trace()).expect("the trace reads");
+    let (workload, _) = philly::workload(
+        &rows,
+        &philly::Options {
+            target_load: 0.8,
+            offset: OFFSET,
+            limit: Some(limit),
+        },
+    )
+    .expect("a slice");
+    let w = workload.check().expect("the slice is a valid workload");
+    let counters: Vec<AtomicUsize> = policies.iter().map(|_| AtomicUsize::new(0)).collect();
+    let with = replay::replay_all(&w, policies, &replay::Options::default(), &counters);
+    let options = replay::Options {
+        without_backlog: true,
+        ..replay::Options::default()
+    };
+    let without = replay::replay_all(&w, policies, &options, &counters);
+    let mut evictions = 0;
+    for (a, b) in with.iter().zip(&without) {
+        let p = a.policy;
+        assert_eq!(p, b.policy);
+        assert_eq!(a.cycles, b.cycles, "{p:?}: cycles");
+        for ((job, x), y) in w.jobs.iter().zip(&a.jobs).zip(&b.jobs) {
+            assert_eq!(x, y, "{p:?} {}: with and without the backlog", job.name);
+        }
+        evictions += a.jobs.iter().map(|r| r.evictions).sum::<u32>();
+    }
+    evictions
+}
+
+/// The backlog keeps waiting gangs whose failure is known out of the sessions; it may change when a
+/// status is written, never a placement. Under every policy on the CI slice, and under the victim
+/// actions on a longer one, every job starts, ends and is evicted at the same times with it and
+/// without it (`cargo xtask sim-check --backlog` checks larger slices; the core's `tests/backlog.rs`
+/// generated ones).
+#[test]
+fn a_slice_of_philly_replays_the_same_without_the_backlog() {
+    same_without_the_backlog(SLICE, &Policy::ALL);
+    let evictions = same_without_the_backlog(BACKLOG_SLICE, &[Policy::GangReclaim, Policy::GangConsolidate]);
+    // The victim actions, which take kept gangs back in, do evict on this slice.
+    assert!(evictions > 0, "reclaim evicts on this slice");
+}

@@ -73,6 +73,10 @@ pub struct RunArgs {
     /// No progress bar (it is drawn on stderr only when stderr is a terminal).
     #[arg(long)]
     pub no_progress: bool,
+    /// Replay with the scheduler's backlog of waiting gangs off, every waiting gang in every cycle:
+    /// the same decisions, far slower. A check of the backlog (`cargo xtask sim-check --backlog`).
+    #[arg(long)]
+    pub without_backlog: bool,
 }
 
 /// Everything a run produced, as JSON.
@@ -196,6 +200,7 @@ fn execute<S: Serialize>(
     let options = replay::Options {
         tick: i64::from(args.tick_seconds.max(1)) * 1000,
         config: base,
+        without_backlog: args.without_backlog,
         ..replay::Options::default()
     };
     let counters: Vec<AtomicUsize> = policies.iter().map(|_| AtomicUsize::new(0)).collect();

@@ -170,8 +170,8 @@ pub struct Cluster {
     /// status, or a time we did not write: see [`Cluster::apply_group`]) since the last status report
     /// took them; that report looks at them even where no stamp says they changed.
     pub echoed: Echoed,
-    /// Sessions keep no backlog (`framework::backlog`): tests compare their decisions with those of
-    /// sessions that do.
+    /// Sessions keep no backlog (`framework::backlog`): tests and `kai sim --without-backlog` compare
+    /// their decisions with those of sessions that do.
     pub without_backlog: bool,
     /// Tasks holding a reservation ([`Cluster::pipelined_tasks`]).
     pipelined: TrackedSlots,
