@@ -445,11 +445,7 @@ impl JobQueues {
 
     /// The dense index of a gang's queue, if the order holds it.
     fn queue_of(&self, ssn: &Session<'_>, gang: usize) -> Option<u32> {
-        let queue = ssn.gangs.get(gang)?.queue?;
-        self.nodes
-            .iter()
-            .position(|n| n.queue == queue)
-            .and_then(|i| u32::try_from(i).ok())
+        self.dense(ssn.gangs.get(gang)?.queue?)
     }
 
     /// Puts a gang back (elastic growth) in its place.
