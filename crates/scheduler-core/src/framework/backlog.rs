@@ -227,6 +227,9 @@ pub struct Backlog {
     /// Whether each PodGroup slot is kept (the keys of `members`, by slot: every session asks it of
     /// every root, where the map's lookups missed the cache).
     held: Vec<bool>,
+    /// The gangs let go since the last [`Self::take_released`]: a session's carried roots leave the
+    /// kept gangs out, so the next session places these among them (`gang::with_released`).
+    released: Vec<GroupId>,
 }
 
 impl Backlog {
@@ -252,7 +255,24 @@ impl Backlog {
 
     /// Lets every gang go (they rejoin the session).
     pub fn dissolve(&mut self) {
-        *self = Self::default();
+        let mut released = std::mem::take(&mut self.released);
+        released.extend(self.members.keys().copied());
+        *self = Self {
+            released,
+            ..Self::default()
+        };
+    }
+
+    /// Takes the list of gangs let go since the last call (in no order; a gang let go twice, or let go
+    /// and kept again, may be listed).
+    pub fn take_released(&mut self) -> Vec<GroupId> {
+        std::mem::take(&mut self.released)
+    }
+
+    /// Whether some gang was let go since the last [`Self::take_released`].
+    #[must_use]
+    pub fn has_released(&self) -> bool {
+        !self.released.is_empty()
     }
 
     /// Lets `group` go, if kept.
@@ -263,6 +283,7 @@ impl Backlog {
         if let Some(held) = self.held.get_mut(group.index()) {
             *held = false;
         }
+        self.released.push(group);
         let c = &mut self.classes[class];
         c.members.remove(&member.order);
         if member.told_version != c.answer_version {

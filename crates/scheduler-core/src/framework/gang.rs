@@ -353,6 +353,46 @@ pub fn roots_of_flat(cluster: &Cluster, last: &[GroupId], since: u64) -> Option<
     Some(roots)
 }
 
+/// The roots in order (`roots`, the order `roots_of_flat` keeps) with the groups the backlog let go
+/// (`released`) placed among them: those that still exist, are not `held` again and are not there
+/// yet. A session's carried roots leave the kept gangs out, so that opening does not step over the
+/// thousands a long queue keeps; each gang let go is placed by bisection.
+#[must_use]
+pub fn with_released(
+    cluster: &Cluster,
+    roots: Vec<GroupId>,
+    mut released: Vec<GroupId>,
+    held: impl Fn(GroupId) -> bool,
+) -> Vec<GroupId> {
+    released.retain(|&g| cluster.groups.get(g.0).is_some() && !held(g));
+    if released.is_empty() {
+        return roots;
+    }
+    released.sort_by(|a, b| root_order(cluster, *a, *b));
+    released.dedup();
+    // Each new group's place; one already among the roots (changed, so placed by `roots_of_flat`) is
+    // found there and left out.
+    let mut places = Vec::with_capacity(released.len());
+    for &id in &released {
+        match roots.binary_search_by(|r| root_order(cluster, *r, id)) {
+            Ok(_) => {}
+            Err(at) => places.push((at, id)),
+        }
+    }
+    if places.is_empty() {
+        return roots;
+    }
+    let mut merged = Vec::with_capacity(roots.len() + places.len());
+    let mut from = 0;
+    for (at, id) in places {
+        merged.extend_from_slice(roots.get(from..at).unwrap_or_default());
+        merged.push(id);
+        from = at;
+    }
+    merged.extend_from_slice(roots.get(from..).unwrap_or_default());
+    merged
+}
+
 impl Gang {
     /// Builds the unit rooted at `root` with every PodGroup below it.
     #[must_use]
@@ -959,6 +999,35 @@ mod tests {
         assert!(!flat);
         assert_eq!(children.values().map(Vec::len).sum::<usize>(), 1);
         assert_eq!(names(&sim, &roots), ["a", "c"]);
+    }
+
+    #[test]
+    fn gangs_the_backlog_lets_go_take_their_places_among_the_carried_roots() {
+        let mut sim = Sim::new();
+        sim.node("n1", 64_000, 256, 8);
+        for (name, created) in [("a", 10), ("b", 20), ("c", 30), ("d", 40), ("e", 50), ("f", 60)] {
+            sim.gang(GangSpec::new(name, "default", 1).created(created));
+        }
+        let (_, full, _) = super::index_hierarchy(&mut sim.cluster);
+        let by_name = names(&sim, &full);
+        let id = |name: &str| full[by_name.iter().position(|n| n == name).unwrap()];
+        // Carried without the kept b, d and f; then b and d are let go, d kept again, and e (never
+        // kept, already placed) and a deleted one listed too.
+        let carried: Vec<crate::model::GroupId> = ["a", "c", "e"].iter().map(|n| id(n)).collect();
+        let gone = sim.cluster.group(id("f")).key.clone();
+        sim.cluster.remove_group(&gone);
+        let released = vec![id("d"), id("e"), id("f"), id("b"), id("b")];
+        let held = id("d");
+        let roots = super::with_released(&sim.cluster, carried.clone(), released, |g| g == held);
+        assert_eq!(names(&sim, &roots), ["a", "b", "c", "e"]);
+        // Nothing to place: the roots as they were.
+        assert_eq!(
+            super::with_released(&sim.cluster, carried.clone(), vec![id("a")], |_| false),
+            carried
+        );
+        // Let go before the first and after the last.
+        let ends = super::with_released(&sim.cluster, vec![id("c")], vec![id("e"), id("a")], |_| false);
+        assert_eq!(names(&sim, &ends), ["a", "c", "e"]);
     }
 
     #[test]

@@ -37,8 +37,9 @@ const MIX_COVERAGE: f64 = 0.95;
 pub(crate) struct Carry {
     /// The PodGroup hierarchy the gangs were built under (any change drops every carried gang).
     children: ChildIndex,
-    /// The roots in order, when no PodGroup named a parent (the next session places only the groups
-    /// changed since: `gang::roots_of_flat`).
+    /// The roots in order, when no PodGroup named a parent, but for the gangs the backlog keeps (the
+    /// next session places only the groups changed since, `gang::roots_of_flat`, and those the backlog
+    /// let go, `gang::with_released`).
     flat_roots: Option<Vec<GroupId>>,
     /// By root PodGroup.
     gangs: DenseMap<GroupId, CarriedGang>,
@@ -368,8 +369,9 @@ pub struct Session<'c> {
     /// Gangs answered as their class (allocate's doomed gangs and the failures that doomed them), with
     /// their class, and each class's answer for the kept gangs: what the session's end may keep.
     backlog_answered: Vec<BacklogAnswer>,
-    /// Every root of a flat hierarchy in root order, kept ones included (the next session places
-    /// only the groups changed since: `gang::roots_of_flat`).
+    /// The roots of a flat hierarchy in root order, but for the gangs the backlog kept when the
+    /// session opened (the next session places only the groups changed since, `gang::roots_of_flat`,
+    /// and those the backlog let go).
     roots: Vec<GroupId>,
 }
 
@@ -461,27 +463,11 @@ impl<'c> Session<'c> {
             .and_then(|c| c.downcast_ref::<Carry>())
             .and_then(|c| Some((c.flat_roots.as_deref()?, c.built?.groups)))
             .and_then(|(last, since)| gang::roots_of_flat(cluster, last, since));
+        // Carried roots leave out the gangs the backlog kept: those it lets go are placed among them
+        // once it has opened (`gang::with_released`).
+        let roots_carried = flat_roots.is_some();
         let (children, roots, flat_hierarchy) = match flat_roots {
-            Some(roots) => {
-                // Debug builds (every test) index it all and compare; a flat hierarchy has no problem
-                // for the full index to clear, so it writes nothing.
-                #[cfg(debug_assertions)]
-                {
-                    let clock = cluster.groups.clock();
-                    let full = gang::index_hierarchy(cluster);
-                    assert_eq!(
-                        full,
-                        (ChildIndex::default(), roots.clone(), true),
-                        "kept roots differ"
-                    );
-                    assert_eq!(
-                        cluster.groups.clock(),
-                        clock,
-                        "a flat hierarchy's index wrote a group"
-                    );
-                }
-                (ChildIndex::default(), roots, true)
-            }
+            Some(roots) => (ChildIndex::default(), roots, true),
             None => gang::index_hierarchy(cluster),
         };
         // Lapsed reservations go back to the pool.
@@ -528,6 +514,32 @@ impl<'c> Session<'c> {
         }
         .unwrap_or_default();
         let backlog_heads = open_backlog(cluster, &mut backlog, backlog_on, changed.as_ref(), now);
+        let released = backlog.take_released();
+        let roots = if roots_carried {
+            gang::with_released(cluster, roots, released, |g| backlog.holds(g))
+        } else {
+            let mut roots = roots;
+            roots.retain(|g| !backlog.holds(*g));
+            roots
+        };
+        // Debug builds (every test) index it all and compare; a flat hierarchy has no problem for the
+        // full index to clear, so it writes nothing.
+        #[cfg(debug_assertions)]
+        if roots_carried {
+            let clock = cluster.groups.clock();
+            let (full_children, mut full, full_flat) = gang::index_hierarchy(cluster);
+            full.retain(|g| !backlog.holds(*g));
+            assert_eq!(
+                (full_children, full, full_flat),
+                (ChildIndex::default(), roots.clone(), true),
+                "kept roots differ"
+            );
+            assert_eq!(
+                cluster.groups.clock(),
+                clock,
+                "a flat hierarchy's index wrote a group"
+            );
+        }
         let mut gangs = Vec::with_capacity(roots.len());
         let mut usage = Vec::with_capacity(roots.len());
         let mut reads = Vec::with_capacity(roots.len());
@@ -1392,7 +1404,12 @@ impl Session<'_> {
             groups: self.cluster.groups.clock(),
             tasks: self.tasks_at_open,
         };
-        let flat_roots = self.flat_hierarchy.then(|| std::mem::take(&mut self.roots));
+        // The kept gangs are left out (the backlog lists those it lets go for the next session).
+        let flat_roots = self.flat_hierarchy.then(|| {
+            let mut roots = std::mem::take(&mut self.roots);
+            roots.retain(|g| !self.backlog.holds(*g));
+            roots
+        });
         let gang_roots: Vec<GroupId> = gangs.iter().map(|g| g.root).collect();
         // Every entry of the gang-by-group map is a group of one of the session's gangs.
         let mut gang_of = std::mem::take(&mut self.gang_of);
@@ -1453,7 +1470,7 @@ impl Session<'_> {
             built: Some(built),
             capacity: Some(self.capacity),
             report: self.report_carry.take(),
-            backlog: (!backlog.is_empty()).then_some(backlog),
+            backlog: (!backlog.is_empty() || backlog.has_released()).then_some(backlog),
             gang_roots,
             spare_gang_of,
             summaries: Some(CarriedSummaries {
