@@ -2,6 +2,7 @@
 //! its gangs in job order. Popping walks from the roots to the best leaf, comparing siblings by fair share
 //! with the best gang of each subtree, so allocations interleave across queues as accounting changes.
 
+use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::collections::VecDeque;
 
@@ -52,9 +53,11 @@ pub struct JobQueues {
     reverse: bool,
     /// The last scan over the roots, step by step (see `QueueNode::scan`).
     root_scan: Vec<ScanStep>,
-    /// What the last pop took: while no accounting changed and nothing was put back, a leaf whose next
-    /// gang asks the same as the one taken is still the best (every comparison reads only accounting
-    /// and requests), so a run of like gangs is popped without comparing queues.
+    /// The leaf the last pops took from and the requests it won with: while no accounting changed and
+    /// nothing was put back, only that leaf's front moves between pops, and it is still the best when
+    /// its next entry asks what it won with (every comparison reads only accounting and requests), so
+    /// runs of like gangs, and a leaf whose kept classes take turns, are popped without comparing
+    /// queues.
     last: Option<LastPop>,
     /// Gangs taken off a leaf's front because their failure was known before their turn (see
     /// [`Self::pop_unless`]), in the order they were taken, for the caller to answer.
@@ -133,13 +136,17 @@ struct KeyAt {
     key: Option<OrderKey>,
 }
 
-/// The leaf a pop took from, the request of the gang it took and the session's allocation changes then.
-#[derive(Clone, Copy, Debug)]
+/// The leaf the last pops took from, the requests it was the best with (the first few), and the
+/// session's allocation changes then.
+#[derive(Clone, Debug)]
 struct LastPop {
     leaf: u32,
-    request: Resources,
+    requests: SmallVec<[Resources; LAST_POP_REQUESTS]>,
     fairness: u64,
 }
+
+/// How many requests a leaf's wins remember (a queue's kept classes and its plain gangs' shapes).
+const LAST_POP_REQUESTS: usize = 8;
 
 /// KAI's job order inside a queue: higher priority, then gangs below their minimum before those at it
 /// before elastic growth, then older, then by name.
@@ -561,15 +568,20 @@ impl JobQueues {
         if self.uncached {
             return None;
         }
-        let last = self.last.take()?;
-        // Passing over doomed gangs changes no accounting: the leaf is still the best if its next
-        // live gang asks the same.
-        self.settle(last.leaf, doomed);
-        let front = self.front(ssn, last.leaf)?;
-        if ssn.fairness.changes() != last.fairness || self.request_of(front) != Some(last.request) {
+        let (leaf, fairness) = self.last.as_ref().map(|l| (l.leaf, l.fairness))?;
+        if ssn.fairness.changes() != fairness {
+            self.last = None;
             return None;
         }
-        self.take_front(ssn, last.leaf)
+        // Passing over doomed gangs changes no accounting: the leaf is still the best if its next
+        // live entry asks what it won with.
+        self.settle(leaf, doomed);
+        let front = self.front(ssn, leaf)?;
+        let request = self.request_of(front)?;
+        if !self.last.as_ref().is_some_and(|l| l.requests.contains(&request)) {
+            return None;
+        }
+        self.take_front(ssn, leaf)
     }
 
     /// Takes a leaf's front entry, remembering what was taken. A kept class stays in the leaf: its
@@ -584,13 +596,22 @@ impl JobQueues {
         if gang.is_some_and(|g| g & KEPT == 0) {
             self.queued -= 1;
         }
-        self.last = gang.and_then(|g| {
-            let request = self.request_of(g)?;
-            Some(LastPop {
+        let fairness = ssn.fairness.changes();
+        let last = self.last.take();
+        self.last = gang.and_then(|g| self.request_of(g)).map(|request| match last {
+            // The same leaf again with nothing else changed since its last win: it wins with this
+            // request too.
+            Some(mut last) if last.leaf == leaf && last.fairness == fairness => {
+                if !last.requests.contains(&request) && last.requests.len() < LAST_POP_REQUESTS {
+                    last.requests.push(request);
+                }
+                last
+            }
+            _ => LastPop {
                 leaf,
-                request,
-                fairness: ssn.fairness.changes(),
-            })
+                requests: smallvec::smallvec![request],
+                fairness,
+            },
         });
         gang
     }
