@@ -624,6 +624,11 @@ impl JobQueues {
 
     /// A leaf's front gang changes: the cached bests of it and its ancestors are stale.
     fn front_changed(&mut self, leaf: u32) {
+        // Another leaf's front moved (a doomed gang set aside while comparing): the last leaf's wins
+        // were against fronts that are gone.
+        if self.last.as_ref().is_some_and(|l| l.leaf != leaf) {
+            self.last = None;
+        }
         let mut next = leaf;
         // Bounded: a parent cycle is a reported queue problem.
         for _ in 0..=self.nodes.len() {
