@@ -546,9 +546,7 @@ impl<'c> Session<'c> {
         let mut carried_flags = Vec::with_capacity(roots.len());
         let mut work = Vec::with_capacity(roots.len());
         for r in &roots {
-            if backlog.holds(*r) {
-                continue;
-            }
+            debug_assert!(!backlog.holds(*r), "a kept gang among the session's roots");
             let kept = owned_gangs.as_ref().unwrap_or(&last.gangs);
             let carried = kept.get(r).zip(last.built).filter(|(c, built)| {
                 same_hierarchy
