@@ -77,6 +77,10 @@ pub struct RunArgs {
     /// the same decisions, far slower. A check of the backlog (`cargo xtask sim-check --backlog`).
     #[arg(long)]
     pub without_backlog: bool,
+    /// How many policies replay at once (default: as many as the machine has cores; more than that
+    /// only makes them take turns on the cores and share the caches).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<std::num::NonZeroUsize>,
 }
 
 /// Everything a run produced, as JSON.
@@ -201,6 +205,7 @@ fn execute<S: Serialize>(
         tick: i64::from(args.tick_seconds.max(1)) * 1000,
         config: base,
         without_backlog: args.without_backlog,
+        threads: args.threads,
         ..replay::Options::default()
     };
     let counters: Vec<AtomicUsize> = policies.iter().map(|_| AtomicUsize::new(0)).collect();
