@@ -924,6 +924,93 @@ mod doomed_tests {
 }
 
 #[cfg(test)]
+mod kept_tests {
+    use super::*;
+    use crate::sim::{GangSpec, Sim};
+
+    /// Three queues over two 8-GPU nodes and far more jobs than fit, of three shapes interleaved in
+    /// job order, after two rounds: the backlog keeps a class per queue and shape.
+    fn crowded() -> Sim {
+        let mut sim = Sim::new();
+        sim.nodes("gpu", 2, 8);
+        sim.queue("a", None, 8.0, -1.0, 1.0);
+        sim.queue("b", None, 4.0, -1.0, 1.0);
+        sim.queue("c", None, 4.0, -1.0, 2.0);
+        for i in 0..90_u32 {
+            let queue = ["a", "b", "c"][(i % 3) as usize];
+            let gpus = [1, 2, 8][(i / 3 % 3) as usize];
+            sim.gang(
+                GangSpec::new(&format!("job-{i}"), queue, 1)
+                    .gpus(gpus)
+                    .created(i64::from(i)),
+            );
+        }
+        sim.rounds(2);
+        sim
+    }
+
+    /// An order with the backlog's kept classes standing in it pops, turn by turn, what the uncached
+    /// order (every pop a full comparison of queues) pops, while kept gangs are passed over or taken
+    /// in and accounting moves under both: the leaf wins it remembers ([`LastPop`]) hold only against
+    /// the fronts they were won against.
+    #[test]
+    fn kept_classes_take_the_turns_the_uncached_order_gives() {
+        let (mut left, mut right) = (crowded(), crowded());
+        let mut cached_ssn = Session::open(&mut left.cluster, &left.config, left.now);
+        let mut full_ssn = Session::open(&mut right.cluster, &right.config, right.now);
+        let keys = cached_ssn.backlog.class_keys();
+        assert!(keys.len() >= 6, "{} classes kept", keys.len());
+        assert_eq!(keys, full_ssn.backlog.class_keys());
+        let mut cached = JobQueues::with_kept(&cached_ssn, 0..cached_ssn.gangs.len(), &keys);
+        let mut full = JobQueues::with_kept(&full_ssn, 0..full_ssn.gangs.len(), &keys);
+        full.uncached = true;
+        let (mut turns, mut kept_turns, mut taken) = (0, 0, 0);
+        while let Some(turn) = full.pop_turn(&full_ssn) {
+            assert_eq!(
+                cached.pop_turn(&cached_ssn),
+                Some(turn),
+                "turn {turn:?} ({turns})"
+            );
+            turns += 1;
+            let gang = match turn {
+                Turn::Gang(g) => Some(g),
+                Turn::Kept(k) => {
+                    kept_turns += 1;
+                    // Most kept turns end as the last of their class did (passed over with the like
+                    // gangs after them); every fifth is taken in.
+                    if kept_turns % 5 == 0 {
+                        let g = cached.take_kept(&mut cached_ssn, k);
+                        assert_eq!(full.take_kept(&mut full_ssn, k), g, "turn {turns}");
+                        taken += usize::from(g.is_some());
+                        g
+                    } else {
+                        cached.pass_kept(&cached_ssn, k);
+                        full.pass_kept(&full_ssn, k);
+                        None
+                    }
+                }
+            };
+            // Some turns place their gang: its queue's accounting moves, and the queues reorder.
+            if let Some(g) = gang
+                && turns % 3 == 0
+                && let Some(q) = cached_ssn.gangs[g].queue
+            {
+                let request = cached.requests[g].times(4);
+                for ssn in [&mut cached_ssn, &mut full_ssn] {
+                    let cluster = &*ssn.cluster;
+                    ssn.fairness.change(cluster, q, &request, true, 1);
+                }
+            }
+        }
+        assert_eq!(cached.pop_turn(&cached_ssn), None);
+        assert!(
+            kept_turns > 20 && taken > 3,
+            "{kept_turns} kept turns, {taken} taken in"
+        );
+    }
+}
+
+#[cfg(test)]
 mod slash_joined_tests {
     use std::sync::Arc;
 
