@@ -73,8 +73,9 @@ pub fn reclaim(ssn: &mut Session<'_>) {
         let (g, class) = match turn {
             Turn::Gang(g) => (g, None),
             Turn::Kept(k) => {
-                if quiet[k] == ssn.checkpoint() {
-                    order.pass_kept(ssn, k);
+                let at = ssn.checkpoint();
+                if quiet[k] == at {
+                    order.pass_quiet(ssn, k, &|c| quiet.get(c) == Some(&at));
                     continue;
                 }
                 let Some(g) = order.take_kept(ssn, k) else {

@@ -330,18 +330,19 @@ impl JobQueues {
     pub fn with_kept(ssn: &Session<'_>, gangs: impl Iterator<Item = usize>, classes: &[ClassKey]) -> Self {
         let mut q = Self::new(ssn, gangs, false);
         for key in classes {
-            let (Some(leaf), Some(request)) = (q.dense(key.queue), ssn.backlog.class_request(key)) else {
-                continue;
-            };
-            let next = ssn.backlog.first_after(key, None).map(|(place, _)| place);
+            // The `k`-th class is `Turn::Kept(k)`: one the order cannot place stands nowhere, with no
+            // gang to give, so that the indexes stay the caller's.
             let k = q.kept.len();
+            let placed = q.dense(key.queue).zip(ssn.backlog.class_request(key));
             q.kept.push(KeptFront {
                 key: key.clone(),
-                leaf,
-                request,
-                next,
+                leaf: placed.map_or(NONE, |(leaf, _)| leaf),
+                request: placed.map_or(Resources::ZERO, |(_, request)| request),
+                next: placed.and_then(|_| ssn.backlog.first_after(key, None).map(|(place, _)| place)),
             });
-            q.nodes[leaf as usize].kept.push(k);
+            if let Some((leaf, _)) = placed {
+                q.nodes[leaf as usize].kept.push(k);
+            }
         }
         q
     }
@@ -425,6 +426,71 @@ impl JobQueues {
         let key = &self.kept[k].key;
         let next = bound.and_then(|b| ssn.backlog.first_after(key, Some(&b)).map(|(place, _)| place));
         self.kept[k].next = next;
+        self.front_changed(leaf);
+    }
+
+    /// Passes over kept class `k`'s next gang as [`Self::pass_kept`] does, then takes in one step the
+    /// turns the next pops would give and the caller pass over likewise: while accounting is unchanged
+    /// (a pass changes none), the leaf keeps winning as long as its front asks a request it won with
+    /// (`last`), so its turns go, in job order, to the gangs of its quiet classes (`quiet`: a turn of
+    /// that class ends as the last did) up to its first entry that is not one of theirs. Each such
+    /// class then stands at its first gang after that entry. When a quiet class with a gang before it
+    /// asks something the leaf did not win with, a pop would compare queues again: only `k` is passed.
+    pub fn pass_quiet(&mut self, ssn: &Session<'_>, k: usize, quiet: &dyn Fn(usize) -> bool) {
+        self.pass_kept(ssn, k);
+        #[cfg(test)]
+        if self.uncached {
+            return;
+        }
+        let Some(leaf) = self.kept.get(k).map(|front| front.leaf) else {
+            return;
+        };
+        let Some(last) = self
+            .last
+            .as_ref()
+            .filter(|l| l.leaf == leaf && l.fairness == ssn.fairness.changes())
+        else {
+            return;
+        };
+        let node = &self.nodes[leaf as usize];
+        // The leaf's first entry that is not a quiet class's: the turns stop there.
+        let mut stop: Option<JobPlace> = node.gangs.front().map(|&g| job_place(ssn, g));
+        for &c in &node.kept {
+            if quiet(c) {
+                continue;
+            }
+            if let Some(next) = &self.kept[c].next
+                && stop.as_ref().is_none_or(|s| next < s)
+            {
+                stop = Some(next.clone());
+            }
+        }
+        let before_stop = |c: usize| {
+            self.kept[c]
+                .next
+                .as_ref()
+                .is_some_and(|next| stop.as_ref().is_none_or(|s| next < s))
+        };
+        let passing: SmallVec<[usize; LAST_POP_REQUESTS]> = node
+            .kept
+            .iter()
+            .copied()
+            .filter(|&c| quiet(c) && before_stop(c))
+            .collect();
+        if passing.is_empty()
+            || passing
+                .iter()
+                .any(|&c| !last.requests.contains(&self.kept[c].request))
+        {
+            return;
+        }
+        for c in passing {
+            let next = stop
+                .as_ref()
+                .and_then(|s| ssn.backlog.first_after(&self.kept[c].key, Some(s)))
+                .map(|(place, _)| place);
+            self.kept[c].next = next;
+        }
         self.front_changed(leaf);
     }
 
@@ -1006,6 +1072,83 @@ mod kept_tests {
         assert!(
             kept_turns > 20 && taken > 3,
             "{kept_turns} kept turns, {taken} taken in"
+        );
+    }
+
+    /// The next turn that is not a quiet class's, passing those over on the way (`batched`: as reclaim
+    /// does, with [`JobQueues::pass_quiet`]; otherwise one by one); counts the quiet turns popped.
+    fn next_real_turn(
+        order: &mut JobQueues,
+        ssn: &Session<'_>,
+        quiet: &[bool],
+        batched: bool,
+        quiet_pops: &mut usize,
+    ) -> Option<Turn> {
+        loop {
+            match order.pop_turn(ssn)? {
+                Turn::Kept(k) if quiet[k] => {
+                    *quiet_pops += 1;
+                    if batched {
+                        order.pass_quiet(ssn, k, &|c| quiet[c]);
+                    } else {
+                        order.pass_kept(ssn, k);
+                    }
+                }
+                turn => return Some(turn),
+            }
+        }
+    }
+
+    /// Passing a leaf's quiet classes over in one step leaves every other turn as passing them one by
+    /// one with the uncached order gives: the same gangs and classes, in the same order, while kept
+    /// gangs are taken in, accounting moves and classes turn quiet and back (an eviction would).
+    #[test]
+    fn quiet_classes_passed_in_one_step_leave_the_other_turns_as_they_were() {
+        let (mut left, mut right) = (crowded(), crowded());
+        let mut batched_ssn = Session::open(&mut left.cluster, &left.config, left.now);
+        let mut single_ssn = Session::open(&mut right.cluster, &right.config, right.now);
+        let keys = batched_ssn.backlog.class_keys();
+        let mut batched = JobQueues::with_kept(&batched_ssn, 0..batched_ssn.gangs.len(), &keys);
+        let mut single = JobQueues::with_kept(&single_ssn, 0..single_ssn.gangs.len(), &keys);
+        single.uncached = true;
+        // Two classes in three quiet to begin with.
+        let mut quiet: Vec<bool> = (0..keys.len()).map(|k| k % 3 != 0).collect();
+        let (mut turns, mut batched_pops, mut single_pops) = (0, 0, 0);
+        loop {
+            let expected = next_real_turn(&mut single, &single_ssn, &quiet, false, &mut single_pops);
+            let got = next_real_turn(&mut batched, &batched_ssn, &quiet, true, &mut batched_pops);
+            assert_eq!(got, expected, "turn {turns}");
+            let Some(turn) = expected else { break };
+            turns += 1;
+            let gang = match turn {
+                Turn::Gang(g) => Some(g),
+                Turn::Kept(k) => {
+                    let g = batched.take_kept(&mut batched_ssn, k);
+                    assert_eq!(single.take_kept(&mut single_ssn, k), g, "turn {turns}");
+                    g
+                }
+            };
+            if let Some(g) = gang
+                && turns % 2 == 0
+                && let Some(q) = batched_ssn.gangs[g].queue
+            {
+                let request = batched.requests[g].times(4);
+                for ssn in [&mut batched_ssn, &mut single_ssn] {
+                    let cluster = &*ssn.cluster;
+                    ssn.fairness.change(cluster, q, &request, true, 1);
+                }
+            }
+            // Now and then an eviction: every class's next turn may end otherwise, then some go quiet.
+            if turns % 7 == 0 {
+                for (k, q) in quiet.iter_mut().enumerate() {
+                    *q = (k + turns) % 3 != 0;
+                }
+            }
+        }
+        assert!(turns > 10, "{turns} turns");
+        assert!(
+            batched_pops < single_pops,
+            "quiet turns popped: {batched_pops} batched, {single_pops} one by one"
         );
     }
 }
