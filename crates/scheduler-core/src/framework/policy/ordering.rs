@@ -429,8 +429,8 @@ impl JobQueues {
         self.front_changed(leaf);
     }
 
-    /// Passes over kept class `k`'s next gang as [`Self::pass_kept`] does, then takes in one step the
-    /// turns the next pops would give and the caller pass over likewise: while accounting is unchanged
+    /// Passes over kept class `k`'s next gang as [`Self::pass_kept`] does, then, in one step, the turns
+    /// the next pops would give and the caller would pass over likewise: while accounting is unchanged
     /// (a pass changes none), the leaf keeps winning as long as its front asks a request it won with
     /// (`last`), so its turns go, in job order, to the gangs of its quiet classes (`quiet`: a turn of
     /// that class ends as the last did) up to its first entry that is not one of theirs. Each such
