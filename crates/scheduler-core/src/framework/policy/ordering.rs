@@ -1015,6 +1015,19 @@ mod kept_tests {
         sim
     }
 
+    /// Gang `g`'s turn placed it, alike in both sessions: its queue's accounting grows by four times
+    /// what it asks (enough to reorder the queues).
+    fn place_in_both(order: &JobQueues, g: usize, sessions: [&mut Session<'_>; 2]) {
+        let Some(q) = sessions[0].gangs[g].queue else {
+            return;
+        };
+        let request = order.requests[g].times(4);
+        for ssn in sessions {
+            let cluster = &*ssn.cluster;
+            ssn.fairness.change(cluster, q, &request, true, 1);
+        }
+    }
+
     /// An order with the backlog's kept classes standing in it pops, turn by turn, what the uncached
     /// order (every pop a full comparison of queues) pops, while kept gangs are passed over or taken
     /// in and accounting moves under both: the leaf wins it remembers ([`LastPop`]) hold only against
@@ -1059,13 +1072,8 @@ mod kept_tests {
             // Some turns place their gang: its queue's accounting moves, and the queues reorder.
             if let Some(g) = gang
                 && turns % 3 == 0
-                && let Some(q) = cached_ssn.gangs[g].queue
             {
-                let request = cached.requests[g].times(4);
-                for ssn in [&mut cached_ssn, &mut full_ssn] {
-                    let cluster = &*ssn.cluster;
-                    ssn.fairness.change(cluster, q, &request, true, 1);
-                }
+                place_in_both(&cached, g, [&mut cached_ssn, &mut full_ssn]);
             }
         }
         assert_eq!(cached.pop_turn(&cached_ssn), None);
@@ -1130,13 +1138,8 @@ mod kept_tests {
             };
             if let Some(g) = gang
                 && turns % 2 == 0
-                && let Some(q) = batched_ssn.gangs[g].queue
             {
-                let request = batched.requests[g].times(4);
-                for ssn in [&mut batched_ssn, &mut single_ssn] {
-                    let cluster = &*ssn.cluster;
-                    ssn.fairness.change(cluster, q, &request, true, 1);
-                }
+                place_in_both(&batched, g, [&mut batched_ssn, &mut single_ssn]);
             }
             // Now and then an eviction: every class's next turn may end otherwise, then some go quiet.
             if turns % 7 == 0 {
