@@ -4,9 +4,10 @@
 //! validated against the fair-share strategies and saturation boundaries of the queue tree.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
 
 use super::allocate::AttemptShape;
-use super::victims::{self, Request, Unit};
+use super::victims::{self, Candidates, Request, Unit};
 use crate::config::ActionKind;
 use crate::fairshare::ReclaimRejection;
 use crate::framework::Session;
@@ -124,7 +125,7 @@ pub fn reclaim(ssn: &mut Session<'_>) {
                 {
                     let at = ssn.checkpoint();
                     let candidates = victims.candidates(ssn, queue, &request, preemptible);
-                    let found = search(ssn, g, queue, &request, preemptible, candidates, &|_, _| {
+                    let found = search(ssn, g, queue, &request, preemptible, &candidates, &|_, _| {
                         String::new()
                     });
                     assert!(
@@ -136,13 +137,13 @@ pub fn reclaim(ssn: &mut Session<'_>) {
                 break 'turn;
             }
             let candidates = victims.candidates(ssn, queue, &request, preemptible);
-            if candidates.is_empty() {
+            if candidates.slots() == 0 {
                 break 'turn;
             }
             let reclaimer = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
             let reclaimed_by = reclaim_message(ssn, queue, &reclaimer);
             let message = |ssn: &Session<'_>, u: &Unit| victim_message(ssn, u, &reclaimed_by);
-            if search(ssn, g, queue, &request, preemptible, candidates, &message) {
+            if search(ssn, g, queue, &request, preemptible, &candidates, &message) {
                 ssn.mark_placed(g, ActionKind::Reclaim);
                 ssn.explain(g, Why::Pipelined);
             } else if let Some(like) = like {
@@ -166,7 +167,7 @@ fn search(
     queue: QueueId,
     request: &Resources,
     preemptible: bool,
-    candidates: Vec<Unit>,
+    candidates: &Candidates,
     message: victims::EvictionMessage<'_>,
 ) -> bool {
     let baseline = ssn.fairness.snapshot();
@@ -174,7 +175,7 @@ fn search(
         ssn.fairness
             .validate_reclaim(&baseline, queue, request, preemptible, &chunks(ssn, units))
     };
-    let request = Request::new(g, candidates, EvictionCause::Reclaim, message).validated_by(&validate);
+    let request = Request::among(g, candidates, EvictionCause::Reclaim, message).validated_by(&validate);
     victims::solve(ssn, &request).is_ok()
 }
 
@@ -264,8 +265,10 @@ struct VictimLists {
     /// runtime that protects one wakes the session then, as it would have at that reclaimer).
     units: BTreeMap<QueueId, VecDeque<Unit>>,
     /// The interleaved candidates, by the queues a reclaimer may take from (the order reads the
-    /// queues' accounting, which changes only with the session).
-    interleaved: std::collections::HashMap<Vec<QueueId>, Vec<Unit>>,
+    /// queues' accounting, which changes only with the session), indexed once and searched by every
+    /// reclaimer that may take from those queues until the session moves (a failed search leaves it
+    /// as it found it, and the list's kept node bounds follow the nodes it touched).
+    interleaved: std::collections::HashMap<Vec<QueueId>, Rc<Candidates>>,
 }
 
 impl VictimLists {
@@ -277,7 +280,7 @@ impl VictimLists {
         queue: QueueId,
         request: &Resources,
         preemptible: bool,
-    ) -> Vec<Unit> {
+    ) -> Rc<Candidates> {
         if self.at != Some(ssn.checkpoint()) {
             self.list(ssn);
         }
@@ -288,7 +291,7 @@ impl VictimLists {
             .filter(|&vq| vq != queue && ssn.fairness.may_reclaim_from(queue, request, preemptible, vq))
             .collect();
         let out = match self.interleaved.get(&from) {
-            Some(out) => out.clone(),
+            Some(out) => Rc::clone(out),
             None => {
                 let mut lists: Vec<(QueueId, VecDeque<Unit>, Resources)> = Vec::new();
                 for &vq in &from {
@@ -303,8 +306,8 @@ impl VictimLists {
                     });
                     lists.push((vq, units.clone(), Resources::ZERO));
                 }
-                let out = interleave(ssn, lists);
-                self.interleaved.insert(from, out.clone());
+                let out = Rc::new(Candidates::from_units(interleave(ssn, lists)));
+                self.interleaved.insert(from, Rc::clone(&out));
                 out
             }
         };
@@ -315,7 +318,7 @@ impl VictimLists {
                 .map(|(q, units)| (q, units, Resources::ZERO))
                 .collect();
             assert_eq!(
-                out,
+                out.units(),
                 interleave(ssn, fresh),
                 "kept victim candidates differ from candidates made afresh"
             );

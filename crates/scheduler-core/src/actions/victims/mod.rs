@@ -181,6 +181,13 @@ impl Candidates {
         *s = units;
     }
 
+    /// Every unit, in order (debug checks of a kept list).
+    #[cfg(debug_assertions)]
+    #[must_use]
+    pub fn units(&self) -> Vec<Unit> {
+        self.in_order(self.slots.len()).map(|(_, u)| u.clone()).collect()
+    }
+
     /// Slots so far.
     #[must_use]
     pub fn slots(&self) -> usize {
