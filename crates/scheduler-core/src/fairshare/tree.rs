@@ -241,7 +241,7 @@ pub(crate) struct QueueNode {
 #[derive(Clone, Debug)]
 pub struct QueueTree {
     pub(crate) nodes: Vec<QueueNode>,
-    by_name: HashMap<String, QueueId>,
+    by_name: HashMap<Arc<str>, QueueId>,
     pub(crate) roots: Vec<QueueId>,
     problems: Vec<TreeProblem>,
     pub(crate) config: FairShareConfig,
@@ -284,7 +284,7 @@ impl QueueTree {
                 continue;
             }
             let id = QueueId(u32::try_from(kept.len()).expect("invariant: fewer than 2^32 queues"));
-            by_name.insert(spec.name.to_string(), id);
+            by_name.insert(Arc::clone(&spec.name), id);
             kept.push(spec);
         }
 
@@ -318,7 +318,7 @@ impl QueueTree {
             .collect();
         for (i, spec) in kept.iter().enumerate() {
             let Some(parent) = &spec.parent else { continue };
-            match by_name.get(parent) {
+            match by_name.get(parent.as_str()) {
                 Some(&p) => nodes[i].parent = Some(p),
                 None => problems.push(TreeProblem::UnknownParent {
                     queue: spec.name.to_string(),
