@@ -59,7 +59,7 @@ pub(crate) fn run(args: &SimCheckArgs) -> anyhow::Result<()> {
         .args(["build", "--release", "-p", "kai-cli", "--target-dir", TARGET_DIR])
         .env("CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS", "true")
         .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
-        // The checks need no link-time optimization, which doubles the build's time.
+        // The checks need debug assertions, not whole-program optimisation, which lengthens the build.
         .env("CARGO_PROFILE_RELEASE_LTO", "false")
         .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
         .current_dir(&root)
