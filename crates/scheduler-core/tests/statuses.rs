@@ -311,3 +311,66 @@ fn a_status_overwritten_by_another_writer_is_restored_at_once() {
     assert!(names.contains(&"wait"), "{names:?}");
     assert!(s.why("wait").is_some_and(|m| m.contains("4 free on 1 node")));
 }
+
+/// Like gangs kept in the backlog behind the one a session tries have their figures refreshed with
+/// it: at the refresh the kept ones are told the fresh figures, naming their own pods, and they are
+/// kept again after.
+#[test]
+fn kept_gangs_have_their_figures_refreshed_and_stay_kept() {
+    let mut s = sim();
+    s.nodes("n", 2, 4);
+    s.gang(
+        GangSpec::new("busy", "default-queue", 3)
+            .gpus(2)
+            .running_on(&["n-0", "n-0", "n-1"]),
+    );
+    let names = ["wait-0", "wait-1", "wait-2", "wait-3"];
+    for name in names {
+        s.gang(GangSpec::new(name, "default-queue", 2).gpus(4));
+    }
+    let waiting_told = |result: &kai_scheduler_core::cycle::CycleResult| {
+        let mut told: Vec<String> = statuses_decided(result)
+            .into_iter()
+            .filter(|name| name.starts_with("wait-"))
+            .map(str::to_owned)
+            .collect();
+        told.sort_unstable();
+        told
+    };
+    let first = s.round();
+    assert_eq!(waiting_told(first), names, "every waiting gang is told");
+    let written = s.now - 1000;
+    // A pod of `busy` ends: the figures change, and wait for the refresh.
+    s.now = written + 5_000;
+    s.complete("ns", "busy-2");
+    let held = s.round();
+    assert!(waiting_told(held).is_empty(), "held back");
+    // Another gang takes what is free: a session runs, with the waiting gangs kept (each session
+    // takes the first in to be tried; the others wait behind it).
+    s.now = written + 10_000;
+    s.gang(GangSpec::new("other", "default-queue", 1).gpus(4));
+    let other = s.round();
+    assert!(waiting_told(other).is_empty(), "still held back");
+    let kept = s.backlog_len();
+    assert_eq!(kept, names.len(), "the waiting gangs are kept");
+    s.now = written + FIGURES_REFRESH_MS;
+    let refreshed = s.round();
+    assert_eq!(waiting_told(refreshed), names, "the kept gangs are told too");
+    assert!(
+        unschedulable_events(refreshed).is_empty(),
+        "the same reason: no event"
+    );
+    assert_eq!(refreshed.stats.report_due, None);
+    // Each is told what the first, tried in the session, was told (naming its own pod): the figures
+    // as they are now.
+    let fresh = s.why("wait-0").expect("a reason");
+    assert!(
+        fresh.starts_with("2 pods need 8 nvidia.com/gpu, 0 free on 0 nodes"),
+        "{fresh}"
+    );
+    for name in names {
+        let own = fresh.replace("wait-0-0", &format!("{name}-0"));
+        assert_eq!(s.why(name), Some(own), "{name}");
+    }
+    assert_eq!(s.backlog_len(), kept, "kept again");
+}
