@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::model::group::TopologyRequirement;
 use crate::model::{
-    Cluster, GroupId, GroupKey, GroupKind, GroupProblem, QueueId, Resources, TaskId, TaskStatus,
+    Cluster, GroupId, GroupKey, GroupKind, GroupProblem, QueueId, Resources, SlotBits, TaskId, TaskStatus,
 };
 
 /// A node of the gang tree.
@@ -302,13 +302,11 @@ pub fn index_hierarchy(cluster: &mut Cluster) -> (ChildIndex, Vec<GroupId>, bool
 #[must_use]
 pub fn roots_of_flat(cluster: &Cluster, last: &[GroupId], since: u64) -> Option<Vec<GroupId>> {
     let changed = cluster.groups.changed_since(since)?;
-    let mut seen = vec![false; cluster.groups.capacity()];
+    let mut seen = SlotBits::with_slots(cluster.groups.capacity());
     let mut fresh = Vec::new();
     for &slot in changed {
-        let Some(mark) = seen.get_mut(slot as usize) else {
-            continue;
-        };
-        if std::mem::replace(mark, true) {
+        // Seen already, or beyond the arena.
+        if !seen.insert(slot as usize) {
             continue;
         }
         if let Some(group) = cluster.groups.get(slot) {
@@ -319,7 +317,7 @@ pub fn roots_of_flat(cluster: &Cluster, last: &[GroupId], since: u64) -> Option<
         }
     }
     fresh.sort_by(|a, b| root_order(cluster, *a, *b));
-    let kept = |id: GroupId| !seen.get(id.index()).copied().unwrap_or(true);
+    let kept = |id: GroupId| !seen.get(id.index()).unwrap_or(true);
     // Each changed group's place among the kept ones by bisection over the last roots, the few changed
     // ones among them stepped over: new groups are mostly the newest, and walking to the end compared
     // (and read) every kept group; nor is the list of kept roots copied out first.

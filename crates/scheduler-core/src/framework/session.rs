@@ -20,7 +20,8 @@ use super::report::status::{self, ReportStamp};
 use super::reservations;
 use crate::config::{ActionKind, Config, PlacementStrategy};
 use crate::model::{
-    Assumed, Cluster, DenseMap, GroupId, IdMap, Millis, NodeId, PlacementUndo, QueueId, Resources, TaskId,
+    Assumed, Cluster, DenseMap, GroupId, IdMap, Millis, NodeId, PlacementUndo, QueueId, Resources, SlotBits,
+    TaskId,
 };
 
 /// The share of arrivals the `fragmentation` strategy's shape mix covers (FGD's "typical pods": the
@@ -155,11 +156,10 @@ fn reads_devices(cluster: &Cluster, gang: &Gang) -> bool {
 pub(crate) fn groups_changed_since(cluster: &Cluster, groups: u64, tasks: u64) -> Option<ChangedGroups> {
     let changed_groups = cluster.groups.changed_since(groups)?;
     let changed_tasks = cluster.tasks.changed_since(tasks)?;
-    let mut by_slot = vec![false; cluster.groups.capacity()];
+    let mut by_slot = SlotBits::with_slots(cluster.groups.capacity());
     let mut slots = Vec::new();
     let mut mark = |g: usize| {
-        if let Some(c) = by_slot.get_mut(g)
-            && !std::mem::replace(c, true)
+        if by_slot.insert(g)
             && let Ok(slot) = u32::try_from(g)
         {
             slots.push(slot);
@@ -177,17 +177,17 @@ pub(crate) fn groups_changed_since(cluster: &Cluster, groups: u64, tasks: u64) -
     Some(ChangedGroups { by_slot, slots })
 }
 
-/// The PodGroups [`groups_changed_since`] found: a flag per slot, and the changed slots in order (a
+/// The PodGroups [`groups_changed_since`] found: a mark per slot, and the changed slots in order (a
 /// cycle changes a few of tens of thousands, and passes over them alone).
 pub(crate) struct ChangedGroups {
-    by_slot: Vec<bool>,
+    by_slot: SlotBits,
     slots: Vec<u32>,
 }
 
 impl ChangedGroups {
     /// Whether the group at `slot` changed (a slot beyond the arena's counts as changed).
     pub(crate) fn has(&self, slot: usize) -> bool {
-        self.by_slot.get(slot).copied().unwrap_or(true)
+        self.by_slot.get(slot).unwrap_or(true)
     }
 
     /// The changed slots, in order.

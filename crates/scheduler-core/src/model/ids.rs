@@ -225,6 +225,50 @@ impl TrackedSlots {
     }
 }
 
+/// A mark per slot of an [`Arena`], one bit each: a cycle marks a few of tens of thousands of slots,
+/// and a fresh set costs zeroing its words (a flag per slot was eight times the memory to zero, at every
+/// session's open and report).
+#[derive(Clone, Debug, Default)]
+pub struct SlotBits {
+    words: Vec<u64>,
+    slots: usize,
+}
+
+impl SlotBits {
+    /// No slot marked, of `slots`.
+    #[must_use]
+    pub fn with_slots(slots: usize) -> Self {
+        Self {
+            words: vec![0; slots.div_ceil(64)],
+            slots,
+        }
+    }
+
+    /// Marks `slot`; whether it was not marked before (`false` beyond the slots, which are not marked).
+    pub fn insert(&mut self, slot: usize) -> bool {
+        if slot >= self.slots {
+            return false;
+        }
+        let bit = 1u64 << (slot % 64);
+        self.words.get_mut(slot / 64).is_some_and(|word| {
+            let fresh = *word & bit == 0;
+            *word |= bit;
+            fresh
+        })
+    }
+
+    /// Whether `slot` is marked (`None` beyond the slots).
+    #[must_use]
+    pub fn get(&self, slot: usize) -> Option<bool> {
+        if slot >= self.slots {
+            return None;
+        }
+        self.words
+            .get(slot / 64)
+            .map(|word| word & (1u64 << (slot % 64)) != 0)
+    }
+}
+
 /// A hasher for small integer keys (ids, gang indexes): one multiply per word, no per-process seed.
 /// Only for maps keyed by numbers the scheduler itself hands out (never by user-controlled strings),
 /// and only where the iteration order does not decide anything.
@@ -514,6 +558,26 @@ impl std::hash::Hasher for WordHasher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slot_bits_mark_each_slot_once_and_nothing_beyond() {
+        let mut bits = SlotBits::with_slots(130);
+        // Slots either side of word boundaries, and the last.
+        for slot in [0, 63, 64, 65, 127, 128, 129] {
+            assert_eq!(bits.get(slot), Some(false), "{slot} starts unmarked");
+            assert!(bits.insert(slot), "{slot} is new");
+            assert!(!bits.insert(slot), "{slot} was marked");
+            assert_eq!(bits.get(slot), Some(true));
+        }
+        let marked: Vec<usize> = (0..130).filter(|s| bits.get(*s) == Some(true)).collect();
+        assert_eq!(marked, [0, 63, 64, 65, 127, 128, 129]);
+        // Beyond the slots (the words hold room up to 191): never marked, not even after an insert.
+        for slot in [130, 191, 192, 10_000] {
+            assert!(!bits.insert(slot));
+            assert_eq!(bits.get(slot), None);
+        }
+        assert_eq!(SlotBits::with_slots(0).get(0), None);
+    }
 
     #[test]
     fn a_dense_map_behaves_as_a_map_in_slot_order() {

@@ -21,7 +21,7 @@ pub mod volumes;
 
 pub use cluster::{Cluster, Epochs, NodeUpdate, PlacementUndo, PodUpdate, QueueReports, Quiet};
 pub use group::{Group, GroupKey, GroupKind, GroupProblem, StatusWritten};
-pub use ids::{DenseMap, GroupId, IdMap, NodeId, QueueId, TaskId};
+pub use ids::{DenseMap, GroupId, IdMap, NodeId, QueueId, SlotBits, TaskId};
 pub use no_fit_memo::NoFitMemo;
 pub use node::Node;
 pub use queue::Queue;
