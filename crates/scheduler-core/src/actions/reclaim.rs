@@ -3,6 +3,7 @@
 //! fair share, victims come from the most over-served queues first, and the chosen victims are
 //! validated against the fair-share strategies and saturation boundaries of the queue tree.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
@@ -16,7 +17,7 @@ use crate::framework::decisions::EvictionCause;
 use crate::framework::policy::fairness::VictimKeys;
 use crate::framework::policy::ordering::{JobQueues, Turn};
 use crate::framework::report::explain::Why;
-use crate::model::ids::WordSet;
+use crate::model::ids::{WordMap, WordSet};
 use crate::model::{QueueId, Resources, TaskId};
 
 /// Runs reclaim.
@@ -70,6 +71,7 @@ pub fn reclaim(ssn: &mut Session<'_>) {
     // the same of the same candidates, and a failed search leaves the session as it found it, so it
     // fails alike until something is evicted (debug builds search and compare).
     let mut failed: UntilEviction<WordSet<(QueueId, AttemptShape)>> = UntilEviction::new(ssn);
+    let lines = QueueLines::default();
     while let Some(turn) = order.pop_turn(ssn) {
         let (g, class) = match turn {
             Turn::Gang(g) => (g, None),
@@ -141,8 +143,8 @@ pub fn reclaim(ssn: &mut Session<'_>) {
                 break 'turn;
             }
             let reclaimer = ssn.cluster.group(ssn.gangs[g].root).key.to_string();
-            let reclaimed_by = reclaim_message(ssn, queue, &reclaimer);
-            let message = |ssn: &Session<'_>, u: &Unit| victim_message(ssn, u, &reclaimed_by);
+            let reclaimed_by = reclaim_message(ssn, queue, &reclaimer, &lines);
+            let message = |ssn: &Session<'_>, u: &Unit| victim_message(ssn, u, &reclaimed_by, &lines);
             if search(ssn, g, queue, &request, preemptible, &candidates, &message) {
                 ssn.mark_placed(g, ActionKind::Reclaim);
                 ssn.explain(g, Why::Pipelined);
@@ -494,16 +496,40 @@ fn queue_line(ssn: &Session<'_>, q: QueueId) -> String {
     }
 }
 
-fn reclaim_message(ssn: &Session<'_>, queue: QueueId, reclaimer: &str) -> String {
+/// Each queue's [`queue_line`] in one reclaim pass, by what it allocates: the line reads nothing else
+/// that changes in a session (fair shares are divided as it opens), and a victim search's trial
+/// evictions and trims come back to the same allocations again and again, each eviction with its
+/// message (formatting the amounts was most of a search's cost in messages).
+#[derive(Default)]
+struct QueueLines(RefCell<WordMap<(QueueId, Resources), Rc<str>>>);
+
+impl QueueLines {
+    fn line(&self, ssn: &Session<'_>, q: QueueId) -> Rc<str> {
+        let key = (q, ssn.fairness.allocated(q));
+        if let Some(line) = self.0.borrow().get(&key) {
+            debug_assert_eq!(
+                **line,
+                queue_line(ssn, q),
+                "a queue's line changed with its allocation unchanged"
+            );
+            return Rc::clone(line);
+        }
+        let line: Rc<str> = queue_line(ssn, q).into();
+        self.0.borrow_mut().insert(key, Rc::clone(&line));
+        line
+    }
+}
+
+fn reclaim_message(ssn: &Session<'_>, queue: QueueId, reclaimer: &str, lines: &QueueLines) -> String {
     format!(
         "reclaimed by workload {reclaimer} of queue {}",
-        queue_line(ssn, queue)
+        lines.line(ssn, queue)
     )
 }
 
-fn victim_message(ssn: &Session<'_>, u: &Unit, base: &str) -> String {
+fn victim_message(ssn: &Session<'_>, u: &Unit, base: &str, lines: &QueueLines) -> String {
     match ssn.gangs[u.gang].queue {
-        Some(q) => format!("{base}; victim queue {}", queue_line(ssn, q)),
+        Some(q) => format!("{base}; victim queue {}", lines.line(ssn, q)),
         None => base.to_owned(),
     }
 }
