@@ -40,6 +40,7 @@ fn rounds(spec: &Synthetic, config: &Config, forget: bool, pace: Pace) -> (Vec<S
     sim.now = 1_000_000;
     let mut out = Vec::new();
     let mut most_carried = 0;
+    let mut fairness_reused = 0;
     let mut held = 0;
     for round in 0..pace.rounds {
         if round % 2 == 1 && round < pace.churn_before {
@@ -52,12 +53,17 @@ fn rounds(spec: &Synthetic, config: &Config, forget: bool, pace: Pace) -> (Vec<S
         let result = sim.round();
         out.push(format!("{:?}", result.decisions));
         most_carried = most_carried.max(result.stats.gangs_carried);
+        fairness_reused += usize::from(result.stats.fairness_reused);
         held += usize::from(result.stats.report_due.is_some());
         sim.now = start + pace.step_ms;
     }
     if forget {
         assert_eq!(most_carried, 0, "a forgotten carry was used");
+        assert_eq!(fairness_reused, 0, "a forgotten fair-share tree was used");
     } else {
+        // Not vacuous: the queues do not change, so every session after the first that ran reuses
+        // the fair-share tree.
+        assert!(fairness_reused > 0, "no session reused the fair-share tree");
         // Not vacuous: after a churn round, most gangs are taken as the last session built them.
         let groups = sim.cluster.groups.len();
         assert!(
@@ -235,4 +241,54 @@ fn hierarchy_sub_groups_fractions_and_foreign_status_writes() {
     for (round, (k, s)) in kept.iter().zip(&scratch).enumerate() {
         assert_eq!(k, s, "round {round}");
     }
+}
+
+/// The fair-share tree is the last session's while the queues stay as they were (whatever their
+/// status reports wrote), and a change to a queue builds it again: the fair shares follow the new
+/// quota in that very cycle. Debug builds also compare every reused tree with one built afresh.
+#[test]
+fn the_fair_share_tree_is_reused_until_a_queue_changes() {
+    use kai_scheduler_core::model::resources::GPU;
+    let mut sim = Sim::new();
+    sim.nodes("n", 2, 8);
+    sim.queue("dept", None, -1.0, -1.0, 1.0);
+    sim.queue("a", Some("dept"), 4.0, -1.0, 1.0);
+    sim.queue("b", Some("dept"), 4.0, -1.0, 1.0);
+    // Each asks for 12 of the 16 GPUs: the 8 beyond the quotas are divided by weight.
+    sim.gang(GangSpec::new("a-0", "a", 12).gpus(1));
+    sim.gang(GangSpec::new("b-0", "b", 12).gpus(1));
+    let fair_share_of = |result: &kai_scheduler_core::cycle::CycleResult, queue: &str| {
+        let figures = result.queues.iter().find(|q| &*q.name == queue);
+        figures.map(|q| (q.deserved.0[GPU], q.fair_share.0[GPU]))
+    };
+    let first = sim.round();
+    assert!(!first.skipped);
+    assert!(!first.stats.fairness_reused, "no earlier session");
+    assert_eq!(fair_share_of(first, "a"), Some((4.0, 8.0)));
+    // A new gang (no queue changed) makes the next cycle run.
+    sim.gang(GangSpec::new("a-1", "a", 1).gpus(1));
+    let second = sim.round();
+    assert!(!second.skipped);
+    assert!(
+        second.stats.fairness_reused,
+        "queues unchanged since the last session"
+    );
+    assert_eq!(fair_share_of(second, "a"), Some((4.0, 8.0)));
+    // Queue a's quota grows to 12: built again, and divided with it.
+    let id = sim.cluster.queue_id("a").expect("queue a");
+    let mut a = sim.cluster.queue(id).clone();
+    a.resources[GPU].quota = 12.0;
+    sim.queue_spec(a);
+    let third = sim.round();
+    assert!(!third.skipped);
+    assert!(!third.stats.fairness_reused, "queue a changed");
+    assert_eq!(fair_share_of(third, "a"), Some((12.0, 12.0)));
+    assert_eq!(fair_share_of(third, "b").map(|(_, share)| share), Some(4.0));
+    sim.gang(GangSpec::new("b-1", "b", 1).gpus(1));
+    let fourth = sim.round();
+    assert!(
+        fourth.stats.fairness_reused,
+        "no queue changed since the third session"
+    );
+    assert_eq!(fair_share_of(fourth, "a"), Some((12.0, 12.0)));
 }

@@ -203,7 +203,7 @@ impl fmt::Display for ReclaimRejection {
 }
 
 /// Reusable buffers for [`QueueTree::validate_reclaim`].
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ReclaimScratch {
     remaining: Vec<Option<Remaining>>,
     touched: Vec<QueueId>,

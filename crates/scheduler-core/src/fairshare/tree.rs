@@ -253,6 +253,11 @@ pub struct QueueTree {
     pub(crate) allocatable_order: RefCell<IdMap<(QueueId, QueueId), std::cmp::Ordering>>,
 }
 
+/// Equal bit for bit (a quota that is not a number equals itself).
+fn same_bits(a: &ShareVec, b: &ShareVec) -> bool {
+    a.0.iter().zip(&b.0).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 /// Numbers for a queue's status and metrics.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QueueReport {
@@ -371,6 +376,49 @@ impl QueueTree {
             accounting,
             allocatable_order: RefCell::default(),
         }
+    }
+
+    /// Takes the tree back to how [`Self::new`] left it: no historical usage, accounting, total or
+    /// fair shares. What `new` made from the specs (names, hierarchy, ranks, quotas, problems) stays,
+    /// so that a tree built from queues that did not change is used again without rebuilding it.
+    pub fn clear_for_reuse(&mut self) {
+        for node in &mut self.nodes {
+            node.usage = ShareVec::ZERO;
+            node.fair_share = ShareVec::ZERO;
+        }
+        self.accounting.queues.fill(QueueUsage::default());
+        self.total = ShareVec::ZERO;
+        self.mask = SlotMask::CORE;
+        self.allocatable_order.get_mut().clear();
+    }
+
+    /// Whether two trees hold the same queues, hierarchy, settings, accounting and fair shares (the
+    /// comparison order cache aside, which only ever holds what comparing would give). For checks of
+    /// a reused tree against one built afresh.
+    #[must_use]
+    pub fn same_as(&self, other: &Self) -> bool {
+        self.nodes.len() == other.nodes.len()
+            && self.nodes.iter().zip(&other.nodes).all(|(a, b)| {
+                a.name == b.name
+                    && a.parent == b.parent
+                    && a.children == b.children
+                    && a.attached == b.attached
+                    && a.depth == b.depth
+                    && a.priority == b.priority
+                    && a.rank == b.rank
+                    && same_bits(&a.deserved, &b.deserved)
+                    && same_bits(&a.limit, &b.limit)
+                    && same_bits(&a.weight, &b.weight)
+                    && same_bits(&a.usage, &b.usage)
+                    && same_bits(&a.fair_share, &b.fair_share)
+            })
+            && self.by_name == other.by_name
+            && self.roots == other.roots
+            && self.problems == other.problems
+            && self.config == other.config
+            && same_bits(&self.total, &other.total)
+            && self.mask == other.mask
+            && self.accounting == other.accounting
     }
 
     /// Queues that could not be placed.

@@ -57,6 +57,10 @@ pub(crate) struct Carry {
     summaries: Option<CarriedSummaries>,
     /// What fair share last divided, with the capacity version and resource names count it holds for.
     capacity: Option<(Resources, (u64, usize))>,
+    /// The last session's fair-share state, with what its tree was built from ([`FairnessKey`]): the
+    /// next session built from the same queues and settings records and divides in it again instead
+    /// of building the tree (`Fairness::reopen`).
+    fairness: Option<CarriedFairness>,
     /// The clocks every carried gang was built or checked at (the same for all).
     built: Option<BuiltAt>,
     /// Where the last status report left off (`status::report`).
@@ -77,6 +81,67 @@ struct CarriedSummaries {
     facts_version: u64,
     node_slots: usize,
     policy: PlacementPolicy,
+}
+
+/// A session's fair-share state left for the next one, with what its tree was built from. The carry
+/// is shared between threads and a session's state is not (its caches are `RefCell`s), so it sits
+/// behind a lock: the next session takes it out without locking when it owns the carry, and a copy
+/// of the model that shares the carry locks it to clone it.
+#[derive(Debug)]
+struct CarriedFairness {
+    fairness: std::sync::Mutex<Fairness>,
+    key: FairnessKey,
+}
+
+impl CarriedFairness {
+    // A lock is poisoned by a panic while it is held; the only thing done under this one is a
+    // clone, which leaves the state as it was, so a poisoned state is still whole.
+    fn cloned(&self) -> (Fairness, FairnessKey) {
+        let fairness = self
+            .fairness
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        (fairness, self.key)
+    }
+
+    fn into_parts(self) -> (Fairness, FairnessKey) {
+        let fairness = self
+            .fairness
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (fairness, self.key)
+    }
+}
+
+impl Clone for CarriedFairness {
+    fn clone(&self) -> Self {
+        let (fairness, key) = self.cloned();
+        Self {
+            fairness: std::sync::Mutex::new(fairness),
+            key,
+        }
+    }
+}
+
+/// What a session's fair-share tree was built from, besides the settings: the queue arena's clock
+/// (every change to a queue, its insertion or removal stamps it; the status report's own bookkeeping
+/// does not) and its slot count (the tree's ids are by slot).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct FairnessKey {
+    queues_clock: u64,
+    queue_slots: usize,
+    args: crate::config::ProportionArgs,
+}
+
+impl FairnessKey {
+    fn of(cluster: &Cluster, args: &crate::config::ProportionArgs) -> Self {
+        Self {
+            queues_clock: cluster.queues.clock(),
+            queue_slots: cluster.queues.capacity(),
+            args: *args,
+        }
+    }
 }
 
 /// A gang as a session built it (small: a churn cycle carries every gang across, so what is copied per
@@ -350,6 +415,8 @@ pub struct Session<'c> {
     pub(crate) report_carry: Option<status::ReportCarry>,
     /// What fair share divided, and what it was computed for (left for the next session).
     capacity: (Resources, (u64, usize)),
+    /// What [`Self::fairness`]'s tree was built from (it is left for the next session with it).
+    fairness_key: FairnessKey,
     /// The task arena's clock when the session opened.
     tasks_at_open: u64,
     /// The group arena's clock when the last session closed, if one left a carry: the reports of
@@ -416,6 +483,9 @@ pub struct SessionStats {
     pub report_due: Option<Millis>,
     /// Gangs taken as the last session built them (nothing in them changed since).
     pub gangs_carried: u64,
+    /// The fair-share tree was the last session's, built from queues and settings unchanged since
+    /// (`Fairness::reopen`).
+    pub fairness_reused: bool,
 }
 
 /// The backlog as a session finds it (see `framework::backlog`): every gang goes when the session keeps
@@ -601,6 +671,10 @@ impl<'c> Session<'c> {
         });
         let spare_gang_of = Arc::get_mut(&mut last).and_then(|own| own.spare_gang_of.take());
         let last_capacity = last.capacity;
+        let last_fairness = match Arc::get_mut(&mut last) {
+            Some(own) => own.fairness.take().map(CarriedFairness::into_parts),
+            None => last.fairness.as_ref().map(CarriedFairness::cloned),
+        };
         let groups_at_last_close = last.built.map(|b| b.groups);
         let report_carry = if same_hierarchy {
             Arc::get_mut(&mut last)
@@ -669,14 +743,36 @@ impl<'c> Session<'c> {
             }
             _ => fairness::capacity(cluster),
         };
-        let fairness = Fairness::open(
-            cluster,
-            &gangs,
-            &usage,
-            &backlog.pending_by_queue(),
-            &plugins.proportion,
-            &capacity,
-        );
+        let fairness_key = FairnessKey::of(cluster, &plugins.proportion);
+        let backlog_pending = backlog.pending_by_queue();
+        let fairness_reused = last_fairness
+            .as_ref()
+            .is_some_and(|(_, key)| *key == fairness_key);
+        let fairness = match last_fairness {
+            Some((last, key)) if key == fairness_key => {
+                let fairness = last.reopen(cluster, &gangs, &usage, &backlog_pending, &capacity);
+                debug_assert!(
+                    fairness.same_as(&Fairness::open(
+                        cluster,
+                        &gangs,
+                        &usage,
+                        &backlog_pending,
+                        &plugins.proportion,
+                        &capacity,
+                    )),
+                    "a reused fair-share tree differs from one built afresh"
+                );
+                fairness
+            }
+            _ => Fairness::open(
+                cluster,
+                &gangs,
+                &usage,
+                &backlog_pending,
+                &plugins.proportion,
+                &capacity,
+            ),
+        };
         let epoch_at_open = cluster.epochs.capacity;
         Self {
             epoch_at_open,
@@ -699,6 +795,7 @@ impl<'c> Session<'c> {
             evictions: IdMap::default(),
             stats: SessionStats {
                 gangs_carried,
+                fairness_reused,
                 ..SessionStats::default()
             },
             deadline: std::cell::Cell::new(None),
@@ -711,6 +808,7 @@ impl<'c> Session<'c> {
             gangs_touched: vec![false; gangs_len],
             report_carry,
             capacity: (capacity, capacity_key),
+            fairness_key,
             tasks_at_open,
             groups_at_last_close,
             nodes_synced,
@@ -1467,6 +1565,10 @@ impl Session<'_> {
             },
             built: Some(built),
             capacity: Some(self.capacity),
+            fairness: Some(CarriedFairness {
+                fairness: std::sync::Mutex::new(std::mem::replace(&mut self.fairness, Fairness::empty())),
+                key: self.fairness_key,
+            }),
             report: self.report_carry.take(),
             backlog: (!backlog.is_empty() || backlog.has_released()).then_some(backlog),
             gang_roots,

@@ -38,7 +38,7 @@ impl VictimKeys {
 }
 
 /// Fairness state of one session.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Fairness {
     tree: QueueTree,
     /// Tree id of each model queue (by model index).
@@ -56,7 +56,7 @@ pub struct Fairness {
 
 /// One [`Fairness::gate`] answer and what it depended on: the tree's accounting, which changes only
 /// through [`Fairness::change`] (counted by `changes`), and the question.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct GateAnswer {
     changes: u64,
     request: Resources,
@@ -314,11 +314,75 @@ impl Fairness {
             .iter()
             .map(|(_, q)| QueueSpec::from_model(q))
             .collect();
-        let mut tree = QueueTree::new(specs, config);
+        let tree = QueueTree::new(specs, config);
         let mut ids = vec![None; cluster.queues.capacity()];
         for (i, q) in cluster.queues.iter() {
             ids[i as usize] = tree.id(&q.name);
         }
+        let mut fairness = Self {
+            tree,
+            versions: vec![0; ids.len()],
+            changes: 0,
+            last_gate: RefCell::new(Vec::new()),
+            ids,
+            scratch: RefCell::new(ReclaimScratch::default()),
+        };
+        fairness.record(cluster, gangs, usage, backlog, capacity);
+        fairness
+    }
+
+    /// [`Self::open`] for a new session, reusing the tree of the last one, built from queues (and
+    /// settings) that did not change since: only what a session records and divides is done again.
+    /// The caller answers for the queues; debug builds compare with a tree built afresh.
+    #[must_use]
+    pub fn reopen(
+        mut self,
+        cluster: &Cluster,
+        gangs: &[std::sync::Arc<Gang>],
+        usage: &[std::sync::Arc<GangUsage>],
+        backlog: &[(QueueId, Resources)],
+        capacity: &Resources,
+    ) -> Self {
+        self.tree.clear_for_reuse();
+        self.versions.fill(0);
+        self.changes = 0;
+        self.last_gate.get_mut().clear();
+        self.record(cluster, gangs, usage, backlog, capacity);
+        self
+    }
+
+    /// No queues: what a closing session leaves in place of the state it hands to the next one
+    /// (cheap, nothing allocated).
+    #[must_use]
+    pub fn empty() -> Self {
+        Self {
+            tree: QueueTree::new(Vec::new(), FairShareConfig::default()),
+            ids: Vec::new(),
+            versions: Vec::new(),
+            changes: 0,
+            scratch: RefCell::new(ReclaimScratch::default()),
+            last_gate: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Whether this and `other` hold the same tree, accounting and fair shares (for debug checks of a
+    /// reused tree).
+    #[must_use]
+    pub fn same_as(&self, other: &Self) -> bool {
+        self.tree.same_as(&other.tree) && self.ids == other.ids
+    }
+
+    /// Sets the queues' historical usage, records the gangs' and the backlog's usage and divides.
+    fn record(
+        &mut self,
+        cluster: &Cluster,
+        gangs: &[std::sync::Arc<Gang>],
+        usage: &[std::sync::Arc<GangUsage>],
+        backlog: &[(QueueId, Resources)],
+        capacity: &Resources,
+    ) {
+        let tree = &mut self.tree;
+        let ids = &self.ids;
         // Usage-based fair share: empty (every usage 0, today's division) unless it is on.
         for (name, u) in cluster.historical_usage.iter() {
             if let Some(id) = tree.id(name) {
@@ -334,18 +398,10 @@ impl Fairness {
         // An amount with a negative part (no request has one) is recorded on its own, in gang order,
         // and then so is everything else.
         let per_gang = usage.iter().any(|u| !u.unsummable.is_empty());
-        if per_gang || !record_summed(&mut tree, &ids, gangs, usage, backlog) {
-            record_per_gang(&mut tree, &ids, gangs, usage, backlog);
+        if per_gang || !record_summed(tree, ids, gangs, usage, backlog) {
+            record_per_gang(tree, ids, gangs, usage, backlog);
         }
         tree.divide(capacity);
-        Self {
-            tree,
-            versions: vec![0; ids.len()],
-            changes: 0,
-            last_gate: RefCell::new(Vec::new()),
-            ids,
-            scratch: RefCell::new(ReclaimScratch::default()),
-        }
     }
 
     /// What every queue holds now and the capacity fair share divided, for the usage record

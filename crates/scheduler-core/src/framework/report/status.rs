@@ -1215,7 +1215,9 @@ fn report_queues(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         }
         if fingerprint != queue.observed_fingerprint {
             let name = queue.name.clone();
-            if let Some(q) = ssn.cluster.queues.get_mut(id.0) {
+            // The report's own bookkeeping, not a change to the queue: unstamped, so that the next
+            // session reuses the fair-share tree built from the queues (`Fairness::reopen`).
+            if let Some(q) = ssn.cluster.queues.get_mut_unstamped(id.0) {
                 q.observed_fingerprint = fingerprint;
             }
             decisions.queue_statuses.push(QueueStatus {
