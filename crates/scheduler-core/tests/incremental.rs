@@ -41,6 +41,7 @@ fn rounds(spec: &Synthetic, config: &Config, forget: bool, pace: Pace) -> (Vec<S
     let mut out = Vec::new();
     let mut most_carried = 0;
     let mut fairness_reused = 0;
+    let mut ran = 0;
     let mut held = 0;
     for round in 0..pace.rounds {
         if round % 2 == 1 && round < pace.churn_before {
@@ -54,6 +55,7 @@ fn rounds(spec: &Synthetic, config: &Config, forget: bool, pace: Pace) -> (Vec<S
         out.push(format!("{:?}", result.decisions));
         most_carried = most_carried.max(result.stats.gangs_carried);
         fairness_reused += usize::from(result.stats.fairness_reused);
+        ran += usize::from(!result.skipped);
         held += usize::from(result.stats.report_due.is_some());
         sim.now = start + pace.step_ms;
     }
@@ -61,9 +63,13 @@ fn rounds(spec: &Synthetic, config: &Config, forget: bool, pace: Pace) -> (Vec<S
         assert_eq!(most_carried, 0, "a forgotten carry was used");
         assert_eq!(fairness_reused, 0, "a forgotten fair-share tree was used");
     } else {
-        // Not vacuous: the queues do not change, so every session after the first that ran reuses
-        // the fair-share tree.
-        assert!(fairness_reused > 0, "no session reused the fair-share tree");
+        // Not vacuous: the queues do not change, so every session after the first reuses the
+        // fair-share tree.
+        assert_eq!(
+            fairness_reused,
+            ran - 1,
+            "of {ran} sessions, {fairness_reused} reused the fair-share tree"
+        );
         // Not vacuous: after a churn round, most gangs are taken as the last session built them.
         let groups = sim.cluster.groups.len();
         assert!(
