@@ -745,33 +745,26 @@ impl<'c> Session<'c> {
         };
         let fairness_key = FairnessKey::of(cluster, &plugins.proportion);
         let backlog_pending = backlog.pending_by_queue();
-        let fairness_reused = last_fairness
-            .as_ref()
-            .is_some_and(|(_, key)| *key == fairness_key);
-        let fairness = match last_fairness {
-            Some((last, key)) if key == fairness_key => {
-                let fairness = last.reopen(cluster, &gangs, &usage, &backlog_pending, &capacity);
-                debug_assert!(
-                    fairness.same_as(&Fairness::open(
-                        cluster,
-                        &gangs,
-                        &usage,
-                        &backlog_pending,
-                        &plugins.proportion,
-                        &capacity,
-                    )),
-                    "a reused fair-share tree differs from one built afresh"
-                );
-                fairness
-            }
-            _ => Fairness::open(
+        let afresh = || {
+            Fairness::open(
                 cluster,
                 &gangs,
                 &usage,
                 &backlog_pending,
                 &plugins.proportion,
                 &capacity,
-            ),
+            )
+        };
+        let (fairness, fairness_reused) = match last_fairness {
+            Some((last, key)) if key == fairness_key => {
+                let fairness = last.reopen(cluster, &gangs, &usage, &backlog_pending, &capacity);
+                debug_assert!(
+                    fairness.same_as(&afresh()),
+                    "a reused fair-share tree differs from one built afresh"
+                );
+                (fairness, true)
+            }
+            _ => (afresh(), false),
         };
         let epoch_at_open = cluster.epochs.capacity;
         Self {
