@@ -232,13 +232,29 @@ impl VictimPool {
 }
 
 /// The lowest priority among `queue`'s possible victims (preemptible gangs with a placed pod), if it has
-/// any: what [`VictimPool::build`] would list, at its head.
+/// any: what [`VictimPool::build`] would list, at its head. A gang no lower than the lowest found so far
+/// cannot change the answer, so its pods are not looked at (a queue of like priorities reads one
+/// gang's pods, not every gang's).
 fn lowest_victim_priority(ssn: &Session<'_>, queue: QueueId) -> Option<i32> {
-    ssn.gangs_in_queue(queue)
-        .iter()
-        .filter(|v| ssn.gangs[**v].preemptible && has_placed_pod(ssn, **v))
-        .map(|v| ssn.gangs[*v].priority)
-        .min()
+    let mut lowest: Option<i32> = None;
+    for &v in ssn.gangs_in_queue(queue) {
+        let gang = &ssn.gangs[v];
+        if !gang.preemptible || lowest.is_some_and(|l| gang.priority >= l) {
+            continue;
+        }
+        if has_placed_pod(ssn, v) {
+            lowest = Some(gang.priority);
+        }
+    }
+    debug_assert_eq!(
+        lowest,
+        ssn.gangs_in_queue(queue)
+            .iter()
+            .filter(|v| ssn.gangs[**v].preemptible && has_placed_pod(ssn, **v))
+            .map(|v| ssn.gangs[*v].priority)
+            .min()
+    );
+    lowest
 }
 
 pub(crate) fn has_placed_pod(ssn: &Session<'_>, gang: usize) -> bool {
