@@ -358,10 +358,16 @@ impl Backlog {
 
     /// Takes out the first gang of every class (the heads a session tries).
     pub fn take_heads(&mut self) -> Vec<(ClassKey, GroupId)> {
-        let keys: Vec<ClassKey> = self.classes.iter().map(|c| c.key.clone()).collect();
-        keys.into_iter()
-            .filter_map(|key| self.take_first(&key).map(|g| (key, g)))
-            .collect()
+        // By class index: a class's key is cloned only when it has a head (an emptied class stays listed).
+        let mut heads = Vec::new();
+        for class in 0..self.classes.len() {
+            let Some(&group) = self.classes[class].members.values().next() else {
+                continue;
+            };
+            self.release(group);
+            heads.push((self.classes[class].key.clone(), group));
+        }
+        heads
     }
 
     /// Lets go every gang whose figures' refresh has come and whose class's answer moved since it was
