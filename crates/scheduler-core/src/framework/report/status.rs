@@ -1167,10 +1167,16 @@ fn report_queues(ssn: &mut Session<'_>, decisions: &mut Decisions) {
         // their statuses are made only when written. Pods are not reported, so not fingerprinted.
         let fingerprint = {
             let mut h = WordHasher::default();
+            // Nonzero slots only (most of the sixteen are zero), each with its slot, then a count
+            // that ends the amount.
             let mut amounts = |r: &Resources| {
-                let mut r = *r;
-                r.0[PODS] = 0;
-                r.0.hash(&mut h);
+                let mut n = 0u64;
+                for (slot, v) in r.nonzero().filter(|(slot, _)| *slot != PODS) {
+                    h.write_usize(slot);
+                    h.write_i64(v);
+                    n += 1;
+                }
+                h.write_u64(n);
             };
             amounts(&allocated);
             amounts(&requested);
