@@ -257,8 +257,7 @@ fn lowest_victim_priority(ssn: &Session<'_>, queue: QueueId) -> Option<i32> {
     lowest
 }
 
+/// Whether a pod of the gang holds a node: only such a gang can be a victim.
 pub(crate) fn has_placed_pod(ssn: &Session<'_>, gang: usize) -> bool {
-    ssn.gangs[gang]
-        .tasks()
-        .any(|t| ssn.cluster.task(t).status.is_allocated())
+    ssn.gang_has_placed_pod(gang)
 }

@@ -74,6 +74,9 @@ pub struct Gang {
     /// Whether a pod of its own waited when built ([`Self::pending`]; the same until a pod of it
     /// changes).
     pub pending_at_build: bool,
+    /// Whether a pod of it held a node (bound, running or assumed) when built; the same until a pod of
+    /// it changes (see `Session::gang_has_placed_pod`).
+    pub placed_at_build: bool,
     /// Whether enough of its pods could be placed when built ([`Self::ready`]; the same until a pod of it
     /// changes). Found at the first ask while its pods are as built ([`Self::coverable_as_built`]).
     coverable_at_build: std::sync::OnceLock<bool>,
@@ -411,6 +414,7 @@ impl Gang {
             plain_pod_at_build: std::sync::OnceLock::new(),
             pod_count: 0,
             pending_at_build: false,
+            placed_at_build: false,
             coverable_at_build: std::sync::OnceLock::new(),
             bind_failure_at_build: false,
             pod_rules_at_build: false,
@@ -419,10 +423,11 @@ impl Gang {
         gang.version = gang.live_version(cluster);
         // One pass over its pods for what is read of each alone.
         let (mut pods, mut pending, mut any_pending) = (0, false, false);
-        let (mut bind_failure, mut pod_rules) = (false, false);
+        let (mut bind_failure, mut pod_rules, mut placed) = (false, false, false);
         for t in gang.tasks() {
             let task = cluster.task(t);
             pods += 1;
+            placed |= task.status.is_allocated();
             any_pending |= task.status == TaskStatus::Pending;
             pending |= task.status == TaskStatus::Pending && task.ours;
             bind_failure |= task.bind_failure.is_some();
@@ -430,6 +435,7 @@ impl Gang {
         }
         gang.pod_count = pods;
         gang.pending_at_build = pending;
+        gang.placed_at_build = placed;
         gang.bind_failure_at_build = bind_failure;
         gang.pod_rules_at_build = pod_rules;
         // Without a waiting pod (its own or another scheduler's) it asks for nothing.

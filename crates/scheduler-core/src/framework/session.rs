@@ -915,6 +915,20 @@ impl<'c> Session<'c> {
         gang.pending_at_build
     }
 
+    /// Whether a pod of gang `g` holds a node (bound, running or assumed), without a look at its pods
+    /// while none of them changed in this session: the victim actions ask it of every gang of the
+    /// session each time they list their candidates, and a pod's status is a read far from the gang's.
+    #[must_use]
+    pub fn gang_has_placed_pod(&self, g: usize) -> bool {
+        let gang = &self.gangs[g];
+        let placed = || gang.tasks().any(|t| self.cluster.task(t).status.is_allocated());
+        if self.gang_touched(g) {
+            return placed();
+        }
+        debug_assert_eq!(gang.placed_at_build, placed(), "gang {g} changed untouched");
+        gang.placed_at_build
+    }
+
     /// Whether gang `g` may be tried ([`Gang::ready`]), without a look at its pods while none of them
     /// changed in this session and it was ready when built.
     ///
