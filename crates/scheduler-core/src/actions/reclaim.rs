@@ -112,6 +112,17 @@ pub fn reclaim(ssn: &mut Session<'_>) {
                         .is_err(),
                     "gang {g} could reclaim though its queue's bound could not"
                 );
+                // The gangs of its leaf the next pops would give, one after another, are refused
+                // alike (nothing changed): their turns are taken in one step.
+                order.pass_like_last(ssn, &|next| {
+                    debug_assert!(
+                        ssn.fairness
+                            .can_reclaim(queue, &pending_request(ssn, next), ssn.gangs[next].preemptible)
+                            .is_err(),
+                        "gang {next} could reclaim though its queue's bound could not"
+                    );
+                    ssn.gangs[next].queue == Some(queue)
+                });
                 break 'turn;
             }
             let request = pending_request(ssn, g);

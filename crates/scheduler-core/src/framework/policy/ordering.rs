@@ -402,6 +402,40 @@ impl JobQueues {
         })
     }
 
+    /// Takes, one after another, the session gangs the next pops would give without comparing queues
+    /// (the last pop's leaf, still the best: see `last`) while `ends_at_once` says their turns would
+    /// end doing nothing: the turns a caller would take and end, taken in one step. It stops at a kept
+    /// class's entry, whose turn moves the class ([`Self::take_kept`], [`Self::pass_kept`]). How many
+    /// it took.
+    pub fn pass_like_last(&mut self, ssn: &Session<'_>, ends_at_once: &dyn Fn(usize) -> bool) -> usize {
+        #[cfg(test)]
+        if self.uncached {
+            return 0;
+        }
+        let mut passed = 0;
+        // A doomed front would be set aside first (`settle`): the pops go on without this shortcut.
+        while !self.dooming {
+            let Some(last) = self
+                .last
+                .as_ref()
+                .filter(|l| l.fairness == ssn.fairness.changes())
+            else {
+                break;
+            };
+            let leaf = last.leaf;
+            let Some(front) = self.front(ssn, leaf).filter(|f| f & KEPT == 0) else {
+                break;
+            };
+            let asks_as_won = self.request_of(front).is_some_and(|r| last.requests.contains(&r));
+            if !asks_as_won || !ends_at_once(front) {
+                break;
+            }
+            self.take_front(ssn, leaf);
+            passed += 1;
+        }
+        passed
+    }
+
     /// Passes over kept class `k`'s next gang and every gang of it after that one that comes before
     /// anything else of its queue's leaf: turns that end as this one would are taken one after
     /// another (the leaf stays the best while nothing changes and its front asks the same).
@@ -1152,6 +1186,101 @@ mod kept_tests {
         assert!(
             batched_pops < single_pops,
             "quiet turns popped: {batched_pops} batched, {single_pops} one by one"
+        );
+    }
+
+    /// The next turn that is not a session gang of a refused queue, passing those over on the way
+    /// (`batched`: as reclaim does, with [`JobQueues::pass_like_last`]; otherwise one by one); counts
+    /// the refused turns (`[0]`) and the pops that gave one (`[1]`).
+    fn next_unrefused_turn(
+        order: &mut JobQueues,
+        ssn: &Session<'_>,
+        refused: &[QueueId],
+        batched: bool,
+        counts: &mut [usize; 2],
+    ) -> Option<Turn> {
+        let is_refused = |g: usize| ssn.gangs[g].queue.is_some_and(|q| refused.contains(&q));
+        loop {
+            match order.pop_turn(ssn)? {
+                Turn::Gang(g) if is_refused(g) => {
+                    counts[0] += 1;
+                    counts[1] += 1;
+                    if batched {
+                        counts[0] += order.pass_like_last(ssn, &|next| {
+                            assert!(is_refused(next), "gang {next} of a queue not refused offered");
+                            true
+                        });
+                    }
+                }
+                turn => return Some(turn),
+            }
+        }
+    }
+
+    /// Passing a refused queue's gangs over in one step leaves every other turn as popping them one by
+    /// one with the uncached order gives, while kept gangs are taken in, accounting moves and queues
+    /// are refused and let go (an eviction would).
+    #[test]
+    fn refused_gangs_passed_in_one_step_leave_the_other_turns_as_they_were() {
+        let (mut left, mut right) = (crowded(), crowded());
+        // A round's worth more of each queue's like gangs in the session, beside the kept classes.
+        for sim in [&mut left, &mut right] {
+            for i in 90..150_u32 {
+                let queue = ["a", "b", "c"][(i % 3) as usize];
+                sim.gang(
+                    GangSpec::new(&format!("job-{i}"), queue, 1)
+                        .gpus(1)
+                        .created(i64::from(i)),
+                );
+            }
+        }
+        let mut batched_ssn = Session::open(&mut left.cluster, &left.config, left.now);
+        let mut single_ssn = Session::open(&mut right.cluster, &right.config, right.now);
+        let keys = batched_ssn.backlog.class_keys();
+        let mut batched = JobQueues::with_kept(&batched_ssn, 0..batched_ssn.gangs.len(), &keys);
+        let mut single = JobQueues::with_kept(&single_ssn, 0..single_ssn.gangs.len(), &keys);
+        single.uncached = true;
+        let queues: Vec<QueueId> = {
+            let mut q: Vec<QueueId> = batched_ssn.gangs.iter().filter_map(|g| g.queue).collect();
+            q.sort_unstable();
+            q.dedup();
+            q
+        };
+        assert_eq!(queues.len(), 3, "{queues:?}");
+        let mut refused: Vec<QueueId> = vec![queues[1]];
+        let (mut turns, mut batched_counts, mut single_counts) = (0, [0, 0], [0, 0]);
+        loop {
+            let expected = next_unrefused_turn(&mut single, &single_ssn, &refused, false, &mut single_counts);
+            let got = next_unrefused_turn(&mut batched, &batched_ssn, &refused, true, &mut batched_counts);
+            assert_eq!(got, expected, "turn {turns}");
+            let Some(turn) = expected else { break };
+            turns += 1;
+            let gang = match turn {
+                Turn::Gang(g) => Some(g),
+                Turn::Kept(k) => {
+                    let g = batched.take_kept(&mut batched_ssn, k);
+                    assert_eq!(single.take_kept(&mut single_ssn, k), g, "turn {turns}");
+                    g
+                }
+            };
+            if let Some(g) = gang
+                && turns % 4 == 0
+            {
+                place_in_both(&batched, g, [&mut batched_ssn, &mut single_ssn]);
+            }
+            // Now and then an eviction: another queue is refused.
+            if turns % 9 == 0 {
+                refused = vec![queues[turns / 9 % 3]];
+            }
+        }
+        assert!(turns > 10, "{turns} turns");
+        assert_eq!(batched_counts[0], single_counts[0], "refused turns");
+        assert!(
+            single_counts[0] > 10 && batched_counts[1] < single_counts[1],
+            "refused turns {}, popped in {} batched, {} one by one",
+            single_counts[0],
+            batched_counts[1],
+            single_counts[1]
         );
     }
 }
