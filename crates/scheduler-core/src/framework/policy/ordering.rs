@@ -1062,6 +1062,39 @@ mod kept_tests {
         }
     }
 
+    /// A session on each sim, each with an order of its gangs and the backlog's kept classes: the first
+    /// cached as the scheduler runs it, the second uncached (every pop a full comparison of queues).
+    fn cached_and_uncached<'a>(
+        left: &'a mut Sim,
+        right: &'a mut Sim,
+    ) -> (Session<'a>, JobQueues, Session<'a>, JobQueues) {
+        let cached_ssn = Session::open(&mut left.cluster, &left.config, left.now);
+        let full_ssn = Session::open(&mut right.cluster, &right.config, right.now);
+        let keys = cached_ssn.backlog.class_keys();
+        assert_eq!(keys, full_ssn.backlog.class_keys());
+        let cached = JobQueues::with_kept(&cached_ssn, 0..cached_ssn.gangs.len(), &keys);
+        let mut full = JobQueues::with_kept(&full_ssn, 0..full_ssn.gangs.len(), &keys);
+        full.uncached = true;
+        (cached_ssn, cached, full_ssn, full)
+    }
+
+    /// The gang turn `turn` gives in both orders: a kept class's next gang, taken in by each alike.
+    fn gang_of_turn(
+        turn: Turn,
+        turns: usize,
+        (cached, cached_ssn): (&mut JobQueues, &mut Session<'_>),
+        (full, full_ssn): (&mut JobQueues, &mut Session<'_>),
+    ) -> Option<usize> {
+        match turn {
+            Turn::Gang(g) => Some(g),
+            Turn::Kept(k) => {
+                let g = cached.take_kept(cached_ssn, k);
+                assert_eq!(full.take_kept(full_ssn, k), g, "turn {turns}");
+                g
+            }
+        }
+    }
+
     /// An order with the backlog's kept classes standing in it pops, turn by turn, what the uncached
     /// order (every pop a full comparison of queues) pops, while kept gangs are passed over or taken
     /// in and accounting moves under both: the leaf wins it remembers ([`LastPop`]) hold only against
@@ -1069,14 +1102,9 @@ mod kept_tests {
     #[test]
     fn kept_classes_take_the_turns_the_uncached_order_gives() {
         let (mut left, mut right) = (crowded(), crowded());
-        let mut cached_ssn = Session::open(&mut left.cluster, &left.config, left.now);
-        let mut full_ssn = Session::open(&mut right.cluster, &right.config, right.now);
-        let keys = cached_ssn.backlog.class_keys();
-        assert!(keys.len() >= 6, "{} classes kept", keys.len());
-        assert_eq!(keys, full_ssn.backlog.class_keys());
-        let mut cached = JobQueues::with_kept(&cached_ssn, 0..cached_ssn.gangs.len(), &keys);
-        let mut full = JobQueues::with_kept(&full_ssn, 0..full_ssn.gangs.len(), &keys);
-        full.uncached = true;
+        let (mut cached_ssn, mut cached, mut full_ssn, mut full) = cached_and_uncached(&mut left, &mut right);
+        let kept = cached_ssn.backlog.class_keys().len();
+        assert!(kept >= 6, "{kept} classes kept");
         let (mut turns, mut kept_turns, mut taken) = (0, 0, 0);
         while let Some(turn) = full.pop_turn(&full_ssn) {
             assert_eq!(
@@ -1147,14 +1175,12 @@ mod kept_tests {
     #[test]
     fn quiet_classes_passed_in_one_step_leave_the_other_turns_as_they_were() {
         let (mut left, mut right) = (crowded(), crowded());
-        let mut batched_ssn = Session::open(&mut left.cluster, &left.config, left.now);
-        let mut single_ssn = Session::open(&mut right.cluster, &right.config, right.now);
-        let keys = batched_ssn.backlog.class_keys();
-        let mut batched = JobQueues::with_kept(&batched_ssn, 0..batched_ssn.gangs.len(), &keys);
-        let mut single = JobQueues::with_kept(&single_ssn, 0..single_ssn.gangs.len(), &keys);
-        single.uncached = true;
+        let (mut batched_ssn, mut batched, mut single_ssn, mut single) =
+            cached_and_uncached(&mut left, &mut right);
         // Two classes in three quiet to begin with.
-        let mut quiet: Vec<bool> = (0..keys.len()).map(|k| k % 3 != 0).collect();
+        let mut quiet: Vec<bool> = (0..batched_ssn.backlog.class_keys().len())
+            .map(|k| k % 3 != 0)
+            .collect();
         let (mut turns, mut batched_pops, mut single_pops) = (0, 0, 0);
         loop {
             let expected = next_real_turn(&mut single, &single_ssn, &quiet, false, &mut single_pops);
@@ -1162,14 +1188,12 @@ mod kept_tests {
             assert_eq!(got, expected, "turn {turns}");
             let Some(turn) = expected else { break };
             turns += 1;
-            let gang = match turn {
-                Turn::Gang(g) => Some(g),
-                Turn::Kept(k) => {
-                    let g = batched.take_kept(&mut batched_ssn, k);
-                    assert_eq!(single.take_kept(&mut single_ssn, k), g, "turn {turns}");
-                    g
-                }
-            };
+            let gang = gang_of_turn(
+                turn,
+                turns,
+                (&mut batched, &mut batched_ssn),
+                (&mut single, &mut single_ssn),
+            );
             if let Some(g) = gang
                 && turns % 2 == 0
             {
@@ -1223,23 +1247,20 @@ mod kept_tests {
     #[test]
     fn refused_gangs_passed_in_one_step_leave_the_other_turns_as_they_were() {
         let (mut left, mut right) = (crowded(), crowded());
-        // A round's worth more of each queue's like gangs in the session, beside the kept classes.
+        // A round's worth more of each queue's gangs in the session, beside the kept classes, in runs
+        // of like ones: a run ends where a front asks what its leaf has not won with.
         for sim in [&mut left, &mut right] {
             for i in 90..150_u32 {
                 let queue = ["a", "b", "c"][(i % 3) as usize];
                 sim.gang(
                     GangSpec::new(&format!("job-{i}"), queue, 1)
-                        .gpus(1)
+                        .gpus(if i / 9 % 2 == 0 { 1 } else { 8 })
                         .created(i64::from(i)),
                 );
             }
         }
-        let mut batched_ssn = Session::open(&mut left.cluster, &left.config, left.now);
-        let mut single_ssn = Session::open(&mut right.cluster, &right.config, right.now);
-        let keys = batched_ssn.backlog.class_keys();
-        let mut batched = JobQueues::with_kept(&batched_ssn, 0..batched_ssn.gangs.len(), &keys);
-        let mut single = JobQueues::with_kept(&single_ssn, 0..single_ssn.gangs.len(), &keys);
-        single.uncached = true;
+        let (mut batched_ssn, mut batched, mut single_ssn, mut single) =
+            cached_and_uncached(&mut left, &mut right);
         let queues: Vec<QueueId> = {
             let mut q: Vec<QueueId> = batched_ssn.gangs.iter().filter_map(|g| g.queue).collect();
             q.sort_unstable();
@@ -1255,14 +1276,12 @@ mod kept_tests {
             assert_eq!(got, expected, "turn {turns}");
             let Some(turn) = expected else { break };
             turns += 1;
-            let gang = match turn {
-                Turn::Gang(g) => Some(g),
-                Turn::Kept(k) => {
-                    let g = batched.take_kept(&mut batched_ssn, k);
-                    assert_eq!(single.take_kept(&mut single_ssn, k), g, "turn {turns}");
-                    g
-                }
-            };
+            let gang = gang_of_turn(
+                turn,
+                turns,
+                (&mut batched, &mut batched_ssn),
+                (&mut single, &mut single_ssn),
+            );
             if let Some(g) = gang
                 && turns % 4 == 0
             {
