@@ -1283,13 +1283,13 @@ mod kept_tests {
                 (&mut single, &mut single_ssn),
             );
             if let Some(g) = gang
-                && turns % 4 == 0
+                && turns % 2 == 0
             {
                 place_in_both(&batched, g, [&mut batched_ssn, &mut single_ssn]);
             }
             // Now and then an eviction: another queue is refused.
-            if turns % 9 == 0 {
-                refused = vec![queues[turns / 9 % 3]];
+            if turns % 3 == 0 {
+                refused = vec![queues[turns / 3 % 3]];
             }
         }
         assert!(turns > 10, "{turns} turns");
