@@ -2,10 +2,12 @@
 //!
 //! Owns: CRD generation (`crds`), the local Kubernetes control plane (`cluster`), fake nodes (`nodes`),
 //! removing what e2e tests left behind (`e2e-clean`), Helm (`helm`), the end-to-end binding benchmark
-//! (`bench`), the CI entry point (`ci`), the main job (`demo`), the soak test (`soak`), structural rules
-//! (`tidy`: the decision core has no I/O dependency) and the chart's RBAC against what the components did
-//! (`rbac-audit`). Talks to clusters through the e2e crate's library, so the tests and the developer's
-//! cluster are set up by one piece of code. Must not: be needed by the project's components at run time.
+//! (`bench`), the CI entry point (`ci`), the main job (`demo`), the soak test (`soak`), trace replays with
+//! the core's debug checks on (`sim-check`), the profile-guided build of the CLI for long replays
+//! (`sim-build`), structural rules (`tidy`: the decision core has no I/O dependency) and the chart's RBAC
+//! against what the components did (`rbac-audit`). Talks to clusters through the e2e crate's library, so
+//! the tests and the developer's cluster are set up by one piece of code. Must not: be needed by the
+//! project's components at run time.
 
 mod bench;
 mod ci;
@@ -15,6 +17,7 @@ mod demo;
 mod helm;
 mod nodes;
 mod rbac_audit;
+mod sim_build;
 mod sim_check;
 mod soak;
 mod tidy;
@@ -73,6 +76,9 @@ enum Task {
     /// Replay a slice of the Philly trace through a release build with every debug check of the core
     /// on; fail when one fires (not in `ci`).
     SimCheck(sim_check::SimCheckArgs),
+    /// A profile-guided release build of the `kai` CLI, trained on a slice of the Philly trace, for
+    /// long replays (the same decisions, faster; not in `ci`).
+    SimBuild(sim_build::SimBuildArgs),
     /// Compare what the components did (the local API server's audit log) with what the chart grants
     /// them: fail on a granted verb nothing used, or on a refused request.
     RbacAudit {
@@ -161,6 +167,7 @@ fn main() -> anyhow::Result<()> {
         Task::Demo { command: None } => demo::up(),
         Task::Soak(args) => soak::run(&args),
         Task::SimCheck(args) => sim_check::run(&args),
+        Task::SimBuild(args) => sim_build::run(&args),
         Task::Demo {
             command: Some(DemoTask::Down),
         } => demo::down(),
