@@ -14,7 +14,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail};
 
@@ -71,6 +71,8 @@ pub(crate) fn run(args: &SimBuildArgs) -> anyhow::Result<()> {
         .args(["--offset", &args.offset.to_string()])
         .args(["--limit", &args.limit.to_string(), "--no-progress", "--out"])
         .arg(target_dir.join("training"))
+        // The tables are in the output directory; only the counts matter here.
+        .stdout(Stdio::null())
         .current_dir(&root)
         .status()
         .context("running the training replay")?;
@@ -88,11 +90,16 @@ pub(crate) fn run(args: &SimBuildArgs) -> anyhow::Result<()> {
     if !status.success() {
         bail!("llvm-profdata merge failed");
     }
+    // Cargo rebuilds when the flags change, not when a file they name does: the flag names the
+    // counts by their content, so a new training slice rebuilds and the same one does not.
+    let counts = std::fs::read(&merged).with_context(|| format!("reading {}", merged.display()))?;
+    let named = target_dir.join(format!("counts-{:016x}.profdata", content_hash(&counts)));
+    std::fs::rename(&merged, &named).with_context(|| format!("naming {}", named.display()))?;
     build(
         &root,
         &host,
         &target_dir,
-        &format!("-Cprofile-use={}", merged.display()),
+        &format!("-Cprofile-use={}", named.display()),
     )?;
     println!(
         "sim-build: {} (trained on jobs {}..{} of {})",
@@ -159,11 +166,26 @@ fn llvm_profdata(root: &Path) -> anyhow::Result<PathBuf> {
 /// The compiler's host target triple.
 fn host_triple(root: &Path) -> anyhow::Result<String> {
     let version = rustc_output(root, &["-vV"])?;
+    host_of(&version)
+        .map(str::to_owned)
+        .context("rustc -vV names no host")
+}
+
+/// A hash of `bytes` that names them (not a security measure).
+fn content_hash(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The host triple in `rustc -vV`'s output.
+fn host_of(version: &str) -> Option<&str> {
     version
         .lines()
         .find_map(|l| l.strip_prefix("host: "))
-        .map(|h| h.trim().to_owned())
-        .context("rustc -vV names no host")
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
 }
 
 fn rustc_output(root: &Path, args: &[&str]) -> anyhow::Result<String> {
@@ -177,4 +199,17 @@ fn rustc_output(root: &Path, args: &[&str]) -> anyhow::Result<String> {
         bail!("rustc {} failed", args.join(" "));
     }
     String::from_utf8(output.stdout).context("rustc printed non-UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_of;
+
+    #[test]
+    fn the_host_is_read_from_rustcs_verbose_version() {
+        let version = "rustc 1.95.0 (59807616e 2026-04-14)\nbinary: rustc\nhost: x86_64-unknown-linux-gnu\nrelease: 1.95.0\nLLVM version: 22.1.2\n";
+        assert_eq!(host_of(version), Some("x86_64-unknown-linux-gnu"));
+        assert_eq!(host_of("rustc 1.95.0\nhost: \n"), None);
+        assert_eq!(host_of("rustc 1.95.0\n"), None);
+    }
 }
