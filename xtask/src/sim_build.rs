@@ -37,17 +37,7 @@ pub(crate) struct SimBuildArgs {
 /// Builds, trains and rebuilds; prints where the binary is.
 pub(crate) fn run(args: &SimBuildArgs) -> anyhow::Result<()> {
     let root = e2e::paths::workspace_root();
-    let trace = if args.trace.is_absolute() {
-        args.trace.clone()
-    } else {
-        root.join(&args.trace)
-    };
-    if !trace.is_file() {
-        bail!(
-            "no trace at {} (give one with --trace; see ../shared/traces/README.md)",
-            trace.display()
-        );
-    }
+    let trace = crate::sim_check::trace_path(&root, &args.trace)?;
     let profdata = llvm_profdata(&root)?;
     let host = host_triple(&root)?;
     let target_dir = root.join(TARGET_DIR);

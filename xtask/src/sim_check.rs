@@ -44,17 +44,7 @@ const WRITES_COLUMN: &str = "status_writes";
 /// Builds the CLI with debug assertions and replays the slice; fails when a check fires.
 pub(crate) fn run(args: &SimCheckArgs) -> anyhow::Result<()> {
     let root = e2e::paths::workspace_root();
-    let trace = if args.trace.is_absolute() {
-        args.trace.clone()
-    } else {
-        root.join(&args.trace)
-    };
-    if !trace.is_file() {
-        bail!(
-            "no trace at {} (give one with --trace; see ../shared/traces/README.md)",
-            trace.display()
-        );
-    }
+    let trace = trace_path(&root, &args.trace)?;
     let status = Command::new(crate::ci::cargo())
         .args(["build", "--release", "-p", "kai-cli", "--target-dir", TARGET_DIR])
         .env("CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS", "true")
@@ -111,6 +101,23 @@ pub(crate) fn run(args: &SimCheckArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The trace given on the command line, relative to the workspace root unless absolute; an error
+/// naming where to find one when it is not there.
+pub(crate) fn trace_path(root: &Path, given: &Path) -> anyhow::Result<PathBuf> {
+    let trace = if given.is_absolute() {
+        given.to_path_buf()
+    } else {
+        root.join(given)
+    };
+    if !trace.is_file() {
+        bail!(
+            "no trace at {} (give one with --trace; see ../shared/traces/README.md)",
+            trace.display()
+        );
+    }
+    Ok(trace)
 }
 
 /// Fails unless the two runs' `queues.csv` are the same and their `summary.csv` the same up to
