@@ -38,8 +38,8 @@ pub(crate) struct SimBuildArgs {
 pub(crate) fn run(args: &SimBuildArgs) -> anyhow::Result<()> {
     let root = e2e::paths::workspace_root();
     let trace = crate::sim_check::trace_path(&root, &args.trace)?;
-    let profdata = llvm_profdata(&root)?;
     let host = host_triple(&root)?;
+    let profdata = llvm_profdata(&root, &host)?;
     let target_dir = root.join(TARGET_DIR);
     let raw = target_dir.join("profiles");
     // Counts of an older build would describe code that is no longer there.
@@ -133,9 +133,8 @@ fn build(root: &Path, host: &str, target_dir: &Path, flag: &str) -> anyhow::Resu
 
 /// The toolchain's `llvm-profdata` (rustup's `llvm-tools`, added when missing: it must match the
 /// compiler's LLVM, so a system one will not do).
-fn llvm_profdata(root: &Path) -> anyhow::Result<PathBuf> {
+fn llvm_profdata(root: &Path, host: &str) -> anyhow::Result<PathBuf> {
     let sysroot = rustc_output(root, &["--print", "sysroot"])?;
-    let host = host_triple(root)?;
     let path = PathBuf::from(sysroot.trim())
         .join("lib/rustlib")
         .join(host)
