@@ -81,9 +81,11 @@ pub(crate) fn run(args: &SimBuildArgs) -> anyhow::Result<()> {
         bail!("llvm-profdata merge failed");
     }
     // Cargo rebuilds when the flags change, not when a file they name does: the flag names the
-    // counts by their content, so a new training slice rebuilds and the same one does not.
+    // counts by their content, so new counts rebuild. (They differ a little from one training run to
+    // the next, so each run of this task rebuilds.)
     let counts = std::fs::read(&merged).with_context(|| format!("reading {}", merged.display()))?;
     let named = target_dir.join(format!("counts-{:016x}.profdata", content_hash(&counts)));
+    remove_old_counts(&target_dir)?;
     std::fs::rename(&merged, &named).with_context(|| format!("naming {}", named.display()))?;
     build(
         &root,
@@ -158,6 +160,18 @@ fn host_triple(root: &Path) -> anyhow::Result<String> {
     host_of(&version)
         .map(str::to_owned)
         .context("rustc -vV names no host")
+}
+
+/// Removes the counts files of earlier runs (about 13 MB each) from `dir`.
+fn remove_old_counts(dir: &Path) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.starts_with("counts-") && name.ends_with(".profdata") {
+            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// A hash of `bytes` that names them (not a security measure).
