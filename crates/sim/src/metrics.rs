@@ -259,8 +259,49 @@ pub struct Summary {
     pub writes: Writes,
     /// Wall-clock seconds of the replay.
     pub wall_seconds: f64,
+    /// The cycles run, by what started them and whether they placed or evicted anything.
+    pub cycle_kinds: Vec<CycleKind>,
     /// Per leaf queue.
     pub queues: Vec<QueueSummary>,
+}
+
+/// What started a cycle of a replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CycleTrigger {
+    /// Jobs arrived since the last cycle, and none finished.
+    Arrivals,
+    /// Jobs finished since the last cycle (some may have arrived too).
+    Completions,
+    /// No job arrived or finished: a cycle the last one asked for (after evictions, an exhausted
+    /// attempt budget, or a time-based rule falling due).
+    FollowUp,
+}
+
+impl CycleTrigger {
+    /// Its name in tables.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Arrivals => "arrivals",
+            Self::Completions => "completions",
+            Self::FollowUp => "follow-up",
+        }
+    }
+}
+
+/// Cycles of one trigger and result: how many, and the wall-clock seconds they took. Where a replay's
+/// time goes: a cycle that decided nothing costs about as much as one that placed.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct CycleKind {
+    /// What started them.
+    pub trigger: CycleTrigger,
+    /// Whether they placed or evicted some pod.
+    pub decided: bool,
+    /// How many ran.
+    pub cycles: u64,
+    /// Wall-clock seconds they took.
+    pub seconds: f64,
 }
 
 /// Milli-GPU x ms in a GPU-hour.

@@ -29,7 +29,7 @@ use scheduler_core::model::resources::GPU;
 use scheduler_core::sim::{GangSpec, Sim};
 use serde::Serialize;
 
-use crate::metrics::{self, Claim, JobRecord, QueueSummary, Summary, TimeAverage};
+use crate::metrics::{self, Claim, CycleKind, CycleTrigger, JobRecord, QueueSummary, Summary, TimeAverage};
 use crate::workload::{Checked, Millis};
 
 /// Namespace of the replayed PodGroups and pods.
@@ -188,6 +188,8 @@ pub struct Outcome {
     pub timeline: Vec<(Millis, i64)>,
     /// Cycles run (not skipped).
     pub cycles: u64,
+    /// Cycles run, by trigger and whether they placed or evicted anything: how many, and seconds.
+    pub cycle_kinds: BTreeMap<(CycleTrigger, bool), (u64, f64)>,
     /// API writes the cycles decided.
     pub writes: metrics::Writes,
     /// The replay stopped at `max_cycles`.
@@ -336,6 +338,7 @@ impl<'a> Replay<'a> {
                 held_idle_all: TimeAverage::default(),
                 timeline: Vec::new(),
                 cycles: 0,
+                cycle_kinds: BTreeMap::new(),
                 writes: metrics::Writes::default(),
                 stopped_early: false,
                 peak_allocated: 0,
@@ -513,13 +516,18 @@ impl<'a> Replay<'a> {
         self.out.timeline.push((at, self.allocated));
     }
 
-    /// One cycle at `tick`: whether the next tick needs a cycle even without an event, and the
-    /// earliest deadline of a time-based rule.
-    fn cycle(&mut self, tick: Millis) -> (bool, Option<Millis>) {
+    /// One cycle at `tick`, started by `trigger`: whether the next tick needs a cycle even without an
+    /// event, and the earliest deadline of a time-based rule.
+    fn cycle(&mut self, tick: Millis, trigger: CycleTrigger) -> (bool, Option<Millis>) {
         self.sim.now = tick;
+        let started = Instant::now();
         let result = self.sim.step();
         if !result.skipped {
             self.out.cycles += 1;
+            let decided = !result.decisions.binds.is_empty() || !result.decisions.evictions.is_empty();
+            let kind = self.out.cycle_kinds.entry((trigger, decided)).or_default();
+            kind.0 += 1;
+            kind.1 += started.elapsed().as_secs_f64();
         }
         let d = &result.decisions;
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
@@ -632,6 +640,7 @@ impl<'a> Replay<'a> {
                 .saturating_add(i64::from(next % tick_ms != 0))
                 * tick_ms;
             // Every event up to the tick, in time order (completions first on ties: they free GPUs).
+            let mut trigger = CycleTrigger::FollowUp;
             loop {
                 let a = self
                     .w
@@ -645,12 +654,16 @@ impl<'a> Replay<'a> {
                         if let Some(Reverse((_, job, _))) = self.completions.pop() {
                             self.advance(ct);
                             self.complete(job, ct);
+                            trigger = CycleTrigger::Completions;
                             progress.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     (Some(at), _) => {
                         self.advance(at);
                         self.arrive(next_arrival);
+                        if trigger == CycleTrigger::FollowUp {
+                            trigger = CycleTrigger::Arrivals;
+                        }
                         next_arrival += 1;
                         progress.fetch_add(1, Ordering::Relaxed);
                     }
@@ -658,7 +671,7 @@ impl<'a> Replay<'a> {
                 }
             }
             self.advance(tick);
-            let (again, deadline) = self.cycle(tick);
+            let (again, deadline) = self.cycle(tick, trigger);
             wake = if again {
                 Some(tick + tick_ms)
             } else {
@@ -780,6 +793,16 @@ pub fn summarize(workload: &Checked, outcome: &Outcome) -> Summary {
         cycles: outcome.cycles,
         writes: outcome.writes,
         wall_seconds: outcome.wall_seconds,
+        cycle_kinds: outcome
+            .cycle_kinds
+            .iter()
+            .map(|(&(trigger, decided), &(cycles, seconds))| CycleKind {
+                trigger,
+                decided,
+                cycles,
+                seconds,
+            })
+            .collect(),
         queues,
     }
 }
@@ -884,6 +907,40 @@ mod tests {
             assert!(close(s.idle_while_fit_pct, 0.0), "{policy:?}");
             // One queue: it holds exactly its fair share whenever it holds anything.
             assert!(close(s.jain, 1.0), "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn cycles_are_counted_by_what_started_them_and_whether_they_decided_anything() {
+        // A fills both nodes from 0 s to 100 s; B arrives at 20 s and cannot start (an arrival that
+        // decides nothing); A's end places B (a completion that places); B's end at 110 s leaves nothing
+        // to place (a completion that decides nothing). Nothing is evicted, so no follow-up runs.
+        let w = workload(&[("q", 16.0)], &[("q", 0, 100, 2, 8), ("q", 20, 10, 1, 8)]);
+        for policy in Policy::ALL {
+            let (o, s) = run(&w, policy);
+            let kinds: Vec<((CycleTrigger, bool), u64)> =
+                o.cycle_kinds.iter().map(|(k, (n, _))| (*k, *n)).collect();
+            assert_eq!(
+                kinds,
+                [
+                    ((CycleTrigger::Arrivals, false), 1),
+                    ((CycleTrigger::Arrivals, true), 1),
+                    ((CycleTrigger::Completions, false), 1),
+                    ((CycleTrigger::Completions, true), 1),
+                ],
+                "{policy:?}"
+            );
+            assert_eq!(o.cycles, 4, "{policy:?}");
+            assert_eq!(
+                s.cycle_kinds.iter().map(|k| k.cycles).sum::<u64>(),
+                o.cycles,
+                "{policy:?}"
+            );
+            let text = crate::report::render(std::slice::from_ref(&s));
+            assert!(
+                text.contains("cycles after arrivals 2 (50 % placed and evicted nothing;"),
+                "{text}"
+            );
         }
     }
 

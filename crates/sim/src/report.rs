@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::metrics::{QueueSummary, Summary};
+use crate::metrics::{CycleKind, CycleTrigger, QueueSummary, Summary};
 use crate::plot::{LineChart, Series};
 use crate::replay::Outcome;
 
@@ -151,7 +151,7 @@ pub fn render(summaries: &[Summary]) -> String {
         let _ = write!(
             out,
             "\n{} ({} cycles, {:.1} s; API writes decided: {} binds, {} PodGroup statuses, {} events, \
-             {} pod conditions, {:.2} per bind)\n{}",
+             {} pod conditions, {:.2} per bind)\n{}\n{}",
             s.policy,
             s.cycles,
             s.wall_seconds,
@@ -160,10 +160,61 @@ pub fn render(summaries: &[Summary]) -> String {
             w.events,
             w.pod_conditions,
             w.per_bind(),
+            cycle_line(&s.cycle_kinds),
             table(&QUEUE_HEADERS, &queue_rows(&s.queues))
         );
     }
     out
+}
+
+/// The cycles by trigger, each with the share that placed or evicted nothing and its share of the
+/// cycles' time.
+fn cycle_line(kinds: &[CycleKind]) -> String {
+    let total: f64 = kinds.iter().map(|k| k.seconds).sum();
+    let parts: Vec<String> = [
+        CycleTrigger::Arrivals,
+        CycleTrigger::Completions,
+        CycleTrigger::FollowUp,
+    ]
+    .into_iter()
+    .filter_map(|trigger| {
+        let of: Vec<&CycleKind> = kinds.iter().filter(|k| k.trigger == trigger).collect();
+        let cycles: u64 = of.iter().map(|k| k.cycles).sum();
+        let idle: u64 = of.iter().filter(|k| !k.decided).map(|k| k.cycles).sum();
+        let seconds: f64 = of.iter().map(|k| k.seconds).sum();
+        (cycles > 0).then(|| {
+            format!(
+                "{} {cycles} ({:.0} % placed and evicted nothing; {:.0} % of the cycles' time)",
+                trigger.name(),
+                100.0 * idle as f64 / cycles as f64,
+                if total > 0.0 { 100.0 * seconds / total } else { 0.0 }
+            )
+        })
+    })
+    .collect();
+    format!("cycles after {}", parts.join(", "))
+}
+
+/// Every policy's cycles by trigger and result as CSV (`decided`: some pod placed or evicted).
+///
+/// # Errors
+/// The writer fails.
+pub fn cycles_csv<W: std::io::Write>(summaries: &[Summary], out: W) -> Result<(), ReportError> {
+    let mut w = csv::Writer::from_writer(out);
+    w.write_record(["policy", "trigger", "decided", "cycles", "seconds"])?;
+    for s in summaries {
+        for k in &s.cycle_kinds {
+            w.write_record([
+                s.policy.clone(),
+                k.trigger.name().to_owned(),
+                k.decided.to_string(),
+                k.cycles.to_string(),
+                format!("{:.3}", k.seconds),
+            ])?;
+        }
+    }
+    w.flush().map_err(csv::Error::from)?;
+    Ok(())
 }
 
 /// The summary as CSV, one row per policy (seconds and percentages as numbers).

@@ -67,7 +67,7 @@ pub struct RunArgs {
     /// Scheduling cycle period in simulated seconds (events are taken in at these ticks).
     #[arg(long, default_value_t = 10)]
     pub tick_seconds: u32,
-    /// Directory for summary.csv, queues.csv, summary.json and allocation.svg.
+    /// Directory for summary.csv, queues.csv, cycles.csv, summary.json and allocation.svg.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// No progress bar (it is drawn on stderr only when stderr is a terminal).
@@ -267,6 +267,7 @@ fn write_outputs<S: Serialize>(
     };
     report::summary_csv(report.summaries, file("summary.csv")?)?;
     report::queues_csv(report.summaries, file("queues.csv")?)?;
+    report::cycles_csv(report.summaries, file("cycles.csv")?)?;
     let mut json = serde_json::to_string_pretty(report).context("encoding JSON")?;
     json.push('\n');
     file("summary.json")?
