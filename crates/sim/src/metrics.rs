@@ -290,8 +290,8 @@ impl CycleTrigger {
     }
 }
 
-/// Cycles of one trigger and result: how many, and the wall-clock seconds they took. Where a replay's
-/// time goes: a cycle that decided nothing costs about as much as one that placed.
+/// Cycles of one trigger and result: how many, and the wall-clock seconds they took (where a replay's
+/// time goes: a cycle that decides nothing is far from free).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct CycleKind {
     /// What started them.
