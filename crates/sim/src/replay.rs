@@ -188,8 +188,8 @@ pub struct Outcome {
     pub timeline: Vec<(Millis, i64)>,
     /// Cycles run (not skipped).
     pub cycles: u64,
-    /// Cycles run, by trigger and whether they placed or evicted anything: how many, and seconds.
-    pub cycle_kinds: BTreeMap<(CycleTrigger, bool), (u64, f64)>,
+    /// Cycles run, by trigger and whether they placed or evicted anything.
+    pub cycle_kinds: BTreeMap<(CycleTrigger, bool), CycleKind>,
     /// API writes the cycles decided.
     pub writes: metrics::Writes,
     /// The replay stopped at `max_cycles`.
@@ -525,9 +525,18 @@ impl<'a> Replay<'a> {
         if !result.skipped {
             self.out.cycles += 1;
             let decided = !result.decisions.binds.is_empty() || !result.decisions.evictions.is_empty();
-            let kind = self.out.cycle_kinds.entry((trigger, decided)).or_default();
-            kind.0 += 1;
-            kind.1 += started.elapsed().as_secs_f64();
+            let kind = self
+                .out
+                .cycle_kinds
+                .entry((trigger, decided))
+                .or_insert(CycleKind {
+                    trigger,
+                    decided,
+                    cycles: 0,
+                    seconds: 0.0,
+                });
+            kind.cycles += 1;
+            kind.seconds += started.elapsed().as_secs_f64();
         }
         let d = &result.decisions;
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
@@ -793,16 +802,7 @@ pub fn summarize(workload: &Checked, outcome: &Outcome) -> Summary {
         cycles: outcome.cycles,
         writes: outcome.writes,
         wall_seconds: outcome.wall_seconds,
-        cycle_kinds: outcome
-            .cycle_kinds
-            .iter()
-            .map(|(&(trigger, decided), &(cycles, seconds))| CycleKind {
-                trigger,
-                decided,
-                cycles,
-                seconds,
-            })
-            .collect(),
+        cycle_kinds: outcome.cycle_kinds.values().copied().collect(),
         queues,
     }
 }
@@ -919,7 +919,7 @@ mod tests {
         for policy in Policy::ALL {
             let (o, s) = run(&w, policy);
             let kinds: Vec<((CycleTrigger, bool), u64)> =
-                o.cycle_kinds.iter().map(|(k, (n, _))| (*k, *n)).collect();
+                o.cycle_kinds.iter().map(|(k, kind)| (*k, kind.cycles)).collect();
             assert_eq!(
                 kinds,
                 [

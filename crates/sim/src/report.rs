@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::metrics::{CycleKind, CycleTrigger, QueueSummary, Summary};
+use crate::metrics::{CycleKind, QueueSummary, Summary};
 use crate::plot::{LineChart, Series};
 use crate::replay::Outcome;
 
@@ -168,30 +168,23 @@ pub fn render(summaries: &[Summary]) -> String {
 }
 
 /// The cycles by trigger, each with the share that placed or evicted nothing and its share of the
-/// cycles' time.
+/// cycles' time (`kinds` in trigger order, as a summary keeps them).
 fn cycle_line(kinds: &[CycleKind]) -> String {
     let total: f64 = kinds.iter().map(|k| k.seconds).sum();
-    let parts: Vec<String> = [
-        CycleTrigger::Arrivals,
-        CycleTrigger::Completions,
-        CycleTrigger::FollowUp,
-    ]
-    .into_iter()
-    .filter_map(|trigger| {
-        let of: Vec<&CycleKind> = kinds.iter().filter(|k| k.trigger == trigger).collect();
-        let cycles: u64 = of.iter().map(|k| k.cycles).sum();
-        let idle: u64 = of.iter().filter(|k| !k.decided).map(|k| k.cycles).sum();
-        let seconds: f64 = of.iter().map(|k| k.seconds).sum();
-        (cycles > 0).then(|| {
+    let parts: Vec<String> = kinds
+        .chunk_by(|a, b| a.trigger == b.trigger)
+        .map(|of| {
+            let cycles: u64 = of.iter().map(|k| k.cycles).sum();
+            let idle: u64 = of.iter().filter(|k| !k.decided).map(|k| k.cycles).sum();
+            let seconds: f64 = of.iter().map(|k| k.seconds).sum();
             format!(
                 "{} {cycles} ({:.0} % placed and evicted nothing; {:.0} % of the cycles' time)",
-                trigger.name(),
-                100.0 * idle as f64 / cycles as f64,
+                of[0].trigger.name(),
+                100.0 * idle as f64 / cycles.max(1) as f64,
                 if total > 0.0 { 100.0 * seconds / total } else { 0.0 }
             )
         })
-    })
-    .collect();
+        .collect();
     format!("cycles after {}", parts.join(", "))
 }
 
